@@ -1,0 +1,2 @@
+#include "common/error.h"
+// Anchors the library; Error is header-only today.

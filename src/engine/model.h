@@ -1,0 +1,46 @@
+#pragma once
+// The Qwen3.5 inference engine: single-sequence decode, one token per forward
+// step, fp32, deterministic (identical bits on every run and at every thread
+// count). It implements stock transformers' Qwen3_5ForCausalLM semantics
+// (../shared/docs/qwen35-spec.md) and knows nothing about NPUs.
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "io/qwen35_weights.h"
+
+namespace qpu::engine {
+
+// Everything a sequence carries between forward steps.
+struct State {
+  int64_t position = 0;                                // tokens consumed so far
+  std::vector<std::vector<float>> conv_state;          // per GDN layer: [conv_dim, kernel-1]
+  std::vector<std::vector<float>> recurrent_state;     // per GDN layer: [v_heads, dk, dv]
+  std::vector<std::vector<float>> key_cache;           // per attention layer: [t, kv_heads, head_dim]
+  std::vector<std::vector<float>> value_cache;         // per attention layer: [t, kv_heads, head_dim]
+};
+
+class Model {
+ public:
+  explicit Model(io::Qwen35Weights weights);
+  ~Model();
+  Model(Model&&) noexcept;
+  Model& operator=(Model&&) noexcept;
+
+  const io::Qwen35Config& config() const;
+  State new_state() const;
+
+  // One decode step: consumes `token` at position state.position, advances the
+  // state, and writes config().vocab_size logits. If `hidden` is not empty it
+  // receives the last layer's residual stream (before the final norm), which
+  // tests use to look inside an ordinary forward pass.
+  void forward(int64_t token, State& state, std::span<float> logits,
+               std::span<float> hidden = {}) const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace qpu::engine

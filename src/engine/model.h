@@ -12,24 +12,48 @@
 
 namespace qpu::engine {
 
-// Everything a sequence carries between forward steps.
+// Everything a sequence carries between forward steps. Each vector of vectors is
+// indexed by layer index (0 .. num_hidden_layers-1); the entries of layers of the
+// other type stay empty.
 struct State {
   int64_t position = 0;                                // tokens consumed so far
-  std::vector<std::vector<float>> conv_state;          // per GDN layer: [conv_dim, kernel-1]
+  std::vector<std::vector<float>> conv_state;          // per GDN layer: [conv_dim, kernel-1], oldest input first
   std::vector<std::vector<float>> recurrent_state;     // per GDN layer: [v_heads, dk, dv]
   std::vector<std::vector<float>> key_cache;           // per attention layer: [t, kv_heads, head_dim]
   std::vector<std::vector<float>> value_cache;         // per attention layer: [t, kv_heads, head_dim]
 };
 
+// How the weight matrices are stored (the results are identical in every mode; see
+// docs/engine.md). Auto: a matrix with more than sparse_min_zero_fraction values
+// equal to +0 is CSR. Dense: never CSR. Sparse: always CSR (tests). A dense matrix
+// whose values are all bf16 numbers is kept as bf16 (exact), otherwise fp32.
+enum class WeightStorage { Auto, Dense, Sparse };
+
+struct ModelOptions {
+  WeightStorage storage = WeightStorage::Auto;
+  double sparse_min_zero_fraction = 0.9;
+  bool allow_bf16 = true;  // false: dense matrices stay fp32 (tests, benchmarks)
+};
+
+// What the constructor chose, for logs and benchmarks.
+struct StorageStats {
+  int64_t dense_f32_matrices = 0;
+  int64_t dense_bf16_matrices = 0;
+  int64_t sparse_matrices = 0;
+  int64_t bytes = 0;  // weight storage of all matrices
+};
+
 class Model {
  public:
   explicit Model(io::Qwen35Weights weights);
+  Model(io::Qwen35Weights weights, const ModelOptions& options);
   ~Model();
   Model(Model&&) noexcept;
   Model& operator=(Model&&) noexcept;
 
   const io::Qwen35Config& config() const;
   State new_state() const;
+  StorageStats storage_stats() const;
 
   // One decode step: consumes `token` at position state.position, advances the
   // state, and writes config().vocab_size logits. If `hidden` is not empty it

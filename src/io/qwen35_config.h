@@ -44,7 +44,12 @@ struct Qwen35Config {
   std::vector<LayerType> layer_types;  // explicit, or derived from full_attention_interval
 
   std::optional<int64_t> bos_token_id;
-  std::optional<int64_t> eos_token_id;
+  std::optional<int64_t> eos_token_id;  // the first of eos_token_ids
+
+  // Added by io (not part of the original contract):
+  std::string model_type;              // "qwen3_5_text" or "qwen3_5" (the file's top level)
+  std::vector<int64_t> eos_token_ids;  // eos_token_id may be an int or a list in config.json
+  int64_t max_position_embeddings = 0;
 
   int64_t rotary_dim() const;        // int(head_dim * partial_rotary_factor)
   int64_t linear_key_dim() const;    // linear_num_key_heads * linear_key_head_dim
@@ -53,7 +58,11 @@ struct Qwen35Config {
 };
 
 // Parses and validates (positive sizes, divisibility, layer_types length and values).
-// `source` names the file in error messages.
+// `source` names the file in error messages. Absent fields take the defaults of
+// transformers 5.24.0's Qwen3_5TextConfig (the 9B shape, head_dim 256, rope_theta
+// 10000, partial_rotary_factor 0.25, tie_word_embeddings false), NOT the member
+// initialisers above. tensor_prefix is the class's own ("model." for the CausalLM,
+// "model.language_model." for the wrapper); load_qwen35 corrects it from the tensors.
 Qwen35Config parse_qwen35_config(const nlohmann::json& json, const std::string& source);
 Qwen35Config load_qwen35_config(const std::filesystem::path& checkpoint_dir);
 

@@ -57,4 +57,9 @@ struct Qwen35Weights {
 // Reads config.json and model.safetensors or model.safetensors.index.json + shards.
 Qwen35Weights load_qwen35(const std::filesystem::path& checkpoint_dir);
 
+// Added by io: the same checks as load_qwen35 (every tensor present with the exact
+// shape and a float dtype, nothing unexpected) without reading any tensor data.
+class Checkpoint;
+void check_qwen35_tensors(const Checkpoint& checkpoint, const Qwen35Config& config);
+
 }  // namespace qpu::io

@@ -12,7 +12,8 @@ log() { printf '[qpu] %s\n' "$*" >&2; }
 
 APT_PACKAGES=(build-essential cmake pkg-config libgtest-dev libgmock-dev
   libbenchmark-dev nlohmann-json3-dev libcli11-dev libfmt-dev libsodium-dev
-  libomp-dev clang-14 libclang-rt-14-dev python3-venv python3-pip)
+  libomp-dev clang-14 libclang-rt-14-dev python3-venv python3-pip
+  libpcre2-dev libutf8proc-dev)
 
 ensure_apt_packages() {
   local missing=()

@@ -1,0 +1,134 @@
+#include "io/qwen35_weights.h"
+
+#include <cstring>
+#include <set>
+#include <string_view>
+
+#include "common/error.h"
+#include "io/checkpoint.h"
+#include "io/qwen35_layout.h"
+
+namespace qpu::io {
+
+namespace {
+
+// Tensors transformers itself skips when loading the text model
+// (Qwen3_5ForCausalLM._keys_to_ignore_on_load_unexpected): the multi-token
+// prediction head and the vision tower.
+constexpr std::string_view kIgnoredPrefixes[] = {"mtp.", "model.visual."};
+
+bool ignored(std::string_view name) {
+  for (auto prefix : kIgnoredPrefixes) {
+    if (name.starts_with(prefix)) return true;
+  }
+  return false;
+}
+
+class Loader {
+ public:
+  // A dry loader checks names, shapes and dtypes but reads no data.
+  Loader(const Checkpoint& checkpoint, bool dry) : checkpoint_(checkpoint), dry_(dry) {}
+
+  bool has(const std::string& name) const { return checkpoint_.find(name) != nullptr; }
+
+  // Checks presence, dtype and exact shape, then upcasts into `out`.
+  void take(const std::string& name, const std::vector<int64_t>& shape, std::vector<float>& out) {
+    const Checkpoint::Entry* entry = checkpoint_.find(name);
+    if (entry == nullptr) fail("{}: missing tensor '{}' (expected shape {})", checkpoint_.source(), name, format_shape(shape));
+    const TensorInfo& tensor = *entry->tensor;
+    const std::string file = entry->file->path().string();
+    if (tensor.shape != shape)
+      fail("{}: tensor '{}' has shape {} but the config requires {}", file, name, format_shape(tensor.shape),
+           format_shape(shape));
+    if (!is_float_weight_dtype(tensor.dtype))
+      fail("{}: tensor '{}' has dtype {}; weights must be F32, BF16 or F16", file, name, dtype_name(tensor.dtype));
+    used_.insert(name);
+    if (dry_) return;
+    out.resize(tensor.numel());
+    entry->file->read_f32(tensor, out);
+  }
+
+  // Every tensor in the checkpoint must have been taken or be ignorable.
+  void check_nothing_left() const {
+    for (const auto& [name, entry] : checkpoint_.tensors()) {
+      if (used_.contains(name) || ignored(name)) continue;
+      fail("{}: unexpected tensor '{}' (shape {}) is not part of a Qwen3.5 text decoder with this config",
+           entry.file->path().string(), name, format_shape(entry.tensor->shape));
+    }
+  }
+
+ private:
+  const Checkpoint& checkpoint_;
+  bool dry_;
+  std::set<std::string, std::less<>> used_;
+};
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
+}
+
+// transformers loads Qwen3_5ForCausalLM from "model.language_model.*" names too
+// (its conversion mapping strips "language_model"), so either prefix is accepted
+// whatever the class; the one holding embed_tokens (or, failing that, layer 0) wins.
+std::string detect_prefix(const Checkpoint& checkpoint, const Qwen35Config& config) {
+  const std::string preferred = config.tensor_prefix;
+  const std::string other = preferred == "model." ? "model.language_model." : "model.";
+  for (const char* key : {"embed_tokens.weight", "layers.0.input_layernorm.weight"}) {
+    if (checkpoint.find(preferred + key)) return preferred;
+    if (checkpoint.find(other + key)) return other;
+  }
+  fail("{}: neither '{}embed_tokens.weight' nor '{}embed_tokens.weight' is present: not a Qwen3.5 text checkpoint",
+       checkpoint.source(), preferred, other);
+}
+
+Qwen35Weights load(const Checkpoint& checkpoint, Qwen35Config config, bool dry) {
+  Qwen35Weights weights;
+  weights.config = std::move(config);
+  Qwen35Config& c = weights.config;
+  c.tensor_prefix = detect_prefix(checkpoint, c);
+  Loader loader(checkpoint, dry);
+
+  auto slots = qwen35_weight_slots(weights);
+  const WeightSlot& embed = slots.front();
+  const std::vector<int64_t> head_shape{c.vocab_size, c.hidden_size};
+  // Tying follows transformers' from_pretrained: with tie_word_embeddings, a present
+  // lm_head equal to the embedding is the same matrix; a different one is kept
+  // (transformers warns and does not tie); an lm_head without an embedding serves
+  // as both. Without tying, lm_head is required.
+  const bool head_only = c.tie_word_embeddings && !loader.has(embed.name) && loader.has(kLmHeadName);
+  for (auto& slot : slots) {
+    if (head_only && slot.values == &weights.embed_tokens) {
+      loader.take(kLmHeadName, slot.shape, weights.embed_tokens);
+      continue;
+    }
+    loader.take(slot.name, slot.shape, *slot.values);
+  }
+  if (!head_only && (!c.tie_word_embeddings || loader.has(kLmHeadName))) {
+    loader.take(kLmHeadName, head_shape, weights.lm_head);
+    if (c.tie_word_embeddings) {
+      if (dry) {
+        // Data unread: whether the two are equal is only known when loading.
+      } else if (same_bits(weights.lm_head, weights.embed_tokens)) {
+        weights.lm_head = {};
+      } else {
+        c.tie_word_embeddings = false;  // what transformers ends up doing
+      }
+    }
+  }
+  loader.check_nothing_left();
+  return weights;
+}
+
+}  // namespace
+
+Qwen35Weights load_qwen35(const std::filesystem::path& checkpoint_dir) {
+  const Qwen35Config config = load_qwen35_config(checkpoint_dir);
+  const Checkpoint checkpoint(checkpoint_dir);
+  return load(checkpoint, config, /*dry=*/false);
+}
+
+void check_qwen35_tensors(const Checkpoint& checkpoint, const Qwen35Config& config) {
+  load(checkpoint, config, /*dry=*/true);
+}
+
+}  // namespace qpu::io

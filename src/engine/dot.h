@@ -1,0 +1,61 @@
+#pragma once
+// The one summation order the engine uses for every dot product (matrix rows,
+// norms, attention scores). Fixing it here is what makes the engine bit-for-bit
+// deterministic: a row is always summed by one thread in this order, whatever the
+// thread count, the CPU's vector width or the storage format of the weights.
+//
+// Canonical order of sum_j w[j] * x[j], j in [0, n):
+//   1. 64 lanes. Lane l accumulates the products of the indices j = l (mod 64) in
+//      ascending j, starting from +0: p[l] = ((+0 + w[l]x[l]) + w[l+64]x[l+64]) + ...
+//      (each product rounded to fp32 before the add: no FMA anywhere).
+//   2. Fixed combine tree: s[i] = (p[i] + p[i+16]) + (p[i+32] + p[i+48]) for i < 16,
+//      then halving: s[i] += s[i+8] (i < 8), s[i] += s[i+4], s[i] += s[i+2], s[0] + s[1].
+//
+// Skipping a term whose weight is exactly 0 (the sparse CSR path) gives the same
+// bits when x is finite: the omitted product is +0 or -0, a lane that starts at +0
+// can never hold -0 (x + (-x) rounds to +0, +0 + -0 = +0), and s + (+-0) == s for
+// every s that is not -0. So dense and sparse agree exactly, zeros' signs included.
+// The only difference: 0 * inf and 0 * NaN are NaN in the dense sum and absent from
+// the sparse one.
+#include <cstdint>
+
+namespace qpu::engine::dot {
+
+inline constexpr int64_t kLanes = 64;
+
+// Vector code paths. All produce identical bits (same IEEE operations in the same
+// order, only more or fewer lanes per instruction); the fastest supported one is
+// picked once at startup.
+enum class Isa { Generic, Avx2, Avx512 };
+bool isa_supported(Isa isa);
+Isa active_isa();
+const char* isa_name(Isa isa);  // "generic", "avx2", "avx512"
+
+// Step 2 on 64 lane partials (the vector kernels must equal it).
+float combine_lanes(const float* lanes);
+
+// bf16 -> fp32 is exact: the bf16 bits are the high half of the fp32 bits.
+inline float bf16_to_float(uint16_t b) {
+  return __builtin_bit_cast(float, static_cast<uint32_t>(b) << 16);
+}
+
+// Canonical dot of an fp32 or bf16 row with x.
+float dot_f32(const float* w, const float* x, int64_t n);
+float dot_bf16(const uint16_t* w, const float* x, int64_t n);
+
+// y[r] = dot(row r, x) for r in [row_begin, row_end) of a row-major [rows, n]
+// matrix. Single-threaded; callers split rows between threads.
+void rows_f32(const float* w, int64_t n, const float* x, float* y, int64_t row_begin, int64_t row_end);
+void rows_bf16(const uint16_t* w, int64_t n, const float* x, float* y, int64_t row_begin,
+               int64_t row_end);
+
+// The same with an explicit code path (tests compare every path bit for bit).
+void rows_f32_with(Isa isa, const float* w, int64_t n, const float* x, float* y, int64_t row_begin,
+                   int64_t row_end);
+void rows_bf16_with(Isa isa, const uint16_t* w, int64_t n, const float* x, float* y,
+                    int64_t row_begin, int64_t row_end);
+
+// The canonical order written as plain scalar loops, for tests.
+float dot_reference(const float* w, const float* x, int64_t n);
+
+}  // namespace qpu::engine::dot

@@ -1,0 +1,76 @@
+#pragma once
+// A weight matrix stored for single-token decode: row-major [rows, cols], in the
+// smallest form that reproduces its fp32 values exactly.
+//   DenseF32   plain fp32.
+//   DenseBf16  every value is a bf16 number (low 16 bits zero, as in a checkpoint
+//              stored in BF16): kept as bf16 and upcast exactly while multiplying.
+//              Same bits, half the memory traffic.
+//   SparseCsr  mostly zeros (compiled checkpoints): only the nonzeros, in ascending
+//              column order per row.
+// All three produce identical results (dot.h explains why the sparse sum equals the
+// dense one on finite inputs).
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace qpu::engine {
+
+class PackedMatrix {
+ public:
+  enum class Format { DenseF32, DenseBf16, SparseCsr };
+
+  struct Options {
+    // CSR when more than this fraction of the values are +0 (-0 counts as a value).
+    double sparse_min_zero_fraction = 0.9;
+    bool allow_bf16 = true;
+    // Tests force a format; DenseBf16 is refused if a value is not a bf16 number.
+    std::optional<Format> force;
+  };
+
+  PackedMatrix() = default;
+
+  // `name` is used in error messages (e.g. "layers.3.mlp.up_proj").
+  static PackedMatrix pack(std::span<const float> values, int64_t rows, int64_t cols,
+                           const Options& options, const std::string& name);
+
+  int64_t rows() const { return rows_; }
+  int64_t cols() const { return cols_; }
+  Format format() const { return format_; }
+  int64_t nonzeros() const;
+  size_t bytes() const;  // storage used for the values (and indices)
+
+  // y[0..rows) = W x. Rows are split between OpenMP threads; each row is summed by
+  // one thread in the canonical order of dot.h, so y does not depend on the thread
+  // count. x and y must not overlap.
+  void multiply(const float* x, float* y) const;
+
+  // Several products in one parallel region (fewer fork/join points per token): each
+  // job is y = M x, rows split between threads exactly as multiply() does, so the
+  // results are the same bits as separate calls.
+  struct Job {
+    const PackedMatrix* matrix;
+    const float* x;
+    float* y;
+  };
+  static void multiply_all(std::span<const Job> jobs);
+
+  // One row upcast to fp32 (embedding lookup of a tied matrix).
+  void copy_row(int64_t row, float* out) const;
+
+ private:
+  void multiply_rows(const float* x, float* y, int64_t row_begin, int64_t row_end) const;
+
+  int64_t rows_ = 0;
+  int64_t cols_ = 0;
+  Format format_ = Format::DenseF32;
+  std::vector<float> f32_;          // DenseF32 values, or CSR nonzero values
+  std::vector<uint16_t> bf16_;      // DenseBf16 values
+  std::vector<uint32_t> col_index_; // CSR
+  std::vector<int64_t> row_start_;  // CSR, rows + 1 entries
+};
+
+const char* format_name(PackedMatrix::Format format);
+
+}  // namespace qpu::engine

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# The main job. Installs what is missing, builds, and runs what qpu can do today:
+#   1. the reference: stories260K's greedy story from `qpu ref`, checked byte for byte
+#      against llama2.c's published output;
+#   2. the host engine: a tiny random Qwen3.5 checkpoint made by stock transformers,
+#      described by `qpu info` and run by `qpu generate`, logits compared with transformers;
+#   3. the NPU's exact primitives inside Qwen3.5 forward passes (`qpu primitives`).
+# When the NPU runs stories260K (issue 5) this becomes: compile, run, verify the story.
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+ensure_apt_packages
+ensure_venv
+mkdir -p "$QPU_BUILD_ROOT"
+build_preset release
+QPU="$QPU_BUILD_ROOT/release/bin/qpu"
+SHARED="${QPU_SHARED_DIR:-$QPU_ROOT/../shared}"
+[ -d "$SHARED/models" ] || SHARED=/work/shared
+MODELS="$SHARED/models/stories260K"
+WORK="$QPU_CACHE/main-job"
+mkdir -p "$WORK"
+
+log "1/3 reference: qpu ref stories260K, greedy, 256 steps, \"Once upon a time\""
+"$QPU" ref "$MODELS/stories260K.bin" -z "$MODELS/tok512.bin" -t 0 -n 256 \
+  -i "Once upon a time" > "$WORK/story.txt"
+cat "$WORK/story.txt"
+if cmp -s "$WORK/story.txt" "$MODELS/greedy-once-upon-a-time-256.txt"; then
+  log "exactness check: the story is byte-identical to llama2.c's published output"
+else
+  log "exactness check FAILED: the story differs from llama2.c's published output"; exit 1
+fi
+
+log "2/3 host engine: tiny random Qwen3.5 checkpoint from stock transformers"
+"$QPU_PYTHON" "$QPU_ROOT/python/make_tiny_checkpoints.py" "$WORK/tiny" --only mixed_gva_untied_f32 >/dev/null
+"$QPU" info "$WORK/tiny/mixed_gva_untied_f32"
+"$QPU" generate "$WORK/tiny/mixed_gva_untied_f32" --tokens 1,2,3,4 -n 16
+
+log "3/3 NPU primitives: exact fp32 arithmetic inside Qwen3.5 forward passes"
+"$QPU" primitives
+log "main job done"

@@ -1,0 +1,30 @@
+#pragma once
+// Stage 3: give every value a residual dim, every neuron an MLP row of its layer and
+// every memory op a KV head of its attention layer. Rails (the constant dims that fix
+// the RMSNorm scale, exactness-toolkit P1) take the last dims: hidden = 64 * q with q
+// rails, so that q rails of 2^(k+3) have squares summing to exactly hidden * 4^k.
+#include <cstdint>
+#include <vector>
+
+#include "compiler/ir.h"
+#include "compiler/schedule.h"
+
+namespace qpu::compiler {
+
+struct Allocation {
+  int64_t hidden_size = 0;
+  std::vector<int64_t> dim_of_value;  // per value
+  std::vector<int64_t> rail_dims;     // the rails; rail_dims[0] carries constants
+  int64_t num_layers = 0;
+  int64_t intermediate_size = 1;      // max neurons over layers (at least 1)
+  int64_t num_kv_heads = 1;           // max memory ops over mixers (at least 1)
+  std::vector<bool> layer_has_attention;  // per layer
+  std::vector<int64_t> first_neuron;  // per op: first MLP row (MLP ops) or KV head (memory ops)
+  std::vector<int64_t> neurons_per_layer;
+
+  int64_t dim(ValueId v) const { return dim_of_value[static_cast<size_t>(v)]; }
+};
+
+Allocation allocate(const Program& program, const Schedule& schedule);
+
+}  // namespace qpu::compiler

@@ -1,0 +1,121 @@
+#include "compiler/ir.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "common/error.h"
+
+namespace qpu::compiler {
+
+namespace {
+
+void add_lin(const Lin& lin, std::vector<ValueId>& out) {
+  for (const Term& t : lin.terms)
+    if (t.value != kOne) out.push_back(t.value);
+}
+
+std::vector<ValueId> sorted_unique(std::vector<ValueId> v) {
+  std::sort(v.begin(), v.end());
+  v.erase(std::unique(v.begin(), v.end()), v.end());
+  return v;
+}
+
+}  // namespace
+
+std::vector<ValueId> Op::reads() const {
+  std::vector<ValueId> r;
+  if (kind == OpKind::Mlp) {
+    for (const Neuron& n : neurons) {
+      add_lin(n.gate, r);
+      add_lin(n.up, r);
+    }
+  } else {
+    r.insert(r.end(), memory.key_bits.begin(), memory.key_bits.end());
+    r.insert(r.end(), memory.data.begin(), memory.data.end());
+    r.insert(r.end(), memory.query_bits.begin(), memory.query_bits.end());
+    r.push_back(memory.write_flag);
+    r.push_back(memory.read_flag);
+    std::erase(r, kOne);
+  }
+  return sorted_unique(std::move(r));
+}
+
+std::vector<ValueId> Op::writes() const {
+  std::vector<ValueId> w;
+  if (kind == OpKind::Mlp) {
+    for (const Neuron& n : neurons)
+      for (const Term& t : n.down) w.push_back(t.value);
+  } else {
+    w = memory.out;
+  }
+  return sorted_unique(std::move(w));
+}
+
+ValueId Program::value(std::string name) {
+  names_.push_back(std::move(name));
+  return static_cast<ValueId>(names_.size() - 1);
+}
+
+std::vector<ValueId> Program::values(const std::string& prefix, int count) {
+  std::vector<ValueId> v;
+  for (int i = 0; i < count; ++i) v.push_back(value(prefix + "[" + std::to_string(i) + "]"));
+  return v;
+}
+
+void Program::mlp(std::string label, std::vector<Neuron> neurons) {
+  Op op;
+  op.kind = OpKind::Mlp;
+  op.label = std::move(label);
+  op.neurons = std::move(neurons);
+  ops_.push_back(std::move(op));
+}
+
+void Program::memory(std::string label, AttnMemory memory) {
+  Op op;
+  op.kind = OpKind::AttnMemory;
+  op.label = std::move(label);
+  op.memory = std::move(memory);
+  ops_.push_back(std::move(op));
+}
+
+const std::string& Program::name(ValueId v) const {
+  if (v < 0 || v >= num_values()) fail("IR: no value with id {}", v);
+  return names_[static_cast<size_t>(v)];
+}
+
+void Program::validate() const {
+  auto check_value = [&](const Op& op, ValueId v, bool allow_one) {
+    if (v == kOne && allow_one) return;
+    if (v < 0 || v >= num_values()) fail("IR op '{}': value id {} out of range", op.label, v);
+  };
+  auto check_lin = [&](const Op& op, const Lin& lin) {
+    for (const Term& t : lin.terms) {
+      check_value(op, t.value, true);
+      if (!std::isfinite(t.weight)) fail("IR op '{}': weight {} is not finite", op.label, t.weight);
+    }
+  };
+  for (const Op& op : ops_) {
+    if (op.kind == OpKind::Mlp) {
+      if (op.neurons.empty()) fail("IR op '{}': MLP op without neurons", op.label);
+      for (const Neuron& n : op.neurons) {
+        check_lin(op, n.gate);
+        check_lin(op, n.up);
+        if (n.down.empty()) fail("IR op '{}': neuron without destination", op.label);
+        for (const Term& t : n.down) {
+          check_value(op, t.value, false);
+          if (!std::isfinite(t.weight)) fail("IR op '{}': weight {} is not finite", op.label, t.weight);
+        }
+      }
+    } else {
+      const AttnMemory& m = op.memory;
+      if (m.data.size() != m.out.size())
+        fail("IR op '{}': memory data has {} values but out has {}", op.label, m.data.size(), m.out.size());
+      if (m.key_bits.size() != m.query_bits.size())
+        fail("IR op '{}': key has {} bits but query has {}", op.label, m.key_bits.size(), m.query_bits.size());
+      for (ValueId v : op.reads()) check_value(op, v, false);
+      for (ValueId v : m.out) check_value(op, v, false);
+    }
+  }
+}
+
+}  // namespace qpu::compiler

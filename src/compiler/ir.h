@@ -1,0 +1,89 @@
+#pragma once
+// The NPU's intermediate representation: a program of exact operations on residual
+// "values" (one fp32 residual dim each, for the life of the program).
+//
+// Every operation is one sublayer's worth of work whose result the host's residual
+// add commits: an MLP op is a set of neurons, out[dst] += down * silu(gate) * up,
+// where gate and up are linear forms of the values (in value units; the emitter folds
+// the exact power-of-two input-norm scale in). An attention-memory op is one hard
+// attention read/write of a bank (one KV head). Exactness is the op builder's job
+// (src/npu): the compiler only guarantees the placement rules that keep it —
+//  * an op sees every value as it was at the start of its sublayer,
+//  * an op that reads a value runs in a later sublayer than every earlier op that
+//    writes it, and ops that write the same value keep their program order,
+//  * ops never share a destination inside one sublayer (rule of one term is then
+//    per op, under the builder's control).
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace qpu::compiler {
+
+using ValueId = int32_t;
+// The constant 1.0 (the emitter turns it into a rail dim of exactly known size).
+inline constexpr ValueId kOne = -1;
+
+struct Term {
+  ValueId value = kOne;
+  float weight = 0.0f;
+};
+
+// sum of weight * value over the terms (kOne terms are constants).
+struct Lin {
+  std::vector<Term> terms;
+};
+
+struct Neuron {
+  Lin gate;
+  Lin up;
+  std::vector<Term> down;  // destination values and the weight of this neuron into each
+};
+
+// A write-once associative memory in one KV head of a full-attention layer. Every host
+// token stores (address, data) with a flag; a token whose read flag is 1 gets, in `out`,
+// the data row of the one earlier-or-current token whose write flag was 1 and whose
+// address equals the query address. Addresses are bit vectors (values exactly 0 or 1).
+struct AttnMemory {
+  std::vector<ValueId> key_bits;    // address written by this token
+  ValueId write_flag = kOne;        // 1: this token's row is a valid entry
+  std::vector<ValueId> data;        // the row stored (<= head_dim values)
+  std::vector<ValueId> query_bits;  // address read by this token
+  ValueId read_flag = kOne;         // 1: add the row read into `out`
+  std::vector<ValueId> out;         // same length as data
+};
+
+enum class OpKind { Mlp, AttnMemory };
+
+struct Op {
+  OpKind kind = OpKind::Mlp;
+  std::string label;
+  std::vector<Neuron> neurons;  // kind == Mlp
+  AttnMemory memory;            // kind == AttnMemory
+
+  std::vector<ValueId> reads() const;   // sorted, unique, without kOne
+  std::vector<ValueId> writes() const;  // sorted, unique
+};
+
+class Program {
+ public:
+  // A new residual value named for diagnostics. Starts as +0 unless the harness sets it.
+  ValueId value(std::string name);
+  std::vector<ValueId> values(const std::string& prefix, int count);
+
+  void mlp(std::string label, std::vector<Neuron> neurons);
+  void memory(std::string label, AttnMemory memory);
+
+  int64_t num_values() const { return static_cast<int64_t>(names_.size()); }
+  const std::string& name(ValueId v) const;
+  const std::vector<Op>& ops() const { return ops_; }
+
+  // Throws qpu::Error naming the op when a value id is out of range, an op is empty,
+  // a memory op's data and out differ in length, or a weight is not finite.
+  void validate() const;
+
+ private:
+  std::vector<std::string> names_;
+  std::vector<Op> ops_;
+};
+
+}  // namespace qpu::compiler

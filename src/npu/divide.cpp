@@ -1,0 +1,203 @@
+#include "npu/divide.h"
+
+#include <cmath>
+#include <string>
+
+#include "common/error.h"
+#include "npu/neurons.h"
+
+namespace qpu::npu {
+
+using compiler::Neuron;
+using detail::const_neuron;
+using detail::copy_neuron;
+using detail::kOn;
+using detail::lin;
+using detail::mul_neurons;
+using compiler::kOne;
+
+namespace {
+
+constexpr float kR = 0x1p24f;  // residuals are carried times 2^24 (window: see divide.h)
+
+ValueId constant(Program& p, float c) {
+  const ValueId v = p.value("const");
+  p.mlp("const", {const_neuron(v, c)});
+  return v;
+}
+
+}  // namespace
+
+ValueId scaled_residual(Program& p, ValueId a, ValueId q, ValueId b) {
+  // Dekker: q*b = ph + plo exactly, with ph = fl(q*b) and
+  // plo = (((qh*bh - ph) + qh*bl) + ql*bh) + ql*bl, every step exact (12-bit halves).
+  // Everything carries the factor 2^24 (exact power-of-two down weights).
+  const ValueId ph = p.value("res.ph");
+  {
+    std::vector<Neuron> n;
+    mul_neurons(n, ph, b, q, kR);
+    p.mlp("res.ph", std::move(n));
+  }
+  const Split qs = split12(p, q), bs = split12(p, b);
+  const ValueId t = p.value("res.plo");
+  {
+    std::vector<Neuron> n;
+    mul_neurons(n, t, bs.hi, qs.hi, kR);  // qh*bh - ph: a two-term sum, exact (Sterbenz)
+    n.push_back(copy_neuron(t, ph, -1.0f));
+    p.mlp("res.plo", std::move(n));
+  }
+  for (auto [g, u] : {std::pair{bs.lo, qs.hi}, std::pair{bs.hi, qs.lo}, std::pair{bs.lo, qs.lo}}) {
+    std::vector<Neuron> n;
+    mul_neurons(n, t, g, u, kR);
+    p.mlp("res.plo", std::move(n));
+  }
+  // u = a - ph: exact (Sterbenz: q*b is within a few ulps of a).
+  const ValueId u = p.value("res.u");
+  p.mlp("res.u", {copy_neuron(u, a, kR), copy_neuron(u, ph, -1.0f)});
+  return sub(p, u, t, "res.r");  // one rounding of the exact a - q*b (exact if representable)
+}
+
+ValueId divide(Program& p, ValueId a, ValueId b, const DivWindow& w) {
+  if (w.bmin < -12 || w.bmax > 12 || w.bmin >= w.bmax) fail("divide: divisor window [2^{}, 2^{}) unsupported", w.bmin, w.bmax);
+  // 1. Binade of b: t_j = [b > pred(2^j)] = [b >= 2^j]; the one-hot j has
+  //    t_j - t_(j+1) = 1. Initial reciprocal y0 = 2^-j (24/17 - 8/17 m), m = b 2^-j in
+  //    [1, 2): |1 - b y0| <= 1/17. Only the active binade's two neurons are nonzero.
+  std::vector<ValueId> t;  // t[j - bmin], with t[0] = 1 (b >= 2^bmin by contract)
+  t.push_back(kOne);
+  for (int j = w.bmin + 1; j < w.bmax; ++j)
+    t.push_back(greater(p, b, constant(p, std::nextafter(std::ldexp(1.0f, j), 0.0f))));
+  const ValueId y0 = p.value("div.y0");
+  std::vector<Neuron> est;
+  for (int j = w.bmin; j < w.bmax; ++j) {
+    const auto i = static_cast<size_t>(j - w.bmin);
+    compiler::Lin gate = lin({{t[i], kOn}});
+    if (j + 1 < w.bmax) gate.terms.push_back({t[i + 1], -kOn});
+    est.push_back(Neuron{gate, lin({{kOne, static_cast<float>(24.0 / 17.0 * std::ldexp(1.0, -j)) / kOn}}), {{y0, 1.0f}}});
+    est.push_back(Neuron{gate, lin({{b, static_cast<float>(-8.0 / 17.0 * std::ldexp(1.0, -2 * j)) / kOn}}), {{y0, 1.0f}}});
+  }
+  p.mlp("div.y0", std::move(est));
+  // 2. Three Newton steps y <- y (2 - b y): |1 - b y| <= 17^-8 + fp32 roundings ~ 2^-22.
+  ValueId y = y0;
+  for (int it = 0; it < 3; ++it) {
+    const ValueId f = p.value("div.f");
+    std::vector<Neuron> n;
+    mul_neurons(n, f, b, y, -1.0f);  // fl(2 - fl(b y)): two live terms, one rounding
+    n.push_back(const_neuron(f, 2.0f));
+    p.mlp("div.f", std::move(n));
+    const ValueId yn = p.value("div.y");
+    mul_acc(p, yn, y, f, "div.y");
+    y = yn;
+  }
+  // 3. q0 = fl(a y) is within a few ulps; q1 = fl(q0 + fl(r0 y)) with r0 = fl(a - q0 b)
+  //    (exact product, one rounding) is within 0.5 ulp + 2^-20 ulp of a/b: faithful.
+  const ValueId q0 = p.value("div.q0");
+  mul_acc(p, q0, y, a, "div.q0");
+  const ValueId r0 = scaled_residual(p, a, q0, b);
+  const ValueId q1 = p.value("div.q1");
+  {
+    std::vector<Neuron> n;
+    mul_neurons(n, q1, y, r0, 1.0f / kR);
+    n.push_back(copy_neuron(q1, q0));
+    p.mlp("div.q1", std::move(n));
+  }
+  // 4. r = a - q1 b exactly (q1 faithful). Neighbours by Rump's rule: away from zero
+  //    A = fl(q1 + fl(phi q1)), toward zero T = fl(q1 - fl(phi q1)), phi = 2^-24 (1 + 2^-23).
+  const ValueId r = scaled_residual(p, a, q1, b);
+  const ValueId g = p.value("div.g");
+  scale_acc(p, g, q1, 0x1.000002p-24f, "div.g");
+  const ValueId A = add(p, q1, g, "div.away"), T = sub(p, q1, g, "div.toward");
+  const ValueId dA = sub(p, A, q1, "div.dA"), dT = sub(p, T, q1, "div.dT");  // exact (Sterbenz)
+  // 5. D = 2r - b (N - q1) for N in {A, T}: sign-exact (one rounding of an exact value;
+  //    never 0: a quotient is never a midpoint). a/b is past the midpoint toward A iff
+  //    D_A has q1's sign, past the midpoint toward T iff D_T has the opposite sign.
+  auto side = [&](ValueId d, const char* label) {
+    const ValueId D = p.value(label);
+    std::vector<Neuron> n;
+    n.push_back(copy_neuron(D, r, 2.0f));
+    mul_neurons(n, D, b, d, -kR);
+    p.mlp(label, std::move(n));
+    return D;
+  };
+  const ValueId DA = side(dA, "div.DA"), DT = side(dT, "div.DT");
+  const ValueId zero = p.value("div.zero");
+  const ValueId sq = greater(p, q1, zero);
+  const ValueId xA = bit_xor(p, greater(p, DA, zero), sq);  // 0: take A
+  const ValueId xT = bit_xor(p, greater(p, DT, zero), sq);  // 1: take T
+  // 6. One live term: A if xA = 0, T if xT = 1, else q1 (xA = 1, xT = 0). For a = 0
+  //    everything is 0 and A = 0 is taken.
+  const ValueId res = p.value("div");
+  p.mlp("div.pick", {Neuron{lin({{kOne, kOn}, {xA, -kOn}}), lin({{A, 1.0f / kOn}}), {{res, 1.0f}}},
+                     Neuron{lin({{xT, kOn}}), lin({{T, 1.0f / kOn}}), {{res, 1.0f}}},
+                     Neuron{lin({{xA, kOn}, {xT, -kOn}}), lin({{q1, 1.0f / kOn}}), {{res, 1.0f}}}});
+  return res;
+}
+
+ValueId sqrt_rn(Program& p, ValueId x, const SqrtWindow& w) {
+  if (w.xmin < -18 || w.xmax > 12 || w.xmin >= w.xmax) fail("sqrt: window [2^{}, 2^{}) unsupported", w.xmin, w.xmax);
+  // 1. Binade j of x (as in divide); y0 = alpha_j - beta_j x approximates 1/sqrt(x) within
+  //    2% (the chord of m^-1/2 on [1, 2], shifted by half its gap: c0 - c1 m).
+  std::vector<ValueId> t;
+  t.push_back(kOne);
+  for (int j = w.xmin + 1; j < w.xmax; ++j)
+    t.push_back(greater(p, x, constant(p, std::nextafter(std::ldexp(1.0f, j), 0.0f))));
+  const double c1 = 1.0 - std::sqrt(0.5), gap = 1.0 - c1 * (std::cbrt(1.0 / (4.0 * c1 * c1)) - 1.0) - 1.0 / std::sqrt(std::cbrt(1.0 / (4.0 * c1 * c1)));
+  const double c0 = 1.0 + c1 - gap / 2.0;
+  const ValueId y0 = p.value("sqrt.y0");
+  std::vector<Neuron> est;
+  for (int j = w.xmin; j < w.xmax; ++j) {
+    const auto i = static_cast<size_t>(j - w.xmin);
+    compiler::Lin gate = lin({{t[i], kOn}});
+    if (j + 1 < w.xmax) gate.terms.push_back({t[i + 1], -kOn});
+    est.push_back(Neuron{gate, lin({{kOne, static_cast<float>(c0 * std::pow(2.0, -0.5 * j)) / kOn}}), {{y0, 1.0f}}});
+    est.push_back(Neuron{gate, lin({{x, static_cast<float>(-c1 * std::pow(2.0, -1.5 * j)) / kOn}}), {{y0, 1.0f}}});
+  }
+  p.mlp("sqrt.y0", std::move(est));
+  // 2. Three Newton steps y <- y (1.5 - 0.5 x y^2): error 0.02 -> 6e-4 -> 6e-7 -> fp32 roundings.
+  ValueId y = y0;
+  for (int it = 0; it < 3; ++it) {
+    const ValueId e = p.value("sqrt.e"), f = p.value("sqrt.f"), g = p.value("sqrt.g"), yn = p.value("sqrt.y");
+    mul_acc(p, e, y, x, "sqrt.e");
+    mul_acc(p, f, y, e, "sqrt.f");
+    p.mlp("sqrt.g", {copy_neuron(g, f, -0.5f), const_neuron(g, 1.5f)});
+    mul_acc(p, yn, g, y, "sqrt.y");
+    y = yn;
+  }
+  // 3. s0 = fl(x y) within a few ulps; s1 = fl(s0 + fl(r0 y / 2)) with r0 = fl(x - s0^2)
+  //    (exact square, one rounding) is faithful.
+  const ValueId s0 = p.value("sqrt.s0");
+  mul_acc(p, s0, y, x, "sqrt.s0");
+  const ValueId r0 = scaled_residual(p, x, s0, s0);
+  const ValueId s1 = p.value("sqrt.s1");
+  {
+    std::vector<Neuron> n;
+    mul_neurons(n, s1, y, r0, 0.5f / kR);
+    n.push_back(copy_neuron(s1, s0));
+    p.mlp("sqrt.s1", std::move(n));
+  }
+  // 4. r = x - s1^2 exactly; neighbours A = succ(s1), T = pred(s1) (Rump), d = N - s1.
+  //    In units of 2^(2e-46) (e = s1's exponent), r - s1 d is an integer K and the
+  //    midpoint test x > (s1 + d/2)^2 is K > d^2/4 with 0 < d^2/4 < 1 unit: so A wins
+  //    iff fl(r - s1 dA) > 0 and T wins iff fl(r - s1 dT) <= 0 (signs are exact).
+  const ValueId r = scaled_residual(p, x, s1, s1);
+  const ValueId g = p.value("sqrt.g");
+  scale_acc(p, g, s1, 0x1.000002p-24f, "sqrt.g");
+  const ValueId A = add(p, s1, g, "sqrt.up"), T = sub(p, s1, g, "sqrt.down");
+  const ValueId dA = sub(p, A, s1, "sqrt.dA"), dT = sub(p, T, s1, "sqrt.dT");
+  auto side = [&](ValueId d, const char* label) {
+    const ValueId D = p.value(label);
+    std::vector<Neuron> n;
+    n.push_back(copy_neuron(D, r));
+    mul_neurons(n, D, s1, d, -kR);
+    p.mlp(label, std::move(n));
+    return D;
+  };
+  const ValueId zero = p.value("sqrt.zero");
+  const ValueId pA = greater(p, side(dA, "sqrt.DA"), zero), pT = greater(p, side(dT, "sqrt.DT"), zero);
+  const ValueId res = p.value("sqrt");
+  p.mlp("sqrt.pick", {Neuron{lin({{pA, kOn}}), lin({{A, 1.0f / kOn}}), {{res, 1.0f}}},
+                      Neuron{lin({{kOne, kOn}, {pT, -kOn}}), lin({{T, 1.0f / kOn}}), {{res, 1.0f}}},
+                      Neuron{lin({{pT, kOn}, {pA, -kOn}}), lin({{s1, 1.0f / kOn}}), {{res, 1.0f}}}});
+  return res;
+}
+
+}  // namespace qpu::npu

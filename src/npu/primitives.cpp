@@ -1,0 +1,248 @@
+#include "npu/primitives.h"
+
+#include <cmath>
+#include <string>
+
+#include "common/error.h"
+#include "npu/neurons.h"
+
+namespace qpu::npu {
+
+using compiler::Lin;
+using compiler::Neuron;
+using compiler::Term;
+using compiler::kOne;
+using detail::copy_neuron;
+using detail::kOn;
+using detail::kS;
+using detail::lin;
+
+namespace {
+
+constexpr float kRound = 12582912.0f;  // 1.5 * 2^23
+
+}  // namespace
+
+void mul_acc(Program& p, ValueId dst, ValueId a, ValueId b, const char* label) {
+  // Gate +-a*S: one of the pair is in silu's identity window, the other in its zero
+  // window; the live one computes fl(a*S * b) = S * fl(a*b), the down weight 1/S undoes S.
+  p.mlp(label, {Neuron{lin({{a, kS}}), lin({{b, 1.0f}}), {{dst, 1.0f / kS}}},
+                Neuron{lin({{a, -kS}}), lin({{b, -1.0f}}), {{dst, 1.0f / kS}}}});
+}
+
+void scale_acc(Program& p, ValueId dst, ValueId a, float w, const char* label) {
+  p.mlp(label, {copy_neuron(dst, a, w)});
+}
+
+void const_acc(Program& p, ValueId dst, float c, const char* label) {
+  p.mlp(label, {Neuron{lin({{kOne, kOn}}), lin({{kOne, c / kOn}}), {{dst, 1.0f}}}});
+}
+
+ValueId add(Program& p, ValueId a, ValueId b, const char* label) {
+  const ValueId r = p.value(label);
+  p.mlp(label, {copy_neuron(r, a), copy_neuron(r, b)});
+  return r;
+}
+
+ValueId sub(Program& p, ValueId a, ValueId b, const char* label) {
+  const ValueId r = p.value(label);
+  p.mlp(label, {copy_neuron(r, a), copy_neuron(r, b, -1.0f)});
+  return r;
+}
+
+ValueId dot_const(Program& p, const std::vector<float>& w, const std::vector<ValueId>& x) {
+  const ValueId val = p.value("dot");
+  for (size_t j = 0; j < x.size(); ++j) scale_acc(p, val, x[j], w[j], "dot.step");
+  return val;
+}
+
+ValueId dot_var(Program& p, const std::vector<ValueId>& w, const std::vector<ValueId>& x) {
+  const ValueId val = p.value("dot");
+  for (size_t j = 0; j < x.size(); ++j) mul_acc(p, val, w[j], x[j], "dot.step");
+  return val;
+}
+
+ValueId round_to_int(Program& p, ValueId x) {
+  const ValueId t = p.value("round");
+  // t = fl(x + C): the down projection's two-term sum is the one rounding.
+  p.mlp("round.shift", {copy_neuron(t, x), Neuron{lin({{kOne, kOn}}), lin({{kOne, kRound / kOn}}), {{t, 1.0f}}}});
+  const_acc(p, t, -kRound, "round.unshift");
+  return t;
+}
+
+Split split12(Program& p, ValueId x) {
+  const ValueId c = p.value("split.c");
+  scale_acc(p, c, x, 4097.0f, "split.c");        // c = fl(x * (2^12 + 1))
+  const ValueId d = sub(p, c, x, "split.d");      // d = fl(c - x)
+  const ValueId hi = sub(p, c, d, "split.hi");    // hi = fl(c - d)
+  const ValueId lo = sub(p, x, hi, "split.lo");   // lo = x - hi, exact
+  return {hi, lo};
+}
+
+std::vector<ValueId> int_to_bits(Program& p, ValueId v, int n) {
+  // rest = v (a working copy), then for j = n-1..0: b = step(rest >= 2^j); rest -= b 2^j.
+  const ValueId rest = p.value("bits.rest");
+  scale_acc(p, rest, v, 1.0f, "bits.copy");
+  std::vector<ValueId> bits(static_cast<size_t>(n));
+  constexpr float K = 128.0f;
+  for (int j = n - 1; j >= 0; --j) {
+    const float t = std::ldexp(1.0f, j);
+    const ValueId b = p.value("bit" + std::to_string(j));
+    // step(r >= t) = (silu(K(r - t + 1)) - silu(K(r - t))) / K for integer r: both gates
+    // are 0, <= -K or >= K, where silu is exact.
+    p.mlp("bits.step", {Neuron{lin({{rest, K}, {kOne, K * (1.0f - t)}}), lin({{kOne, 1.0f}}), {{b, 1.0f / K}, {rest, -t / K}}},
+                        Neuron{lin({{rest, K}, {kOne, -K * t}}), lin({{kOne, 1.0f}}), {{b, -1.0f / K}, {rest, t / K}}}});
+    bits[static_cast<size_t>(n - 1 - j)] = b;
+  }
+  return bits;
+}
+
+ValueId greater(Program& p, ValueId a, ValueId b) {
+  // 1. d = fl(a - b): sign-exact (d == 0 iff a == b), so only d matters from here.
+  const ValueId d = sub(p, a, b, "gt.d");
+  // 2. Five scales W_s = 2^(79 - 23 s). Scale s gives y_s = (silu(G) - silu(G - 256)) / 256
+  //    with G = d W_s: exactly 1 for G in [360, 2^32) (G - 256 is exact there), in [0, 2]
+  //    for any other G > 0, 0 for G == 0, in [-0.0011, 0] for G < 0. Each y_s is a
+  //    two-term sum, so order-free; for d in [2^-70, 2^36] one scale lands in [360, 2^32).
+  std::vector<Neuron> stage;
+  std::vector<ValueId> ys;
+  for (int s = 0; s < 5; ++s) {
+    const float W = std::ldexp(1.0f, 79 - 23 * s);
+    const ValueId y = p.value("gt.y" + std::to_string(s));
+    ys.push_back(y);
+    stage.push_back(Neuron{lin({{d, W}}), lin({{kOne, 1.0f / 256.0f}}), {{y, 1.0f}}});
+    stage.push_back(Neuron{lin({{d, W}, {kOne, -256.0f}}), lin({{kOne, 1.0f / 256.0f}}), {{y, -1.0f}}});
+  }
+  p.mlp("gt.scales", std::move(stage));
+  // 3. y = sum of y_s: order-dependent rounding, but y >= 1 when d > 0, y in [-0.006, 0]
+  //    when d < 0, and y == 0 when d == 0.
+  const ValueId y = p.value("gt.y");
+  std::vector<Neuron> sum;
+  for (ValueId ys_i : ys) sum.push_back(copy_neuron(y, ys_i));
+  p.mlp("gt.sum", std::move(sum));
+  // 4. bit = (silu(512 y - 200) - silu(512 y - 328)) / 128: both gates <= -200 (silu 0)
+  //    or >= 184 and exact (512 y <= 2^13 has ulp <= 2^-10), so the difference is 128.
+  const ValueId bit = p.value("gt.bit");
+  p.mlp("gt.bit", {Neuron{lin({{y, 512.0f}, {kOne, -200.0f}}), lin({{kOne, 1.0f / 128.0f}}), {{bit, 1.0f}}},
+                   Neuron{lin({{y, 512.0f}, {kOne, -328.0f}}), lin({{kOne, 1.0f / 128.0f}}), {{bit, -1.0f}}}});
+  return bit;
+}
+
+ValueId select(Program& p, ValueId bit, ValueId a, ValueId b, const char* label) {
+  const ValueId r = p.value(label);
+  // silu(128 bit) is exactly 128 or 0, so one neuron passes its value and the other +-0.
+  p.mlp(label, {Neuron{lin({{bit, kOn}}), lin({{a, 1.0f / kOn}}), {{r, 1.0f}}},
+                Neuron{lin({{bit, -kOn}, {kOne, kOn}}), lin({{b, 1.0f / kOn}}), {{r, 1.0f}}}});
+  return r;
+}
+
+ValueId max_step(Program& p, ValueId m, ValueId x) {
+  return select(p, greater(p, x, m), x, m, "max");
+}
+
+ArgMax argmax(Program& p, const std::vector<ValueId>& x) {
+  std::vector<ArgMax> level;
+  for (size_t i = 0; i < x.size(); ++i) {
+    const ValueId idx = p.value("argmax.i" + std::to_string(i));
+    if (i > 0) const_acc(p, idx, static_cast<float>(i), "argmax.index");
+    level.push_back({x[i], idx});
+  }
+  while (level.size() > 1) {
+    std::vector<ArgMax> next;
+    for (size_t i = 0; i + 1 < level.size(); i += 2) {
+      const ArgMax l = level[i], r = level[i + 1];
+      // The right one wins only if strictly greater: the first maximum wins, as in run.c.
+      const ValueId bit = greater(p, r.max, l.max);
+      const ValueId m = p.value("argmax.m"), idx = p.value("argmax.idx");
+      p.mlp("argmax.select", {Neuron{lin({{bit, kOn}}), lin({{r.max, 1.0f / kOn}}), {{m, 1.0f}}},
+                              Neuron{lin({{bit, -kOn}, {kOne, kOn}}), lin({{l.max, 1.0f / kOn}}), {{m, 1.0f}}},
+                              Neuron{lin({{bit, kOn}}), lin({{r.index, 1.0f / kOn}}), {{idx, 1.0f}}},
+                              Neuron{lin({{bit, -kOn}, {kOne, kOn}}), lin({{l.index, 1.0f / kOn}}), {{idx, 1.0f}}}});
+      next.push_back({m, idx});
+    }
+    if (level.size() % 2) next.push_back(level.back());
+    level = std::move(next);
+  }
+  return level[0];
+}
+
+ValueId floor_div_pow2(Program& p, const Lin& F, int m, const char* label) {
+  // y = F/2^m - (2^m - 1)/2^(m+1) = floor(F/2^m) + delta with |delta| <= 1/2 - 2^-(m+1):
+  // no ties, so fl(y + 1.5*2^23) = 1.5*2^23 + floor(F/2^m) (a two-term down sum), and
+  // y is exact in the up projection (multiples of 2^-(m+8) below 2^24 units).
+  const ValueId t = p.value(label);
+  const float inv = std::ldexp(1.0f, -m) / kOn;
+  Lin up;
+  for (const Term& term : F.terms) up.terms.push_back({term.value, term.weight * inv});
+  up.terms.push_back({kOne, -(std::ldexp(1.0f, m) - 1.0f) * std::ldexp(1.0f, -(m + 1)) / kOn});
+  p.mlp(label, {Neuron{lin({{kOne, kOn}}), std::move(up), {{t, 1.0f}}},
+                Neuron{lin({{kOne, kOn}}), lin({{kOne, kRound / kOn}}), {{t, 1.0f}}}});
+  const_acc(p, t, -kRound, label);
+  return t;
+}
+
+ValueId bit_xor(Program& p, ValueId a, ValueId b) {
+  // s in {0, 1, 2}: gates 128 s in {0, 128, 256} and 128 (s - 1) in {-128, 0, 128}, all
+  // where silu is exact (silu(-128) = -0), so the down sum is a sum of small integers.
+  const ValueId r = p.value("xor");
+  constexpr float K = 128.0f;
+  p.mlp("xor", {Neuron{lin({{a, K}, {b, K}}), lin({{kOne, 1.0f / K}}), {{r, 1.0f}}},
+                Neuron{lin({{a, K}, {b, K}, {kOne, -K}}), lin({{kOne, -2.0f / K}}), {{r, 1.0f}}}});
+  return r;
+}
+
+XorShiftStep xorshift64star(Program& p, const std::vector<ValueId>& s0) {
+  if (s0.size() != 64) fail("xorshift64star: state has {} bits, expected 64", s0.size());
+  // Shifts are re-indexing; each xor is one sublayer for all bits in parallel. Bits that
+  // xor with a shifted-in zero keep their value (no op).
+  auto xor_shift = [&](const std::vector<ValueId>& s, int shift) {  // shift > 0: s ^ (s >> shift); < 0: s ^ (s << -shift)
+    std::vector<ValueId> r = s;
+    for (int i = 0; i < 64; ++i) {
+      const int j = i + shift;
+      if (j >= 0 && j < 64) r[static_cast<size_t>(i)] = bit_xor(p, s[static_cast<size_t>(i)], s[static_cast<size_t>(j)]);
+    }
+    return r;
+  };
+  XorShiftStep out;
+  out.state = xor_shift(xor_shift(xor_shift(s0, 12), -25), 27);
+  // (s * M) mod 2^64 by byte columns: column c = sum over bits i of limb a = i/8 <= c of
+  // s_i 2^(i mod 8) M_(c-a) (M_b = byte b of M): < 64 * 2^15, an exact integer form.
+  constexpr uint64_t M = 0x2545F4914F6CDD1DULL;
+  std::vector<Lin> column(8);
+  for (int c = 0; c < 8; ++c)
+    for (int i = 0; i < 8 * (c + 1); ++i) {
+      const auto mb = static_cast<float>((M >> (8 * (c - i / 8))) & 0xffu);
+      if (mb != 0.0f) column[static_cast<size_t>(c)].terms.push_back({out.state[static_cast<size_t>(i)], std::ldexp(mb, i % 8)});
+    }
+  // Ripple: T_c = C_c + q_(c-1), q_c = floor(T_c / 256), byte_c = T_c - 256 q_c.
+  std::vector<ValueId> byte(8, kOne);
+  ValueId carry = kOne;
+  for (int c = 0; c < 8; ++c) {
+    Lin T = column[static_cast<size_t>(c)];
+    if (carry != kOne) T.terms.push_back({carry, 1.0f});
+    const ValueId q = floor_div_pow2(p, T, 8, "xs.carry");
+    if (c >= 4) {
+      const ValueId b = p.value("xs.byte" + std::to_string(c));
+      Lin bl = T;
+      bl.terms.push_back({q, -256.0f});
+      for (Term& t : bl.terms) t.weight /= kOn;
+      p.mlp("xs.byte", {Neuron{lin({{kOne, kOn}}), std::move(bl), {{b, 1.0f}}}});
+      byte[static_cast<size_t>(c)] = b;
+    }
+    carry = q;
+  }
+  auto combine = [&](const char* name, std::initializer_list<Term> terms) {
+    const ValueId r = p.value(name);
+    std::vector<Neuron> ns;
+    for (const Term& t : terms) ns.push_back(copy_neuron(r, t.value, t.weight));
+    p.mlp(name, std::move(ns));
+    return r;
+  };
+  out.u32_lo = combine("xs.u32lo", {{byte[4], 1.0f}, {byte[5], 256.0f}});
+  out.u32_hi = combine("xs.u32hi", {{byte[6], 1.0f}, {byte[7], 256.0f}});
+  // (u32 >> 8) = byte5 + 2^8 byte6 + 2^16 byte7 < 2^24; times 2^-24 is exact.
+  out.coin = combine("xs.coin", {{byte[5], 0x1p-24f}, {byte[6], 0x1p-16f}, {byte[7], 0x1p-8f}});
+  return out;
+}
+
+}  // namespace qpu::npu

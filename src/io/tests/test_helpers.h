@@ -8,38 +8,16 @@
 
 #include <gtest/gtest.h>
 
+#include "common/testing/scratch_files.h"
+
 namespace qpu::io::testing {
 
-// A fresh directory under the system temp dir, removed when the object dies.
-class ScratchDir {
- public:
-  ScratchDir() {
-    std::string pattern = (std::filesystem::temp_directory_path() / "qpu-io-test-XXXXXX").string();
-    if (::mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
-    path_ = pattern;
-  }
-  ~ScratchDir() {
-    std::error_code ignored;
-    std::filesystem::remove_all(path_, ignored);
-  }
-  ScratchDir(const ScratchDir&) = delete;
-  ScratchDir& operator=(const ScratchDir&) = delete;
-  const std::filesystem::path& path() const { return path_; }
-  std::filesystem::path operator/(const std::string& name) const { return path_ / name; }
-
- private:
-  std::filesystem::path path_;
+// Scratch directories and file helpers are shared by all tests (common/testing).
+using qpu::testing::read_file;
+using qpu::testing::write_file;
+struct ScratchDir : qpu::testing::ScratchDir {
+  ScratchDir() : qpu::testing::ScratchDir("qpu-io-test") {}
 };
-
-inline std::string read_file(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
-
-inline void write_file(const std::filesystem::path& path, const std::string& bytes) {
-  std::ofstream out(path, std::ios::binary);
-  out << bytes;
-}
 
 // Source-tree test data (src/io/tests/...).
 inline std::filesystem::path test_data(const std::string& relative) {

@@ -7,6 +7,7 @@
 #include "common/error.h"
 #include "common/float_bits.h"
 #include "npu/divide.h"
+#include "npu/fused_dot.h"
 #include "npu/primitives.h"
 
 namespace qpu::npu {
@@ -133,6 +134,91 @@ PrimitiveSpec dot_var_spec() {
   };
   std::vector<float> z(2 * kDot, 0.0f), o(2 * kDot, 1.0f);
   s.edge_cases = {z, o};
+  return s;
+}
+
+// The fused loop (three C additions per sublayer, npu/fused_dot.h) over stories260K's
+// row length. Products and partial sums are read again, so they stay in the value
+// window: |w x| >= 2^-55 (every nonzero partial sum is then a multiple of an ulp
+// >= 2^-78) and sums < 2^36.
+constexpr int kFusedDot = 64;
+
+std::vector<float> fixed_weights64() {
+  std::mt19937_64 rng(4242);
+  std::vector<float> w;
+  for (int j = 0; j < kFusedDot; ++j) w.push_back(rand_float(rng, -12, 3));
+  return w;
+}
+
+// Ties and cancellations that only left-to-right order gets right: 1 + 2^-24 + 2^-24 + ...
+// stays 1 in C (each add is a tie to even), any other grouping gives more.
+std::vector<std::vector<float>> fused_dot_var_edges() {
+  std::vector<std::vector<float>> e;
+  std::vector<float> v(2 * kFusedDot, 0.0f);
+  for (int j = 0; j < kFusedDot; ++j) v[static_cast<size_t>(j)] = 1.0f;
+  auto with_x = [&](auto f) {
+    std::vector<float> c = v;
+    for (int j = 0; j < kFusedDot; ++j) c[static_cast<size_t>(kFusedDot + j)] = f(j);
+    e.push_back(c);
+  };
+  with_x([](int j) { return j == 0 ? 1.0f : 0x1p-24f; });
+  with_x([](int j) { return j == 0 ? 1.0f : (j % 2 ? 0x1p-24f : 0x1.8p-24f); });
+  with_x([](int j) { return j % 2 ? -0x1p20f : 0x1p20f + 1.0f; });
+  with_x([](int j) { return j == kFusedDot - 1 ? 0x1p-40f : (j % 2 ? -0x1.fffffep30f : 0x1.fffffep30f); });
+  with_x([](int) { return 0.0f; });
+  with_x([](int j) { return j % 3 ? -0.0f : 0.0f; });
+  with_x([](int j) { return static_cast<float>(j) * 0.1f; });
+  return e;
+}
+
+PrimitiveSpec dot_fused_const_spec() {
+  PrimitiveSpec s;
+  s.name = "dot_fused_const";
+  s.inputs = kFusedDot;
+  s.outputs = 1;
+  s.build = [](Program& p, const std::vector<ValueId>& in) {
+    return std::vector<ValueId>{dot_const_fused(p, fixed_weights64(), in)};
+  };
+  s.reference = [](const float* in, float* out) {
+    static const std::vector<float> w = fixed_weights64();
+    float val = 0.0f;
+    for (int j = 0; j < kFusedDot; ++j) val += w[static_cast<size_t>(j)] * in[j];
+    out[0] = val;
+  };
+  s.random_case = [](std::mt19937_64& rng, float* in) {
+    const bool spread = rng() & 1;  // each x in its own binade, or all within 8 binades
+    const int e = -35 + static_cast<int>(rng() % 55);
+    for (int j = 0; j < kFusedDot; ++j)
+      in[j] = (rng() % 16) ? (spread ? rand_float(rng, -35, 19) : rand_float(rng, std::max(-35, e - 8), e)) : 0.0f;
+  };
+  std::vector<float> zeros(kFusedDot, 0.0f), ones(kFusedDot, 1.0f), big(kFusedDot, 0x1.fffffep19f),
+      small(kFusedDot, -0x1p-35f), alt(kFusedDot, 0.0f);
+  for (int j = 0; j < kFusedDot; ++j) alt[static_cast<size_t>(j)] = (j % 2) ? -0x1p10f : 0x1.000002p10f;
+  s.edge_cases = {zeros, ones, big, small, alt};
+  return s;
+}
+
+PrimitiveSpec dot_fused_var_spec() {
+  PrimitiveSpec s;
+  s.name = "dot_fused_var";
+  s.inputs = 2 * kFusedDot;
+  s.outputs = 1;
+  s.build = [](Program& p, const std::vector<ValueId>& in) {
+    std::vector<ValueId> w(in.begin(), in.begin() + kFusedDot), x(in.begin() + kFusedDot, in.end());
+    return std::vector<ValueId>{dot_var_fused(p, w, x)};
+  };
+  s.reference = [](const float* in, float* out) {
+    float val = 0.0f;
+    for (int j = 0; j < kFusedDot; ++j) val += in[j] * in[kFusedDot + j];
+    out[0] = val;
+  };
+  s.random_case = [](std::mt19937_64& rng, float* in) {
+    for (int j = 0; j < kFusedDot; ++j) {
+      in[j] = (rng() % 16) ? rand_float(rng, -20, 10) : 0.0f;
+      in[kFusedDot + j] = rand_float(rng, -20, 10);
+    }
+  };
+  s.edge_cases = fused_dot_var_edges();
   return s;
 }
 
@@ -362,7 +448,7 @@ PrimitiveSpec sqrt_spec() {
 }  // namespace
 
 std::vector<PrimitiveSpec> all_primitives() {
-  return {mul_spec(), add_spec(), dot_const_spec(), dot_var_spec(), round_spec(),
+  return {mul_spec(), add_spec(), dot_const_spec(), dot_var_spec(), dot_fused_const_spec(), dot_fused_var_spec(), round_spec(),
           split_spec(), bits_spec(), max_spec(), argmax_spec(), xorshift_spec(), divide_spec(), sqrt_spec()};
 }
 

@@ -28,7 +28,7 @@ TEST_P(Conformance, EngineMatchesC) {
 }
 
 INSTANTIATE_TEST_SUITE_P(All, Conformance,
-                         ::testing::Values("mul", "add", "dot_const", "dot_var", "round_to_int", "split12",
+                         ::testing::Values("mul", "add", "dot_const", "dot_var", "dot_fused_const", "dot_fused_var", "round_to_int", "split12",
                                            "int_to_bits", "max_step", "argmax", "xorshift", "divide", "sqrt"));
 
 }  // namespace

@@ -73,7 +73,7 @@ TEST_P(Transformers, LogitsMatchC) {
 }
 
 INSTANTIATE_TEST_SUITE_P(All, Transformers,
-                         ::testing::Values("mul", "dot_var", "argmax", "xorshift", "divide", "sqrt"));
+                         ::testing::Values("mul", "dot_var", "dot_fused_var", "argmax", "xorshift", "divide", "sqrt"));
 
 }  // namespace
 }  // namespace qpu::npu

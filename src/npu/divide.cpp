@@ -57,7 +57,7 @@ ValueId scaled_residual(Program& p, ValueId a, ValueId q, ValueId b) {
   return sub(p, u, t, "res.r");  // one rounding of the exact a - q*b (exact if representable)
 }
 
-ValueId divide(Program& p, ValueId a, ValueId b, const DivWindow& w) {
+ValueId reciprocal(Program& p, ValueId b, const DivWindow& w) {
   if (w.bmin < -12 || w.bmax > 12 || w.bmin >= w.bmax) fail("divide: divisor window [2^{}, 2^{}) unsupported", w.bmin, w.bmax);
   // 1. Binade of b: t_j = [b > pred(2^j)] = [b >= 2^j]; the one-hot j has
   //    t_j - t_(j+1) = 1. Initial reciprocal y0 = 2^-j (24/17 - 8/17 m), m = b 2^-j in
@@ -88,6 +88,10 @@ ValueId divide(Program& p, ValueId a, ValueId b, const DivWindow& w) {
     mul_acc(p, yn, y, f, "div.y");
     y = yn;
   }
+  return y;
+}
+
+ValueId divide_by(Program& p, ValueId a, ValueId b, ValueId y) {
   // 3. q0 = fl(a y) is within a few ulps; q1 = fl(q0 + fl(r0 y)) with r0 = fl(a - q0 b)
   //    (exact product, one rounding) is within 0.5 ulp + 2^-20 ulp of a/b: faithful.
   const ValueId q0 = p.value("div.q0");
@@ -130,6 +134,23 @@ ValueId divide(Program& p, ValueId a, ValueId b, const DivWindow& w) {
                      Neuron{lin({{xT, kOn}}), lin({{T, 1.0f / kOn}}), {{res, 1.0f}}},
                      Neuron{lin({{xA, kOn}, {xT, -kOn}}), lin({{q1, 1.0f / kOn}}), {{res, 1.0f}}}});
   return res;
+}
+
+ValueId divide(Program& p, ValueId a, ValueId b, const DivWindow& w) {
+  return divide_by(p, a, b, reciprocal(p, b, w));
+}
+
+std::vector<ValueId> divide_shared(Program& p, const std::vector<ValueId>& a, ValueId b, const DivWindow& w) {
+  const ValueId y = reciprocal(p, b, w);
+  std::vector<ValueId> q;
+  for (ValueId ai : a) q.push_back(divide_by(p, ai, b, y));
+  return q;
+}
+
+ValueId divide_const(Program& p, ValueId a, float c) {
+  if (!(c >= 0x1p-12f && c < 0x1p12f)) fail("divide_const: divisor {} outside [2^-12, 2^12)", c);
+  // y = fl(1/c) has |1 - c y| <= 2^-24, better than the Newton steps deliver.
+  return divide_by(p, a, constant(p, c), constant(p, 1.0f / c));
 }
 
 ValueId sqrt_rn(Program& p, ValueId x, const SqrtWindow& w) {

@@ -17,6 +17,23 @@ struct DivWindow {
 // fl(a / b) into a fresh value (+0 for a = +-0).
 ValueId divide(Program& p, ValueId a, ValueId b, const DivWindow& window = {});
 
+// A reciprocal estimate y of b with |1 - b y| <~ 2^-22 (binade of b, then three Newton
+// steps): the part of divide that depends on b alone. 11 MLP sublayers, ~520 neurons.
+ValueId reciprocal(Program& p, ValueId b, const DivWindow& window = {});
+
+// fl(a / b) given such an estimate y (or any y with |1 - b y| <= 2^-21): the part of
+// divide that depends on a. 26 MLP sublayers, ~145-155 neurons per dividend.
+ValueId divide_by(Program& p, ValueId a, ValueId b, ValueId y);
+
+// fl(a_i / b) for many dividends sharing one divisor (softmax's x[i] / sum): one
+// reciprocal, then divide_by per dividend.
+std::vector<ValueId> divide_shared(Program& p, const std::vector<ValueId>& a, ValueId b, const DivWindow& window = {});
+
+// fl(a / c) for a compile-time constant c in [2^-12, 2^12) (run.c's score / sqrtf(8)):
+// y = fl(1/c) is exact enough, so there is no reciprocal stage: 26 MLP sublayers and
+// 144 neurons instead of divide's 37 and 665 (measured by `qpu primitives`).
+ValueId divide_const(Program& p, ValueId a, float c);
+
 // R * 2^24 where R = a - q*b exactly, for q a faithful rounding of a/b (then R is a
 // float: Boldo-Daumas), or fl((a - q*b) * 2^24) with one rounding for any q within a few
 // ulps (Dekker's exact product, Sterbenz's exact subtraction). Same windows as divide.

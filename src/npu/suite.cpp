@@ -388,6 +388,26 @@ PrimitiveSpec xorshift_spec() {
   return s;
 }
 
+// A dividend for the division specs: exact quotients q*b and their neighbours, +-b,
+// +-0, or random, all inside the window a = 0 or |a| in [2^-40, 2^12] (divide.h).
+float random_dividend(std::mt19937_64& rng, float b) {
+  float a = 0.0f;
+  switch (rng() % 8) {
+    case 0: {
+      const float q = rand_float(rng, -20, 8);
+      a = q * b;
+      if (std::fabs(a) < 0x1p-40f || std::fabs(a) > 0x1p12f) a = q;
+      if (rng() & 1) a = std::nextafter(a, (rng() & 1) ? 1e30f : -1e30f);
+      break;
+    }
+    case 1: a = (rng() & 1) ? b : -b; break;
+    case 2: a = (rng() & 1) ? 0.0f : -0.0f; break;
+    default: a = rand_float(rng, -40, 11); break;
+  }
+  if (std::fabs(a) > 0x1p12f || (a != 0.0f && std::fabs(a) < 0x1p-40f)) a = 1.0f;
+  return a;
+}
+
 PrimitiveSpec divide_spec() {
   PrimitiveSpec s;
   s.name = "divide";
@@ -398,19 +418,7 @@ PrimitiveSpec divide_spec() {
   // b in [2^-12, 2^12), a = 0 or |a| in [2^-40, 2^12] (divide.h).
   s.random_case = [](std::mt19937_64& rng, float* in) {
     in[1] = std::fabs(rand_float(rng, -12, 11));
-    switch (rng() % 8) {
-      case 0: {  // exact quotients and their neighbours (results next to representable ones)
-        const float q = rand_float(rng, -20, 8);
-        in[0] = q * in[1];
-        if (std::fabs(in[0]) < 0x1p-40f || std::fabs(in[0]) > 0x1p12f) in[0] = q;
-        if (rng() & 1) in[0] = std::nextafter(in[0], (rng() & 1) ? 1e30f : -1e30f);
-        break;
-      }
-      case 1: in[0] = (rng() & 1) ? in[1] : -in[1]; break;
-      case 2: in[0] = (rng() & 1) ? 0.0f : -0.0f; break;
-      default: in[0] = rand_float(rng, -40, 11); break;
-    }
-    if (std::fabs(in[0]) > 0x1p12f || (in[0] != 0.0f && std::fabs(in[0]) < 0x1p-40f)) in[0] = 1.0f;
+    in[0] = random_dividend(rng, in[1]);
   };
   s.short_divisor = 4;
   const float r8 = std::sqrt(8.0f);
@@ -419,6 +427,46 @@ PrimitiveSpec divide_spec() {
                   {0x1p12f, 0x1.fffffep11f}, {0x1.fffffep11f, 0x1p-12f}, {1.0f, r8}, {-5.5f, r8}, {0.125f, 0.1f},
                   {1.0f, 0x1.000002p0f}, {0x1.fffffep0f, 0x1.000002p0f}, {1.0f, 0x1.fffffep0f}, {0x1p-40f, 0x1.000002p0f},
                   {7.0f, 7.0f}, {0x1.000002p0f, 0x1.fffffep-1f}, {1.0f, 1.1f}, {0.3f, 512.0f}, {1.0f, 17.0f}};
+  return s;
+}
+
+// run.c's `score / sqrtf(head_size)` for stories260K (head_size 8): a constant divisor.
+PrimitiveSpec divide_const_spec() {
+  PrimitiveSpec s;
+  s.name = "divide_const";
+  s.inputs = 1;
+  s.outputs = 1;
+  static const float c = std::sqrt(8.0f);
+  s.build = [](Program& p, const std::vector<ValueId>& in) { return std::vector<ValueId>{divide_const(p, in[0], c)}; };
+  s.reference = [](const float* in, float* out) { out[0] = in[0] / c; };
+  s.random_case = [](std::mt19937_64& rng, float* in) { in[0] = random_dividend(rng, c); };
+  s.short_divisor = 4;
+  s.edge_cases = {{0.0f}, {-0.0f}, {c}, {-c}, {1.0f}, {0x1p-40f}, {-0x1p-40f}, {0x1p12f}, {0x1.fffffep11f},
+                  {std::nextafter(c, 0.0f)}, {std::nextafter(c, 9.0f)}, {8.0f}, {c * 3.0f}};
+  return s;
+}
+
+// Softmax's `x[i] /= sum`: four dividends per divisor, one shared reciprocal.
+constexpr int kShared = 4;
+PrimitiveSpec divide_shared_spec() {
+  PrimitiveSpec s;
+  s.name = "divide_shared";
+  s.inputs = 1 + kShared;
+  s.outputs = kShared;
+  s.build = [](Program& p, const std::vector<ValueId>& in) {
+    return divide_shared(p, std::vector<ValueId>(in.begin() + 1, in.end()), in[0]);
+  };
+  s.reference = [](const float* in, float* out) {
+    for (int i = 0; i < kShared; ++i) out[i] = in[1 + i] / in[0];
+  };
+  s.random_case = [](std::mt19937_64& rng, float* in) {
+    in[0] = std::fabs(rand_float(rng, -12, 11));
+    for (int i = 0; i < kShared; ++i) in[1 + i] = random_dividend(rng, in[0]);
+  };
+  s.short_divisor = 4;
+  s.edge_cases = {{1.0f, 0.0f, -0.0f, 1.0f, -1.0f}, {3.0f, 1.0f, 2.0f, 3.0f, 0x1p-40f},
+                  {0x1p-12f, 1.0f, 0x1p-40f, -0x1p-12f, 0.5f}, {0x1.fffffep11f, 0x1p12f, 0x1p-40f, 1.0f, -7.0f},
+                  {512.0f, 0.3f, 1.0f, 0x1p-40f, 511.0f}};
   return s;
 }
 
@@ -449,7 +497,7 @@ PrimitiveSpec sqrt_spec() {
 
 std::vector<PrimitiveSpec> all_primitives() {
   return {mul_spec(), add_spec(), dot_const_spec(), dot_var_spec(), dot_fused_const_spec(), dot_fused_var_spec(), round_spec(),
-          split_spec(), bits_spec(), max_spec(), argmax_spec(), xorshift_spec(), divide_spec(), sqrt_spec()};
+          split_spec(), bits_spec(), max_spec(), argmax_spec(), xorshift_spec(), divide_spec(), divide_const_spec(), divide_shared_spec(), sqrt_spec()};
 }
 
 int64_t lanes_for(const PrimitiveSpec& spec, int64_t max_hidden) {

@@ -1,0 +1,141 @@
+#include "npu/uplink.h"
+
+#include <cmath>
+
+#include "common/error.h"
+#include "npu/neurons.h"
+#include "npu/primitives.h"
+
+namespace qpu::npu {
+
+using compiler::Neuron;
+using compiler::Program;
+using compiler::ValueId;
+using namespace detail;
+
+namespace {
+
+constexpr float kSplit = 65537.0f;  // 2^16 + 1: Veltkamp leaves 24 - 16 = 8 bits in the high part
+
+ValueId constant(Program& p, float c, const char* label) {
+  const ValueId v = p.value(label);
+  p.mlp(label, {const_neuron(v, c)});
+  return v;
+}
+
+// Veltkamp: hi = x rounded to 8 significant bits, lo = x - hi exactly (<= 16 bits).
+std::array<ValueId, 2> veltkamp(Program& p, ValueId x) {
+  const ValueId c = p.value("uplink.c");
+  scale_acc(p, c, x, kSplit, "uplink.c");
+  const ValueId d = sub(p, c, x, "uplink.d");
+  const ValueId hi = sub(p, c, d, "uplink.hi");
+  const ValueId lo = sub(p, x, hi, "uplink.lo");
+  return {hi, lo};
+}
+
+std::array<float, 2> veltkamp_reference(float x) {
+  const float c = kSplit * x;
+  const float d = c - x;
+  const float hi = c - d;
+  return {0.0f + hi, 0.0f + (x - hi)};
+}
+
+}  // namespace
+
+int64_t ValueVocab::token(float part) const {
+  if (part == 0.0f) return first;
+  int e = 0;
+  const float f = std::frexp(std::fabs(part), &e);  // |part| = f 2^e, f in [0.5, 1)
+  const int j = e - 1;
+  const float m = std::ldexp(f, 8);
+  if (j < jmin || j > jmax || m != std::floor(m)) fail("uplink: {} is not an 8-bit part in binades [{}, {}]", part, jmin, jmax);
+  const int64_t index = (int64_t{j - jmin} * 128 + static_cast<int64_t>(m) - 128) * 2 + (part < 0.0f ? 1 : 0);
+  return first + 1 + index;
+}
+
+float ValueVocab::value(int64_t t) const {
+  if (t < first || t >= first + size()) fail("uplink: token {} is not a value token", t);
+  if (t == first) return 0.0f;
+  const int64_t index = t - first - 1;
+  const bool negative = index % 2;
+  const int64_t m = 128 + (index / 2) % 128;
+  const int j = jmin + static_cast<int>(index / 256);
+  const float v = std::ldexp(static_cast<float>(m), j - 7);
+  return negative ? -v : v;
+}
+
+std::array<ValueId, 3> split_parts(Program& p, ValueId x) {
+  const auto [p0, rest] = veltkamp(p, x);
+  const auto [p1, p2] = veltkamp(p, rest);
+  return {p0, p1, p2};
+}
+
+std::array<float, 3> split_parts_reference(float x) {
+  const auto [p0, rest] = veltkamp_reference(x);
+  const auto [p1, p2] = veltkamp_reference(rest);
+  return {p0, p1, p2};
+}
+
+EmitFeatures emit_features(Program& p, ValueId c, const ValueVocab& vocab) {
+  EmitFeatures f;
+  const ValueId zero = p.value("uplink.zero");
+  f.one = constant(p, 1.0f, "uplink.one");
+  f.sign = greater(p, zero, c);
+  // a = |c| 2^16: one live term (gate 128 or 0). The scale keeps every threshold
+  // difference below (>= 2^(j + 7)) inside greater's window [2^-70, 2^36].
+  constexpr float kUp = 0x1p16f;
+  const ValueId a = p.value("uplink.abs");
+  p.mlp("uplink.abs", {Neuron{lin({{f.sign, kOn}}), lin({{c, -kUp / kOn}}), {{a, 1.0f}}},
+                       Neuron{lin({{kOne, kOn}, {f.sign, -kOn}}), lin({{c, kUp / kOn}}), {{a, 1.0f}}}});
+  // t_j = [|c| >= 2^j]: a part has 8 significant bits, so |c| >= 2^j iff
+  // |c| > 2^j (1 - 2^-9), and the difference is at least 2^(j-9) either way.
+  f.t.push_back(greater(p, a, zero));
+  for (int j = vocab.jmin + 1; j <= vocab.jmax; ++j)
+    f.t.push_back(greater(p, a, constant(p, std::ldexp(1.0f - 0x1p-9f, j + 16), "uplink.threshold")));
+  // m = |c| 2^(7 - j) for the one binade with t_j - t_(j+1) = 1.
+  f.mantissa = p.value("uplink.m");
+  std::vector<Neuron> m;
+  for (int j = vocab.jmin; j <= vocab.jmax; ++j) {
+    const auto i = static_cast<size_t>(j - vocab.jmin);
+    compiler::Lin gate = lin({{f.t[i], kOn}});
+    if (j < vocab.jmax) gate.terms.push_back({f.t[i + 1], -kOn});
+    m.push_back(Neuron{gate, lin({{a, std::ldexp(1.0f, 7 - j - 16) / kOn}}), {{f.mantissa, 1.0f}}});
+  }
+  p.mlp("uplink.m", std::move(m));
+  return f;
+}
+
+void install_value_head(io::Qwen35Weights& w, const compiler::Allocation& alloc, const EmitFeatures& f,
+                        const ValueVocab& vocab) {
+  const int64_t H = w.config.hidden_size, V = w.config.vocab_size;
+  if (w.lm_head.empty()) fail("uplink: the checkpoint's LM head is tied to the embedding");
+  if (vocab.first < 0 || vocab.first + vocab.size() > V)
+    fail("uplink: value tokens [{}, {}) outside the vocabulary of {}", vocab.first, vocab.first + vocab.size(), V);
+  if (f.t.size() != static_cast<size_t>(vocab.jmax - vocab.jmin + 1)) fail("uplink: features for another vocabulary");
+  constexpr float kBinade = 0x1p20f, kSign = 0x1p19f;
+  auto put = [&](int64_t t, ValueId v, float c) { w.lm_head[static_cast<size_t>(t * H + alloc.dim(v))] += c; };
+  for (int64_t t = vocab.first; t < vocab.first + vocab.size(); ++t) {
+    std::fill_n(w.lm_head.begin() + t * H, H, 0.0f);
+    if (t == vocab.first) {  // zero: 2^20 [c == 0]
+      put(t, f.one, kBinade);
+      put(t, f.t[0], -kBinade);
+      continue;
+    }
+    const float part = vocab.value(t);
+    int e = 0;
+    const float m = std::ldexp(std::frexp(std::fabs(part), &e), 8);
+    const auto i = static_cast<size_t>(e - 1 - vocab.jmin);
+    put(t, f.t[i], kBinade);
+    if (i + 1 < f.t.size()) put(t, f.t[i + 1], -kBinade);
+    if (part < 0.0f) {
+      put(t, f.sign, kSign);
+    } else {
+      put(t, f.one, kSign);
+      put(t, f.sign, -kSign);
+    }
+    put(t, f.mantissa, 2.0f * m);
+    put(t, f.one, -m * m);
+  }
+}
+
+}  // namespace qpu::npu

@@ -1,0 +1,69 @@
+#pragma once
+// The uplink: how a value computed deep in the host gets back to layer 0.
+//
+// In a decoder-only host every cache belongs to one layer and stores that layer's input,
+// so a value computed at depth d reaches later tokens only at depths > d; the one path
+// back to the shallow layers is the output token (docs/npu-machine.md §1). The uplink
+// makes that path exact: a float x is split into three parts of at most 8 significant
+// bits (x = p0 + p1 + p2 exactly), and a part is emitted as a *value token* whose id
+// names (sign, binade j, 8-bit mantissa m): part = ±m·2^(j-7), m in [128, 255]. The
+// token's embedding row carries the part's value (exact even in bf16) into an inbox dim
+// at the next forward, where the parts add back to x exactly.
+//
+// Emission is an argmax that cannot tie or round: the program computes, for the part c,
+// the binade thresholds t_j = [|c| >= 2^j], the sign s = [c < 0] and the integer
+// mantissa m; the LM head row of token v scores
+//   2^20 (t_jv - t_jv+1) + 2^19 [sign matches] + 2 m_v m - m_v^2,
+// integers below 2^24 (exact in any summation order), which is 2^20 + 2^19 + m^2 for the
+// right token and smaller for every other (a wrong mantissa loses (m - m_v)^2, a wrong
+// sign 2^19, a wrong binade at least 2^20 - 2^16).
+#include <array>
+#include <cstdint>
+#include <vector>
+
+#include "compiler/emit.h"
+#include "compiler/ir.h"
+
+namespace qpu::npu {
+
+// The value tokens: ids [first, first + size()). Binades j in [jmin, jmax].
+struct ValueVocab {
+  int64_t first = 0;
+  int jmin = -70;
+  int jmax = 20;
+
+  int64_t size() const { return 1 + 2 * int64_t{jmax - jmin + 1} * 128; }
+  // The token for a part (0 or ±m·2^(j-7) with m in [128, 255], j in the window).
+  // Throws qpu::Error for anything else.
+  int64_t token(float part) const;
+  // The part a token stands for (its embedding row's inbox value).
+  float value(int64_t token) const;
+};
+
+// x = p0 + p1 + p2 exactly, each part 0 or with <= 8 significant bits, |p0| >= |p1| >= |p2|
+// (two Veltkamp splits with 2^16 + 1). Window: x = 0 or |x| in [2^-47, 2^20): then every
+// nonzero part lies in [2^-70, 2^20] (rounding the high part to 8 bits can carry into
+// binade 20). 8 MLP sublayers.
+std::array<compiler::ValueId, 3> split_parts(compiler::Program& p, compiler::ValueId x);
+// The same split in C (one float operation per NPU op).
+std::array<float, 3> split_parts_reference(float x);
+
+// What the LM head reads to emit a part c (computed by emit_features).
+struct EmitFeatures {
+  std::vector<compiler::ValueId> t;  // t[j - jmin] = [|c| >= 2^j] (t[0] = [c != 0])
+  compiler::ValueId sign;            // [c < 0]
+  compiler::ValueId mantissa;        // m (0 when c = 0)
+  compiler::ValueId one;             // the constant 1 (for the head's constant terms)
+};
+// The features of one part c (0, or 8 significant bits with binade in the window).
+// 10 MLP sublayers, about 20 neurons per binade.
+EmitFeatures emit_features(compiler::Program& p, compiler::ValueId c, const ValueVocab& vocab);
+
+// Writes the LM head rows of the value tokens (every other row is left as compiled) so
+// that the host's argmax is the token of the part whose features `f` holds. Needs the
+// compiled checkpoint's final norm to pass values through unchanged (docs/npu.md: final
+// norm weight 2^k) and an untied LM head.
+void install_value_head(io::Qwen35Weights& weights, const compiler::Allocation& allocation, const EmitFeatures& f,
+                        const ValueVocab& vocab);
+
+}  // namespace qpu::npu

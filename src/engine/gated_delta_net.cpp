@@ -1,7 +1,7 @@
 #include "engine/gated_delta_net.h"
 
+#include <algorithm>
 #include <cmath>
-#include <cstring>
 
 #include "common/error.h"
 #include "engine/numerics.h"
@@ -13,15 +13,156 @@ void expect_size(const std::vector<float>& v, int64_t size, const std::string& n
   if (static_cast<int64_t>(v.size()) != size) fail("{}: expected {} values, got {}", name, size, v.size());
 }
 
-// Per-head work below this many state elements is not worth a parallel region.
+// Recurrence work (state elements touched) below which a parallel region costs more
+// than it saves.
 constexpr int64_t kParallelMinState = int64_t{1} << 14;
+
+// S = S + k delta^T, o = S^T q over every row (row i read right after its write).
+void write_and_read_all(float* state, int64_t dk, int64_t dv, const float* k, const float* q,
+                        const float* delta, float* o) {
+  std::fill(o, o + dv, 0.0f);
+  for (int64_t i = 0; i < dk; ++i) {
+    float* row = state + i * dv;
+    const float ki = k[i], qi = q[i];
+#pragma omp simd  // the columns c are independent, so vectorizing them changes no result
+    for (int64_t c = 0; c < dv; ++c) {
+      row[c] = row[c] + ki * delta[c];
+      o[c] = o[c] + row[c] * qi;
+    }
+  }
+}
+
+// x - x is +0 for finite x and NaN for inf and NaN.
+inline int finite(float x) { return x - x == 0.0f; }
+
+// Every scratch vector of one step, reused between steps (one set per calling thread:
+// step() is called outside parallel regions, its workers only use the caller's set).
+struct Scratch {
+  std::vector<float> floats;
+  std::vector<int32_t> rows;
+};
+
+Scratch& scratch() {
+  thread_local Scratch s;
+  return s;
+}
 
 }  // namespace
 
+namespace delta_rule {
+
+void dense(float* state, int64_t dk, int64_t dv, const float* k, const float* q, const float* v,
+           float beta, float decay, float* delta, float* o) {
+  // S = S * exp(g); kv[v] = sum_i S[i][v] * k[i]   (i ascending from +0)
+  float* kv = delta;
+  std::fill(kv, kv + dv, 0.0f);
+  for (int64_t i = 0; i < dk; ++i) {
+    float* row = state + i * dv;
+    const float ki = k[i];
+#pragma omp simd
+    for (int64_t c = 0; c < dv; ++c) {
+      row[c] = row[c] * decay;
+      kv[c] = kv[c] + row[c] * ki;
+    }
+  }
+  // delta = (v - kv_mem) * beta
+  for (int64_t c = 0; c < dv; ++c) delta[c] = (v[c] - kv[c]) * beta;
+  // S = S + k outer delta; o[v] = sum_i S[i][v] * q[i]   (read after the write)
+  write_and_read_all(state, dk, dv, k, q, delta, o);
+}
+
+// Why the bits agree (finite state in): every left-out term is 0 * s = +-0 (s finite).
+// A sum started at +0 is never -0 (a + (-a) = +0 and +0 + -0 = +0), and s + (+-0) = s
+// for every s that is not -0, so kv and o keep the bits of the dense sums: their
+// nonzero-multiplier terms come in the same order. The decay skip: s * 1 = s. The
+// write of a row with k_i = 0 adds +-0, which changes no cell except -0 + +0 = +0.
+// 0 * inf and 0 * NaN are the exceptions: they are NaN in the dense loops. A non-finite
+// delta or a written row that overflows would put such a NaN into this step's state or
+// output, so those cases run the dense loops (checked below, O(dv) per written row).
+void skip_zeros(float* state, int64_t dk, int64_t dv, const float* k, std::span<const int32_t> k_rows,
+                const float* q, std::span<const int32_t> q_rows, const float* v, float beta,
+                float decay, float* delta, float* o) {
+  float* kv = delta;
+  std::fill(kv, kv + dv, 0.0f);
+  if (decay != 1.0f) {
+    size_t next = 0;
+    for (int64_t i = 0; i < dk; ++i) {
+      float* row = state + i * dv;
+      if (next < k_rows.size() && k_rows[next] == i) {
+        ++next;
+        const float ki = k[i];
+#pragma omp simd
+        for (int64_t c = 0; c < dv; ++c) {
+          row[c] = row[c] * decay;
+          kv[c] = kv[c] + row[c] * ki;
+        }
+      } else {
+#pragma omp simd
+        for (int64_t c = 0; c < dv; ++c) row[c] = row[c] * decay;
+      }
+    }
+  } else {
+    for (const int32_t i : k_rows) {
+      const float* row = state + i * dv;
+      const float ki = k[i];
+#pragma omp simd
+      for (int64_t c = 0; c < dv; ++c) kv[c] = kv[c] + row[c] * ki;
+    }
+  }
+  int delta_finite = 1;
+  for (int64_t c = 0; c < dv; ++c) {
+    delta[c] = (v[c] - kv[c]) * beta;
+    delta_finite &= finite(delta[c]);
+  }
+  if (!delta_finite) {  // 0 * inf in the write of a k_i = 0 row: the dense loops
+    write_and_read_all(state, dk, dv, k, q, delta, o);
+    return;
+  }
+  int written_finite = 1;
+  for (const int32_t i : k_rows) {
+    float* row = state + i * dv;
+    const float ki = k[i];
+#pragma omp simd reduction(& : written_finite)
+    for (int64_t c = 0; c < dv; ++c) {
+      row[c] = row[c] + ki * delta[c];
+      written_finite &= finite(row[c]);
+    }
+  }
+  // Rows are independent, so writing every row before reading any gives the same cells;
+  // the read-out still adds row i's terms in ascending i.
+  std::fill(o, o + dv, 0.0f);
+  if (written_finite) {
+    for (const int32_t i : q_rows) {
+      const float* row = state + i * dv;
+      const float qi = q[i];
+#pragma omp simd
+      for (int64_t c = 0; c < dv; ++c) o[c] = o[c] + row[c] * qi;
+    }
+  } else {  // an overflowed row meets q_i = 0 in the dense read-out: 0 * inf
+    for (int64_t i = 0; i < dk; ++i) {
+      const float* row = state + i * dv;
+      const float qi = q[i];
+#pragma omp simd
+      for (int64_t c = 0; c < dv; ++c) o[c] = o[c] + row[c] * qi;
+    }
+  }
+}
+
+int64_t nonzero_rows(const float* x, int64_t n, int32_t* rows) {
+  int64_t count = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    rows[count] = static_cast<int32_t>(i);
+    count += x[i] != 0.0f;  // branch-free: rows[count] is overwritten unless x[i] counts
+  }
+  return count;
+}
+
+}  // namespace delta_rule
+
 GatedDeltaNet::GatedDeltaNet(io::LinearAttentionWeights&& w, const GatedDeltaNetShape& shape,
                              float rms_eps, const PackedMatrix::Options& options,
-                             const std::string& name)
-    : shape_(shape), rms_eps_(rms_eps) {
+                             const std::string& name, bool skip_zeros)
+    : shape_(shape), rms_eps_(rms_eps), skip_zeros_(skip_zeros) {
   const GatedDeltaNetShape& s = shape_;
   if (s.hidden <= 0 || s.num_k_heads <= 0 || s.num_v_heads <= 0 || s.k_head_dim <= 0 ||
       s.v_head_dim <= 0 || s.conv_kernel < 1 || s.num_v_heads % s.num_k_heads != 0) {
@@ -57,33 +198,41 @@ GatedDeltaNet::GatedDeltaNet(io::LinearAttentionWeights&& w, const GatedDeltaNet
   for (size_t j = 0; j < w.A_log.size(); ++j) neg_exp_a_[j] = -std::exp(w.A_log[j]);
 }
 
-void GatedDeltaNet::step(const float* h, std::span<float> conv_state,
-                         std::span<float> recurrent_state, bool first_token, float* out) const {
+void GatedDeltaNet::step(const float* h, std::span<float> conv_state, std::span<float> recurrent_state,
+                         bool first_token, float* out) const {
   const GatedDeltaNetShape& s = shape_;
   const int64_t conv_dim = s.conv_dim();
   const int64_t taps = s.conv_kernel;
   const int64_t history = taps - 1;
   const int64_t dk = s.k_head_dim;
   const int64_t dv = s.v_head_dim;
+  const int64_t key_dim = s.key_dim(), value_dim = s.value_dim(), v_heads = s.num_v_heads;
   if (static_cast<int64_t>(conv_state.size()) != s.conv_state_size() ||
       static_cast<int64_t>(recurrent_state.size()) != s.recurrent_state_size()) {
     fail("gated delta net: state has {} conv / {} recurrent values, expected {} / {}",
          conv_state.size(), recurrent_state.size(), s.conv_state_size(), s.recurrent_state_size());
   }
 
-  std::vector<float> mixed(static_cast<size_t>(conv_dim));
-  std::vector<float> z(static_cast<size_t>(s.value_dim()));
-  std::vector<float> b(static_cast<size_t>(s.num_v_heads));
-  std::vector<float> a(static_cast<size_t>(s.num_v_heads));
-  const PackedMatrix::Job projections[] = {{&in_proj_qkv_, h, mixed.data()},
-                                           {&in_proj_z_, h, z.data()},
-                                           {&in_proj_b_, h, b.data()},
-                                           {&in_proj_a_, h, a.data()}};
+  // Scratch: mixed, conv [conv_dim]; z, normed [value_dim]; b, a, beta, decay [v_heads];
+  // q_scaled [key_dim]; delta and o per value head [2 * value_dim].
+  Scratch& scr = scratch();
+  scr.floats.resize(static_cast<size_t>(2 * conv_dim + 4 * value_dim + 4 * v_heads + key_dim));
+  float* mixed = scr.floats.data();
+  float* conv = mixed + conv_dim;
+  float* z = conv + conv_dim;
+  float* normed = z + value_dim;
+  float* b = normed + value_dim;
+  float* a = b + v_heads;
+  float* beta = a + v_heads;
+  float* decay = beta + v_heads;
+  float* q_scaled = decay + v_heads;
+  float* head_scratch = q_scaled + key_dim;
+  const PackedMatrix::Job projections[] = {
+      {&in_proj_qkv_, h, mixed}, {&in_proj_z_, h, z}, {&in_proj_b_, h, b}, {&in_proj_a_, h, a}};
   PackedMatrix::multiply_all(projections);
 
   // Causal depthwise conv over [previous kernel-1 inputs, this input], no bias, then
   // silu (torch_causal_conv1d_update). The sum runs over the taps left to right from +0.
-  std::vector<float> conv(static_cast<size_t>(conv_dim));
   for (int64_t c = 0; c < conv_dim; ++c) {
     float* past = conv_state.data() + c * history;
     const float* wc = conv_weight_.data() + c * taps;
@@ -94,67 +243,64 @@ void GatedDeltaNet::step(const float* h, std::span<float> conv_state,
     if (history > 0) past[history - 1] = mixed[c];
     conv[c] = numerics::silu(acc);
   }
-  float* q = conv.data();
-  float* k = conv.data() + s.key_dim();
-  const float* v = conv.data() + 2 * s.key_dim();
+  float* q = conv;
+  float* k = conv + key_dim;
+  const float* v = conv + 2 * key_dim;
 
   // l2norm per key head (transformers normalizes after repeat_interleave: same values).
   for (int64_t m = 0; m < s.num_k_heads; ++m) {
     numerics::l2norm(q + m * dk, dk);
     numerics::l2norm(k + m * dk, dk);
   }
-  std::vector<float> q_scaled(static_cast<size_t>(s.key_dim()));
-  for (int64_t i = 0; i < s.key_dim(); ++i) {
+  for (int64_t i = 0; i < key_dim; ++i) {
     q_scaled[i] = first_token ? q[i] * q_multiplier_ : q[i] / q_divisor_;
   }
 
   // beta = sigmoid(b); g = -exp(A_log) * softplus(a + dt_bias).
-  std::vector<float> beta(static_cast<size_t>(s.num_v_heads));
-  std::vector<float> decay(static_cast<size_t>(s.num_v_heads));
-  for (int64_t j = 0; j < s.num_v_heads; ++j) {
+  for (int64_t j = 0; j < v_heads; ++j) {
     beta[j] = numerics::sigmoid(b[j]);
     const float g = neg_exp_a_[j] * numerics::softplus(a[j] + dt_bias_[j]);
     decay[j] = std::exp(g);
   }
 
+  // The nonzero rows of k and q per key head (skip_zeros), and the work they leave.
+  const int64_t group = v_heads / s.num_k_heads;
+  int64_t work = s.recurrent_state_size();
+  int32_t* k_rows = nullptr;
+  int32_t* q_rows = nullptr;
+  if (skip_zeros_) {
+    scr.rows.resize(static_cast<size_t>(2 * key_dim + 2 * s.num_k_heads));
+    k_rows = scr.rows.data();
+    q_rows = k_rows + key_dim;
+    int32_t* counts = q_rows + key_dim;  // [k count, q count] per key head
+    work = 0;
+    for (int64_t m = 0; m < s.num_k_heads; ++m) {
+      counts[2 * m] = static_cast<int32_t>(delta_rule::nonzero_rows(k + m * dk, dk, k_rows + m * dk));
+      counts[2 * m + 1] = static_cast<int32_t>(delta_rule::nonzero_rows(q_scaled + m * dk, dk, q_rows + m * dk));
+    }
+    for (int64_t j = 0; j < v_heads; ++j) {
+      const int32_t* c = counts + 2 * (j / group);
+      work += (decay[j] != 1.0f ? dk * dv : 0) + (2 * c[0] + c[1] + 1) * dv;
+    }
+  }
+
   // The gated delta rule, one value head per iteration; value head j reads key head
   // j / (v_heads / k_heads) (repeat_interleave, grouped).
-  std::vector<float> normed(static_cast<size_t>(s.value_dim()));
-  std::vector<float> scratch(static_cast<size_t>(2 * s.value_dim()));
-  const int64_t group = s.num_v_heads / s.num_k_heads;
-#pragma omp parallel for schedule(static) if (s.recurrent_state_size() >= kParallelMinState)
-  for (int64_t j = 0; j < s.num_v_heads; ++j) {
-    const float* kh = k + (j / group) * dk;
-    const float* qh = q_scaled.data() + (j / group) * dk;
-    const float* vh = v + j * dv;
+#pragma omp parallel for schedule(static) if (work >= kParallelMinState)
+  for (int64_t j = 0; j < v_heads; ++j) {
+    const int64_t m = j / group;
+    const float* kh = k + m * dk;
+    const float* qh = q_scaled + m * dk;
     float* state = recurrent_state.data() + j * dk * dv;
-    float* kv = scratch.data() + 2 * j * dv;  // then delta
-    float* o = kv + dv;
-    const float g_exp = decay[j];
-
-    // S = S * exp(g); kv_mem[v] = sum_i S[i][v] * k[i]   (i ascending from +0)
-    // (omp simd: the columns c are independent, so vectorizing them changes no result.)
-    std::fill(kv, kv + dv, 0.0f);
-    for (int64_t i = 0; i < dk; ++i) {
-      float* row = state + i * dv;
-#pragma omp simd
-      for (int64_t c = 0; c < dv; ++c) {
-        row[c] = row[c] * g_exp;
-        kv[c] = kv[c] + row[c] * kh[i];
-      }
-    }
-    // delta = (v - kv_mem) * beta
-    float* delta = kv;
-    for (int64_t c = 0; c < dv; ++c) delta[c] = (vh[c] - kv[c]) * beta[j];
-    // S = S + k outer delta; o[v] = sum_i S[i][v] * q[i]   (read after the write)
-    std::fill(o, o + dv, 0.0f);
-    for (int64_t i = 0; i < dk; ++i) {
-      float* row = state + i * dv;
-#pragma omp simd
-      for (int64_t c = 0; c < dv; ++c) {
-        row[c] = row[c] + kh[i] * delta[c];
-        o[c] = o[c] + row[c] * qh[i];
-      }
+    float* delta = head_scratch + 2 * j * dv;
+    float* o = delta + dv;
+    if (skip_zeros_) {
+      const int32_t* counts = q_rows + key_dim + 2 * m;
+      delta_rule::skip_zeros(state, dk, dv, kh, {k_rows + m * dk, static_cast<size_t>(counts[0])}, qh,
+                             {q_rows + m * dk, static_cast<size_t>(counts[1])}, v + j * dv, beta[j],
+                             decay[j], delta, o);
+    } else {
+      delta_rule::dense(state, dk, dv, kh, qh, v + j * dv, beta[j], decay[j], delta, o);
     }
     if (first_token) {
       // Chunked kernel with a zero initial state: (q @ k^T) * exp(0) @ (v * beta), plus
@@ -165,14 +311,14 @@ void GatedDeltaNet::step(const float* h, std::span<float> conv_state,
 
     // Qwen3_5RMSNormGated: weight * (o * rsqrt(mean(o^2) + eps)), then * silu(z).
     const float r = numerics::rsqrt(numerics::mean_square_plus_eps(o, dv, rms_eps_));
-    const float* zh = z.data() + j * dv;
-    float* yh = normed.data() + j * dv;
+    const float* zh = z + j * dv;
+    float* yh = normed + j * dv;
     for (int64_t c = 0; c < dv; ++c) {
       yh[c] = (norm_weight_[c] * (o[c] * r)) * numerics::silu(zh[c]);
     }
   }
 
-  out_proj_.multiply(normed.data(), out);
+  out_proj_.multiply(normed, out);
 }
 
 }  // namespace qpu::engine

@@ -14,6 +14,32 @@
 
 namespace qpu::engine {
 
+// One value head of the gated delta rule, exposed for tests. state: [dk, dv], row i
+// belongs to key index i. S *= decay; kv = S^T k; delta = (v - kv) * beta;
+// S += k delta^T; o = S^T q (read after the write). delta and o receive dv values.
+namespace delta_rule {
+
+// Every row, every term: the order of docs/engine.md (the reference).
+void dense(float* state, int64_t dk, int64_t dv, const float* k, const float* q, const float* v,
+           float beta, float decay, float* delta, float* o);
+
+// The same with the exact zeros left out: only rows with k_i != 0 are read and written,
+// only rows with q_i != 0 are read out, and the decay multiply is skipped when decay is
+// exactly 1. k_rows / q_rows: the ascending indices i with k[i] != 0 / q[i] != 0
+// (nonzero_rows). delta and o get the bits of dense() whenever the state passed in is
+// finite (docs/engine.md, "Exact zeros in the Gated DeltaNet"); the state gets them too,
+// except that a -0 cell in a row with k_i = 0 may stay -0 where dense() writes +0 (the
+// sign of a zero cell never reaches an output).
+void skip_zeros(float* state, int64_t dk, int64_t dv, const float* k, std::span<const int32_t> k_rows,
+                const float* q, std::span<const int32_t> q_rows, const float* v, float beta,
+                float decay, float* delta, float* o);
+
+// Writes the ascending indices i < n with x[i] != 0 (+0 and -0 are zeros) to rows and
+// returns their count.
+int64_t nonzero_rows(const float* x, int64_t n, int32_t* rows);
+
+}  // namespace delta_rule
+
 struct GatedDeltaNetShape {
   int64_t hidden = 0;
   int64_t num_k_heads = 0;
@@ -33,8 +59,10 @@ class GatedDeltaNet {
  public:
   GatedDeltaNet() = default;
   // Consumes the weight vectors. `name` prefixes error messages ("layers.0.linear_attn").
+  // skip_zeros: run the recurrence with delta_rule::skip_zeros (the same output bits for
+  // finite states) instead of delta_rule::dense.
   GatedDeltaNet(io::LinearAttentionWeights&& weights, const GatedDeltaNetShape& shape, float rms_eps,
-                const PackedMatrix::Options& options, const std::string& name);
+                const PackedMatrix::Options& options, const std::string& name, bool skip_zeros = true);
 
   const GatedDeltaNetShape& shape() const { return shape_; }
   std::vector<const PackedMatrix*> matrices() const { return {&in_proj_qkv_, &in_proj_z_, &in_proj_b_, &in_proj_a_, &out_proj_}; }
@@ -52,6 +80,7 @@ class GatedDeltaNet {
  private:
   GatedDeltaNetShape shape_;
   float rms_eps_ = 0;
+  bool skip_zeros_ = true;
   float q_divisor_ = 0;     // decode: q / float(dk ** 0.5)
   float q_multiplier_ = 0;  // first token (chunked kernel): q * float(dk ** -0.5)
   PackedMatrix in_proj_qkv_, in_proj_z_, in_proj_b_, in_proj_a_, out_proj_;

@@ -105,7 +105,8 @@ Model::Model(io::Qwen35Weights weights, const ModelOptions& options) : impl_(std
     layer.input_scale = one_plus(std::move(w.input_layernorm), hidden, name + ".input_layernorm.weight");
     layer.post_scale = one_plus(std::move(w.post_attention_layernorm), hidden, name + ".post_attention_layernorm.weight");
     if (layer.type == io::LayerType::LinearAttention) {
-      layer.linear = GatedDeltaNet(std::move(w.linear), gdn_shape, m.eps, pack, name + ".linear_attn");
+      layer.linear = GatedDeltaNet(std::move(w.linear), gdn_shape, m.eps, pack, name + ".linear_attn",
+                                   options.gdn == GdnRecurrence::SkipZeros);
     } else {
       layer.full = GatedAttention(std::move(w.full), attn_shape, m.eps, pack, name + ".self_attn");
     }
@@ -180,33 +181,40 @@ void Model::forward(int64_t token, State& state, std::span<float> logits, std::s
 
   // transformers runs its chunked GDN kernel when a layer has no previous state.
   const bool first_token = state.position == 0;
-  std::vector<float> x(static_cast<size_t>(d)), normed(static_cast<size_t>(d)), mixed(static_cast<size_t>(d));
-  std::vector<float> gate(static_cast<size_t>(c.intermediate_size)), up(static_cast<size_t>(c.intermediate_size));
+  // x, normed, mixed [hidden]; gate, up [intermediate]: reused between calls (one set per
+  // calling thread), so a step allocates nothing once warm.
+  thread_local std::vector<float> scratch;
+  scratch.resize(static_cast<size_t>(3 * d + 2 * c.intermediate_size));
+  const std::span<float> x(scratch.data(), static_cast<size_t>(d));
+  float* normed = x.data() + d;
+  float* mixed = normed + d;
+  float* gate = mixed + d;
+  float* up = gate + c.intermediate_size;
   m.embed.copy_row(token, x.data());
 
   for (size_t l = 0; l < layers; ++l) {
     const Layer& layer = m.layers[l];
-    numerics::rms_norm(x.data(), d, layer.input_scale.data(), m.eps, normed.data());
+    numerics::rms_norm(x.data(), d, layer.input_scale.data(), m.eps, normed);
     if (layer.type == io::LayerType::LinearAttention) {
-      layer.linear.step(normed.data(), state.conv_state[l], state.recurrent_state[l], first_token, mixed.data());
+      layer.linear.step(normed, state.conv_state[l], state.recurrent_state[l], first_token, mixed);
     } else {
-      layer.full.step(normed.data(), state.position, state.key_cache[l], state.value_cache[l], mixed.data());
+      layer.full.step(normed, state.position, state.key_cache[l], state.value_cache[l], mixed);
     }
     for (int64_t i = 0; i < d; ++i) x[i] = x[i] + mixed[i];
 
     // MLP: down(silu(gate(h)) * up(h))
-    numerics::rms_norm(x.data(), d, layer.post_scale.data(), m.eps, normed.data());
-    const PackedMatrix::Job gate_up[] = {{&layer.gate_proj, normed.data(), gate.data()},
-                                         {&layer.up_proj, normed.data(), up.data()}};
+    numerics::rms_norm(x.data(), d, layer.post_scale.data(), m.eps, normed);
+    const PackedMatrix::Job gate_up[] = {{&layer.gate_proj, normed, gate},
+                                         {&layer.up_proj, normed, up}};
     PackedMatrix::multiply_all(gate_up);
     for (int64_t i = 0; i < c.intermediate_size; ++i) gate[i] = numerics::silu(gate[i]) * up[i];
-    layer.down_proj.multiply(gate.data(), mixed.data());
+    layer.down_proj.multiply(gate, mixed);
     for (int64_t i = 0; i < d; ++i) x[i] = x[i] + mixed[i];
   }
 
   if (!hidden.empty()) std::copy(x.begin(), x.end(), hidden.begin());
-  numerics::rms_norm(x.data(), d, m.final_scale.data(), m.eps, normed.data());
-  m.output().multiply(normed.data(), logits.data());
+  numerics::rms_norm(x.data(), d, m.final_scale.data(), m.eps, normed);
+  m.output().multiply(normed, logits.data());
   ++state.position;
 }
 

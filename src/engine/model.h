@@ -29,10 +29,17 @@ struct State {
 // whose values are all bf16 numbers is kept as bf16 (exact), otherwise fp32.
 enum class WeightStorage { Auto, Dense, Sparse };
 
+// How the Gated DeltaNet recurrence runs (docs/engine.md, "Exact zeros in the GDN").
+// SkipZeros leaves out the state rows whose k_i or q_i is exactly 0 and the decay
+// multiply when exp(g) == 1: the same output bits as Dense for every finite state.
+// Dense is the plain loop over the whole state (kept for tests and benchmarks).
+enum class GdnRecurrence { SkipZeros, Dense };
+
 struct ModelOptions {
   WeightStorage storage = WeightStorage::Auto;
   double sparse_min_zero_fraction = 0.9;
   bool allow_bf16 = true;  // false: dense matrices stay fp32 (tests, benchmarks)
+  GdnRecurrence gdn = GdnRecurrence::SkipZeros;
 };
 
 // What the constructor chose, for logs and benchmarks.

@@ -16,7 +16,9 @@
 
 namespace qpu::engine::numerics {
 
-inline float silu(float x) { return x / (1.0f + std::exp(-x)); }
+// silu(+-0) = +-0 / (1 + 1) = +-0: returned without the exp (gated-off neurons and
+// idle channels of compiled layers are exact zeros; same bits).
+inline float silu(float x) { return x == 0.0f ? x : x / (1.0f + std::exp(-x)); }
 inline float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
 inline float softplus(float x) { return x > 20.0f ? x : std::log1p(std::exp(x)); }
 inline float rsqrt(float x) { return 1.0f / std::sqrt(x); }

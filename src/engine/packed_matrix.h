@@ -69,6 +69,11 @@ class PackedMatrix {
   std::vector<uint16_t> bf16_;      // DenseBf16 values
   std::vector<uint32_t> col_index_; // CSR
   std::vector<int64_t> row_start_;  // CSR, rows + 1 entries
+  // CSR combine program (packed_matrix.cpp, "the pruned tree"): per row, one entry per
+  // occupied lane in tree order, (terms in that lane << 8) | merges after it. The row's
+  // nonzeros are stored in the same order (ascending column within a lane).
+  std::vector<uint32_t> program_;
+  std::vector<int64_t> program_start_;  // rows + 1 entries
 };
 
 const char* format_name(PackedMatrix::Format format);

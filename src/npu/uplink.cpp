@@ -138,4 +138,35 @@ void install_value_head(io::Qwen35Weights& w, const compiler::Allocation& alloc,
   }
 }
 
+UplinkCheckpoint build_uplink_checkpoint(const std::vector<float>& xs) {
+  UplinkCheckpoint u;
+  u.vocab = ValueVocab{0, -70, 20};
+  Program p;
+  const ValueId x = p.value("x");
+  u.inbox = p.value("inbox");
+  const auto sel = p.values("sel", 3);
+  const auto parts = split_parts(p, x);
+  // The selected part: one live term (gate 128 on the selected row, 0 elsewhere).
+  const ValueId c = p.value("part");
+  std::vector<Neuron> pick;
+  for (size_t i = 0; i < 3; ++i) pick.push_back(Neuron{lin({{sel[i], kOn}}), lin({{parts[i], 1.0f / kOn}}), {{c, 1.0f}}});
+  p.mlp("uplink.pick", std::move(pick));
+  const EmitFeatures f = emit_features(p, c, u.vocab);
+  compiler::Interface io;
+  io.inputs = {x, sel[0], sel[1], sel[2], u.inbox};
+  u.first_row = u.vocab.size();
+  io.vocab_size = u.first_row + 3 * static_cast<int64_t>(xs.size());
+  io.input_rows.assign(static_cast<size_t>(io.vocab_size) * 5, 0.0f);
+  for (int64_t t = 0; t < u.vocab.size(); ++t) io.input_rows[static_cast<size_t>(t * 5 + 4)] = u.vocab.value(t);
+  for (size_t k = 0; k < xs.size(); ++k)
+    for (size_t i = 0; i < 3; ++i) {
+      float* row = &io.input_rows[(static_cast<size_t>(u.first_row) + 3 * k + i) * 5];
+      row[0] = xs[k];
+      row[1 + i] = 1.0f;
+    }
+  u.compiled = compiler::compile(p, io);
+  install_value_head(u.compiled.weights, u.compiled.allocation, f, u.vocab);
+  return u;
+}
+
 }  // namespace qpu::npu

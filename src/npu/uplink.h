@@ -66,4 +66,16 @@ EmitFeatures emit_features(compiler::Program& p, compiler::ValueId c, const Valu
 void install_value_head(io::Qwen35Weights& weights, const compiler::Allocation& allocation, const EmitFeatures& f,
                         const ValueVocab& vocab);
 
+// A test checkpoint for the round trip: the vocabulary is the value tokens (ids
+// [0, vocab.size())), then three rows per float: row first_row + 3k + i emits part i of
+// xs[k]. Every token's embedding row also writes its inbox value (the value tokens'
+// parts) into the value `inbox`. Window of xs: as split_parts.
+struct UplinkCheckpoint {
+  compiler::Compiled compiled;
+  ValueVocab vocab;
+  compiler::ValueId inbox = 0;
+  int64_t first_row = 0;
+};
+UplinkCheckpoint build_uplink_checkpoint(const std::vector<float>& xs);
+
 }  // namespace qpu::npu

@@ -4,6 +4,8 @@
 // equal C's results bit for bit.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -14,6 +16,8 @@
 #include "common/float_bits.h"
 #include "npu/export.h"
 #include "npu/suite.h"
+#include "npu/uplink.h"
+#include "engine/model.h"
 
 namespace qpu::npu {
 namespace {
@@ -74,6 +78,51 @@ TEST_P(Transformers, LogitsMatchC) {
 
 INSTANTIATE_TEST_SUITE_P(All, Transformers,
                          ::testing::Values("mul", "dot_var", "dot_fused_var", "argmax", "xorshift", "divide", "sqrt"));
+
+// The uplink in stock transformers: every logit of every emitting row (the value-token
+// scores are integer sums, so any summation order gives them exactly) equals the
+// engine's, and the argmax is the token of the part C's split produces.
+TEST(TransformersUplink, ValueTokenLogitsMatchEngineAndC) {
+  const std::string python = QPU_PYTHON;
+  if (python.empty()) GTEST_SKIP() << "QPU_PYTHON not set";
+  std::mt19937_64 rng(21);
+  std::vector<float> xs = {0.0f, 1.0f, -0x1p-47f, 0x1.fffffep19f, -0x1.ffdf7cp+19f};
+  while (xs.size() < 200) {
+    const float v = std::ldexp(1.0f + static_cast<float>(rng() & 0x7fffff) * 0x1p-23f, -47 + static_cast<int>(rng() % 67));
+    xs.push_back((rng() & 1) ? -v : v);
+  }
+  const UplinkCheckpoint u = build_uplink_checkpoint(xs);
+  const auto dir = std::filesystem::temp_directory_path() / ("qpu_npu_tf_uplink_" + std::to_string(::getpid()));
+  export_checkpoint(u.compiled.weights, dir);
+  const int64_t rows = 3 * static_cast<int64_t>(xs.size()), V = u.compiled.weights.config.vocab_size;
+  std::vector<int64_t> tokens;
+  for (int64_t t = 0; t < rows; ++t) tokens.push_back(u.first_row + t);
+  std::ofstream(dir / "tokens.bin", std::ios::binary)
+      .write(reinterpret_cast<const char*>(tokens.data()), static_cast<std::streamsize>(tokens.size() * 8));
+  const std::string cmd = python + " " + QPU_SOURCE_DIR + "/src/npu/tests/transformers_logits.py " + dir.string() + " " +
+                          (dir / "tokens.bin").string() + " " + std::to_string(V) + " " + (dir / "logits.bin").string();
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  std::vector<float> tf(static_cast<size_t>(rows * V));
+  std::ifstream(dir / "logits.bin", std::ios::binary)
+      .read(reinterpret_cast<char*>(tf.data()), static_cast<std::streamsize>(tf.size() * 4));
+  engine::Model model(u.compiled.weights);
+  std::vector<float> logits(static_cast<size_t>(V)), hidden(static_cast<size_t>(u.compiled.weights.config.hidden_size));
+  int64_t mismatches = 0;
+  for (int64_t t = 0; t < rows; ++t) {
+    engine::State state = model.new_state();
+    model.forward(tokens[static_cast<size_t>(t)], state, logits, hidden);
+    const float* row = &tf[static_cast<size_t>(t * V)];
+    for (int64_t v = 0; v < V; ++v)
+      if (float_bits(row[v]) != float_bits(logits[static_cast<size_t>(v)]) && mismatches++ < 3)
+        ADD_FAILURE() << "row " << t << " logit " << v << ": engine " << describe_float(logits[static_cast<size_t>(v)])
+                      << " transformers " << describe_float(row[v]);
+    const int64_t best = std::max_element(row, row + V) - row;
+    const float part = split_parts_reference(xs[static_cast<size_t>(t / 3)])[static_cast<size_t>(t % 3)];
+    EXPECT_EQ(best, u.vocab.token(part)) << "row " << t;
+  }
+  EXPECT_EQ(mismatches, 0);
+  std::filesystem::remove_all(dir);
+}
 
 }  // namespace
 }  // namespace qpu::npu

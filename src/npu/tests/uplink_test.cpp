@@ -9,15 +9,12 @@
 
 #include "common/error.h"
 #include "common/float_bits.h"
-#include "compiler/emit.h"
 #include "engine/model.h"
 #include "npu/uplink.h"
 
 namespace qpu::npu {
 namespace {
 
-using compiler::Program;
-using compiler::ValueId;
 
 float random_in_window(std::mt19937_64& rng) {
   switch (rng() % 8) {
@@ -68,75 +65,49 @@ struct RoundTrip {
 };
 
 RoundTrip run_round_trip(int64_t cases, uint64_t seed) {
-  const ValueVocab vocab{0, -70, 20};
-  Program p;
-  const ValueId x = p.value("x"), inbox = p.value("inbox");
-  const auto sel = p.values("sel", 3);
-  const auto parts = split_parts(p, x);
-  const ValueId c = p.value("part");
-  {
-    std::vector<compiler::Neuron> n;
-    for (int i = 0; i < 3; ++i)
-      n.push_back(compiler::Neuron{{{{sel[static_cast<size_t>(i)], 128.0f}}}, {{{parts[static_cast<size_t>(i)], 1.0f / 128.0f}}},
-                                   {{c, 1.0f}}});
-    p.mlp("select.part", std::move(n));
-  }
-  const EmitFeatures f = emit_features(p, c, vocab);
   std::mt19937_64 rng(seed);
   std::vector<float> xs;
   for (float e : {0.0f, -0.0f, 0x1p-47f, -0x1p-47f, 0x1.fffffep19f, -0x1.fffffep19f, 1.0f, 0x1.000002p0f, 0x1.ff8p0f,
-                  0x1.ff7ffep0f, 0x1.008p-5f, 3.0f})
+                  0x1.ff7ffep0f, 0x1.008p-5f, 3.0f, -0x1.ffdf7cp+19f})
     xs.push_back(e);
   while (static_cast<int64_t>(xs.size()) < cases) xs.push_back(random_in_window(rng));
 
   RoundTrip r;
-  const int64_t rows = 4096;
-  for (size_t begin = 0; begin < xs.size(); begin += rows / 4) {
-    const size_t n = std::min(xs.size() - begin, static_cast<size_t>(rows / 4));
-    compiler::Interface io;
-    io.inputs = {x, sel[0], sel[1], sel[2], inbox};
-    io.vocab_size = vocab.size() + static_cast<int64_t>(3 * n);
-    io.input_rows.assign(static_cast<size_t>(io.vocab_size) * 5, 0.0f);
-    for (int64_t t = 0; t < vocab.size(); ++t) io.input_rows[static_cast<size_t>(t * 5 + 4)] = vocab.value(t);
-    for (size_t k = 0; k < n; ++k)
-      for (size_t i = 0; i < 3; ++i) {
-        float* row = &io.input_rows[static_cast<size_t>(vocab.size() + static_cast<int64_t>(3 * k + i)) * 5];
-        row[0] = xs[begin + k];
-        row[1 + i] = 1.0f;
-      }
-    compiler::Compiled comp = compiler::compile(p, io);
-    install_value_head(comp.weights, comp.allocation, f, vocab);
-    engine::Model model(comp.weights);
-    std::vector<float> logits(static_cast<size_t>(io.vocab_size)), hidden(static_cast<size_t>(comp.weights.config.hidden_size));
-    for (size_t k = 0; k < n; ++k) {
-      const float xv = xs[begin + k];
+  const size_t batch = 1024;
+  for (size_t begin = 0; begin < xs.size(); begin += batch) {
+    const std::vector<float> chunk(xs.begin() + static_cast<std::ptrdiff_t>(begin),
+                                   xs.begin() + static_cast<std::ptrdiff_t>(std::min(xs.size(), begin + batch)));
+    const UplinkCheckpoint u = build_uplink_checkpoint(chunk);
+    engine::Model model(u.compiled.weights);
+    std::vector<float> logits(static_cast<size_t>(u.compiled.weights.config.vocab_size)),
+        hidden(static_cast<size_t>(u.compiled.weights.config.hidden_size));
+    for (size_t k = 0; k < chunk.size(); ++k) {
+      const float xv = chunk[k];
       const auto expect = split_parts_reference(xv);
       float back = 0.0f;
       for (size_t i = 0; i < 3; ++i) {
         engine::State state = model.new_state();
-        model.forward(vocab.size() + static_cast<int64_t>(3 * k + i), state, logits, hidden);
+        model.forward(u.first_row + static_cast<int64_t>(3 * k + i), state, logits, hidden);
         const auto best = std::max_element(logits.begin(), logits.end());
-        const float runner_up = [&] {
-          float m = -INFINITY;
-          for (auto it = logits.begin(); it != logits.end(); ++it)
-            if (it != best) m = std::max(m, *it);
-          return m;
-        }();
-        const int64_t token = best - logits.begin();
         const float best_logit = *best;
+        float runner_up = -INFINITY;
+        for (auto it = logits.begin(); it != logits.end(); ++it)
+          if (it != best) runner_up = std::max(runner_up, *it);
+        const int64_t token = best - logits.begin();
         // The token's embedding row carries the part into the inbox at the next forward.
         engine::State next = model.new_state();
         model.forward(token, next, logits, hidden);
-        const float arrived = hidden[static_cast<size_t>(comp.allocation.dim(inbox))];
+        const float arrived = hidden[static_cast<size_t>(u.compiled.allocation.dim(u.inbox))];
         back += arrived;
-        const bool ok = token < vocab.size() && float_bits(vocab.value(token)) == float_bits(expect[i]) &&
+        const bool ok = token < u.vocab.size() && float_bits(u.vocab.value(token)) == float_bits(expect[i]) &&
                         float_bits(arrived) == float_bits(expect[i]) && runner_up < best_logit;
         if (!ok && r.mismatches++ == 0)
           r.first = "x " + describe_float(xv) + " part " + std::to_string(i) + ": expected " + describe_float(expect[i]) +
                     ", token " + std::to_string(token) + " (max " + describe_float(best_logit) + ", runner-up " +
                     describe_float(runner_up) + ") arrived " + describe_float(arrived);
       }
-      if (float_bits(back) != float_bits(0.0f + xv) && r.mismatches++ == 0) r.first = "x " + describe_float(xv) + " came back as " + describe_float(back);
+      if (float_bits(back) != float_bits(0.0f + xv) && r.mismatches++ == 0)
+        r.first = "x " + describe_float(xv) + " came back as " + describe_float(back);
       ++r.cases;
     }
   }

@@ -1,4 +1,5 @@
-// `qpu ref MODEL.bin -z TOKENIZER.bin [-t temp] [-p topp] [-s seed] [-n steps] [-i prompt]`:
+// `qpu ref MODEL.bin -z TOKENIZER.bin [-t temp] [-p topp] [-s seed] [-n steps] [-i prompt]
+//  [--dump-logits FILE] [--dump-tokens FILE] [--trace FILE]`:
 // llama2.c's `run` in generate mode, bit for bit (src/reference). Flags mean what they
 // mean in run.c; stdout gets exactly run.c's story, stderr the "achieved tok/s" line.
 // Differences from run.c, all on input run.c would accept silently: a temperature
@@ -15,12 +16,15 @@
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
+
 #include "cli/command_registry.h"
 #include "common/error.h"
 #include "reference/generate.h"
 #include "reference/llama2_checkpoint.h"
 #include "reference/sampler.h"
 #include "reference/tokenizer.h"
+#include "reference/trace_file.h"
 #include "reference/transformer.h"
 
 namespace {
@@ -37,6 +41,7 @@ struct RefOptions {
   std::string prompt;
   std::string dump_logits;
   std::string dump_tokens;
+  std::string trace;
 };
 
 // The whole string must be a number (run.c's atof/atoi would read "abc" as 0).
@@ -124,12 +129,23 @@ int run_ref(const RefOptions& o) {
     };
   }
 
+  // The golden trace (reference/trace_file.h); its info line says how it was made.
+  std::optional<TraceWriter> trace;
+  if (!o.trace.empty()) {
+    const std::string info =
+        fmt::format("qpu ref {} -z {} -t {} -p {} -s {} -n {} -i {:?}", o.checkpoint, o.tokenizer, o.temperature,
+                    o.topp, seed, steps, o.prompt);
+    trace.emplace(o.trace, TraceHeader{checkpoint.config(), info});
+    callbacks.trace = &*trace;
+  }
+
   const GenerateResult result = generate(transformer, tokenizer, sampler, o.prompt, steps, false, callbacks);
   if (tokens_dump.enabled()) {
     const std::vector<int32_t> tokens(result.tokens.begin(), result.tokens.end());
     tokens_dump.write(tokens.data(), tokens.size());
   }
   logits_dump.close();
+  if (trace) trace->close();
   tokens_dump.close();
 
   if (result.positions > 1) {
@@ -153,6 +169,8 @@ qpu::cli::Runner setup(CLI::App& app) {
                  "write every position's logits (float32 LE, vocab_size each, in order)");
   app.add_option("--dump-tokens", o->dump_tokens,
                  "write the token sequence (int32 LE: first prompt token, then each position's next token)");
+  app.add_option("--trace", o->trace,
+                 "write the golden trace: every intermediate vector of every position (docs/reference.md)");
   return [o] { return run_ref(*o); };
 }
 

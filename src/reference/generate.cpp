@@ -35,7 +35,16 @@ GenerateResult generate(Transformer& transformer, const Tokenizer& tokenizer, Sa
   using Clock = std::chrono::steady_clock;
   Clock::time_point start;
   bool started = false;
-  const bool copy_logits = keep_logits || static_cast<bool>(callbacks.on_step);
+  TraceObserver* const trace = callbacks.trace;
+  // The transformer traces for this run only, also when generate throws.
+  struct RestoreTrace {
+    Transformer& transformer;
+    TraceObserver* previous;
+    ~RestoreTrace() { transformer.set_trace(previous); }
+  } restore_trace{transformer, transformer.trace()};
+  if (trace != nullptr) transformer.set_trace(trace);
+
+  const bool copy_logits = keep_logits || static_cast<bool>(callbacks.on_step) || trace != nullptr;
   std::vector<float> logits_copy;
 
   int token = result.prompt_tokens[0];
@@ -47,7 +56,15 @@ GenerateResult generate(Transformer& transformer, const Tokenizer& tokenizer, Sa
     if (keep_logits) result.logits.insert(result.logits.end(), logits.begin(), logits.end());
 
     const bool forced = pos < num_prompt_tokens - 1;
+    const uint64_t rng_before = sampler.rng_state();
     const int next = forced ? result.prompt_tokens[pos + 1] : sampler.sample(logits);
+    if (trace != nullptr) {
+      // sample() left the probabilities in `logits`; logits_copy holds forward's output.
+      if (!forced && sampler.temperature() != 0.0f)
+        trace_sampler(*trace, pos, logits_copy, sampler.temperature(), sampler.topp(), rng_before, logits);
+      const float next_record[2] = {static_cast<float>(next), forced ? 1.0f : 0.0f};
+      trace->record(TraceKind::next_token, pos, -1, -1, next_record);
+    }
     result.tokens.push_back(next);
     const int this_pos = pos;
     pos++;

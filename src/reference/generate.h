@@ -29,6 +29,9 @@ struct GenerateStep {
 struct GenerateCallbacks {
   std::function<void(std::string_view bytes)> on_print;  // every chunk run.c prints, incl. final "\n"
   std::function<void(const GenerateStep&)> on_step;
+  // Golden trace (reference/trace.h): set on the transformer for the run, plus the
+  // sampler's pieces at sampled positions and a next_token record per position.
+  TraceObserver* trace = nullptr;
 };
 
 struct GenerateResult {

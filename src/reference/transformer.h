@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "reference/llama2_checkpoint.h"
+#include "reference/trace.h"
 
 namespace qpu::reference {
 
@@ -22,12 +23,18 @@ class Transformer {
   // [0, vocab_size) or a position outside [0, seq_len).
   std::span<float> forward(int token, int pos);
 
+  // Reports every intermediate vector of later forward calls to `observer` (reference/
+  // trace.h); nullptr (the default) turns tracing off. The results do not change.
+  void set_trace(TraceObserver* observer) { trace_ = observer; }
+  TraceObserver* trace() const { return trace_; }
+
  private:
   Llama2Config config_;
   Llama2Weights w_;
   // run.c's RunState.
   std::vector<float> x_, xb_, xb2_, hb_, hb2_, q_, att_, logits_;
   std::vector<float> key_cache_, value_cache_;  // [layer][seq_len][kv_dim]
+  TraceObserver* trace_ = nullptr;
 };
 
 }  // namespace qpu::reference

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <random>
 
 #include <unistd.h>
@@ -17,6 +18,10 @@
 #include "npu/export.h"
 #include "npu/suite.h"
 #include "npu/uplink.h"
+#include "npu/host_vocab.h"
+#include "reference/tokenizer.h"
+#include "reference/transformer.h"
+#include <nlohmann/json.hpp>
 #include "engine/model.h"
 
 namespace qpu::npu {
@@ -121,6 +126,65 @@ TEST(TransformersUplink, ValueTokenLogitsMatchEngineAndC) {
     EXPECT_EQ(best, u.vocab.token(part)) << "row " << t;
   }
   EXPECT_EQ(mismatches, 0);
+  std::filesystem::remove_all(dir);
+}
+
+// The compiled host's tokenizer.json in stock tokenizers: every nested token prints what
+// run.c prints (after BOS and elsewhere), and the greedy story decodes to the published
+// run.c output.
+TEST(TransformersHostTokenizer, StockTokenizersPrintWhatRunCPrints) {
+  const std::string python = QPU_PYTHON;
+  if (python.empty()) GTEST_SKIP() << "QPU_PYTHON not set";
+  const std::string models = QPU_SHARED_DIR "/models/stories260K/";
+  const auto nested = reference::Tokenizer::load(models + "tok512.bin", 512);
+  const HostVocab v = make_host_vocab(nested);
+  std::vector<std::vector<int64_t>> seqs;
+  std::vector<std::string> expect;
+  for (int t = 0; t < v.nested_vocab; ++t) {
+    if (t == 1) continue;
+    for (int prev : {1, 5}) {
+      seqs.push_back({prev == 1 ? v.after_bos[static_cast<size_t>(t)] : t});
+      expect.emplace_back(reference::printable_piece(nested.decode(prev, t)));
+    }
+  }
+  // The greedy story (run.c's loop, -n 256, prompt "Once upon a time").
+  const auto ckpt = reference::load_llama2_checkpoint(models + "stories260K.bin");
+  reference::Transformer tf(ckpt);
+  const std::vector<int> prompt = nested.encode("Once upon a time", true, false);
+  std::vector<int> tokens = {prompt[0]};
+  for (int pos = 0; pos < 256; ++pos) {
+    const auto logits = tf.forward(tokens.back(), pos);
+    int next = 0;
+    if (pos + 1 < static_cast<int>(prompt.size())) {
+      next = prompt[static_cast<size_t>(pos) + 1];
+    } else {
+      for (size_t i = 1; i < logits.size(); ++i)
+        if (logits[i] > logits[static_cast<size_t>(next)]) next = static_cast<int>(i);
+    }
+    tokens.push_back(next);
+    if (next == 1) break;
+  }
+  std::vector<int64_t> story = host_ids_for(v, tokens);
+  story.insert(story.begin() + 3, v.values.first + 1234);  // a value token in the stream prints nothing
+  seqs.push_back(story);
+  std::string published;
+  {
+    std::ifstream f(models + "greedy-once-upon-a-time-256.txt", std::ios::binary);
+    published.assign(std::istreambuf_iterator<char>(f), {});
+  }
+  expect.push_back(published.substr(0, published.size() - 1));  // run.c's final newline is not a token
+  const auto dir = std::filesystem::temp_directory_path() / ("qpu_npu_tf_tok_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir / "tokenizer.json") << host_tokenizer_json(v);
+  std::ofstream(dir / "ids.json") << nlohmann::json(seqs).dump();
+  const std::string cmd = python + " " + QPU_SOURCE_DIR + "/src/npu/tests/host_tokenizer_decode.py " +
+                          (dir / "tokenizer.json").string() + " " + (dir / "ids.json").string() + " " +
+                          (dir / "out.json").string();
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  std::ifstream in(dir / "out.json");
+  const auto got = nlohmann::json::parse(in).get<std::vector<std::string>>();
+  ASSERT_EQ(got.size(), expect.size());
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_EQ(got[i], expect[i]) << "sequence " << i;
   std::filesystem::remove_all(dir);
 }
 

@@ -78,9 +78,8 @@ std::array<float, 3> split_parts_reference(float x) {
 
 EmitFeatures emit_features(Program& p, ValueId c, const ValueVocab& vocab) {
   EmitFeatures f;
-  const ValueId zero = p.value("uplink.zero");
-  f.one = constant(p, 1.0f, "uplink.one");
-  f.sign = greater(p, zero, c);
+  const ValueId zero_value = p.value("uplink.zero_value");  // holds +0
+  f.sign = greater(p, zero_value, c);
   // a = |c| 2^16: one live term (gate 128 or 0). The scale keeps every threshold
   // difference below (>= 2^(j + 7)) inside greater's window [2^-70, 2^36].
   constexpr float kUp = 0x1p16f;
@@ -89,19 +88,42 @@ EmitFeatures emit_features(Program& p, ValueId c, const ValueVocab& vocab) {
                        Neuron{lin({{kOne, kOn}, {f.sign, -kOn}}), lin({{c, kUp / kOn}}), {{a, 1.0f}}}});
   // t_j = [|c| >= 2^j]: a part has 8 significant bits, so |c| >= 2^j iff
   // |c| > 2^j (1 - 2^-9), and the difference is at least 2^(j-9) either way.
-  f.t.push_back(greater(p, a, zero));
+  f.t.push_back(greater(p, a, zero_value));
   for (int j = vocab.jmin + 1; j <= vocab.jmax; ++j)
     f.t.push_back(greater(p, a, constant(p, std::ldexp(1.0f - 0x1p-9f, j + 16), "uplink.threshold")));
-  // m = |c| 2^(7 - j) for the one binade with t_j - t_(j+1) = 1.
+  // One sublayer on t and s: the mantissa m = |c| 2^(7 - j) for the one binade with
+  // t_j - t_(j+1) = 1, the one-hot of (binade, sign) and the zero flag. Every gate is
+  // 128 x (an integer in {-1, 0, 1}): silu gives 128, 0 or -0, exactly.
   f.mantissa = p.value("uplink.m");
-  std::vector<Neuron> m;
+  f.zero = p.value("uplink.is_zero");
+  std::vector<Neuron> n;
+  n.push_back(Neuron{lin({{kOne, kOn}, {f.t[0], -kOn}}), lin({{kOne, 1.0f / kOn}}), {{f.zero, 1.0f}}});
   for (int j = vocab.jmin; j <= vocab.jmax; ++j) {
     const auto i = static_cast<size_t>(j - vocab.jmin);
-    compiler::Lin gate = lin({{f.t[i], kOn}});
-    if (j < vocab.jmax) gate.terms.push_back({f.t[i + 1], -kOn});
-    m.push_back(Neuron{gate, lin({{a, std::ldexp(1.0f, 7 - j - 16) / kOn}}), {{f.mantissa, 1.0f}}});
+    compiler::Lin onehot = lin({{f.t[i], kOn}});
+    if (j < vocab.jmax) onehot.terms.push_back({f.t[i + 1], -kOn});
+    n.push_back(Neuron{onehot, lin({{a, std::ldexp(1.0f, 7 - j - 16) / kOn}}), {{f.mantissa, 1.0f}}});
+    f.positive.push_back(p.value("uplink.pos"));
+    f.negative.push_back(p.value("uplink.neg"));
+    compiler::Lin pos = onehot, neg = onehot;
+    pos.terms.push_back({f.sign, -kOn});                          // 128 (o_j - s)
+    neg.terms.push_back({f.sign, kOn});                           // 128 (o_j + s - 1)
+    neg.terms.push_back({kOne, -kOn});
+    n.push_back(Neuron{pos, lin({{kOne, 1.0f / kOn}}), {{f.positive.back(), 1.0f}}});
+    n.push_back(Neuron{neg, lin({{kOne, 1.0f / kOn}}), {{f.negative.back(), 1.0f}}});
   }
-  p.mlp("uplink.m", std::move(m));
+  p.mlp("uplink.features", std::move(n));
+  // The mantissa one-hot: [m == k] = (silu(128(d + 1)) - 2 silu(128 d) + silu(128(d - 1)))/128
+  // with d = m - k an integer: 1 at d = 0, else 0 (integers below 2^15: any order).
+  std::vector<Neuron> hot;
+  for (int k = 128; k < 256; ++k) {
+    f.mantissa_hot.push_back(p.value("uplink.m_hot"));
+    const ValueId h = f.mantissa_hot.back();
+    for (auto [shift, down] : {std::pair{1.0f, 1.0f}, std::pair{0.0f, -2.0f}, std::pair{-1.0f, 1.0f}})
+      hot.push_back(Neuron{lin({{f.mantissa, kOn}, {kOne, kOn * (shift - static_cast<float>(k))}}),
+                           lin({{kOne, 1.0f / kOn}}), {{h, down / kOn}}});
+  }
+  p.mlp("uplink.m_hot", std::move(hot));
   return f;
 }
 
@@ -111,30 +133,25 @@ void install_value_head(io::Qwen35Weights& w, const compiler::Allocation& alloc,
   if (w.lm_head.empty()) fail("uplink: the checkpoint's LM head is tied to the embedding");
   if (vocab.first < 0 || vocab.first + vocab.size() > V)
     fail("uplink: value tokens [{}, {}) outside the vocabulary of {}", vocab.first, vocab.first + vocab.size(), V);
-  if (f.t.size() != static_cast<size_t>(vocab.jmax - vocab.jmin + 1)) fail("uplink: features for another vocabulary");
-  constexpr float kBinade = 0x1p20f, kSign = 0x1p19f;
-  auto put = [&](int64_t t, ValueId v, float c) { w.lm_head[static_cast<size_t>(t * H + alloc.dim(v))] += c; };
+  if (f.positive.size() != static_cast<size_t>(vocab.jmax - vocab.jmin + 1) || f.mantissa_hot.size() != 128)
+    fail("uplink: features for another vocabulary");
+  // 2^20 for the right (binade, sign), 2^10 for the right mantissa: the right token
+  // scores 2^20 + 2^10, every other at most 2^20. Two nonzeros per row, and with
+  // one-hot features only two input dims are nonzero on any cycle.
+  constexpr float kBinade = 0x1p20f, kMantissa = 0x1p10f;
+  auto put = [&](int64_t t, ValueId v, float c) { w.lm_head[static_cast<size_t>(t * H + alloc.dim(v))] = c; };
   for (int64_t t = vocab.first; t < vocab.first + vocab.size(); ++t) {
     std::fill_n(w.lm_head.begin() + t * H, H, 0.0f);
-    if (t == vocab.first) {  // zero: 2^20 [c == 0]
-      put(t, f.one, kBinade);
-      put(t, f.t[0], -kBinade);
+    if (t == vocab.first) {
+      put(t, f.zero, kBinade + kMantissa);
       continue;
     }
     const float part = vocab.value(t);
     int e = 0;
-    const float m = std::ldexp(std::frexp(std::fabs(part), &e), 8);
+    const auto m = static_cast<size_t>(std::ldexp(std::frexp(std::fabs(part), &e), 8));
     const auto i = static_cast<size_t>(e - 1 - vocab.jmin);
-    put(t, f.t[i], kBinade);
-    if (i + 1 < f.t.size()) put(t, f.t[i + 1], -kBinade);
-    if (part < 0.0f) {
-      put(t, f.sign, kSign);
-    } else {
-      put(t, f.one, kSign);
-      put(t, f.sign, -kSign);
-    }
-    put(t, f.mantissa, 2.0f * m);
-    put(t, f.one, -m * m);
+    put(t, part < 0.0f ? f.negative[i] : f.positive[i], kBinade);
+    put(t, f.mantissa_hot[m - 128], kMantissa);
   }
 }
 

@@ -11,12 +11,11 @@
 // at the next forward, where the parts add back to x exactly.
 //
 // Emission is an argmax that cannot tie or round: the program computes, for the part c,
-// the binade thresholds t_j = [|c| >= 2^j], the sign s = [c < 0] and the integer
-// mantissa m; the LM head row of token v scores
-//   2^20 (t_jv - t_jv+1) + 2^19 [sign matches] + 2 m_v m - m_v^2,
-// integers below 2^24 (exact in any summation order), which is 2^20 + 2^19 + m^2 for the
-// right token and smaller for every other (a wrong mantissa loses (m - m_v)^2, a wrong
-// sign 2^19, a wrong binade at least 2^20 - 2^16).
+// the one-hot of (binade j, sign) and the one-hot of the 8-bit mantissa m; the LM head
+// row of token v has 2^20 on v's (binade, sign) feature and 2^10 on v's mantissa
+// feature, so the right token scores 2^20 + 2^10 and every other at most 2^20 (exact
+// small integers in any summation order). Two nonzeros per row, two nonzero features.
+
 #include <array>
 #include <cstdint>
 #include <vector>
@@ -53,10 +52,12 @@ struct EmitFeatures {
   std::vector<compiler::ValueId> t;  // t[j - jmin] = [|c| >= 2^j] (t[0] = [c != 0])
   compiler::ValueId sign;            // [c < 0]
   compiler::ValueId mantissa;        // m (0 when c = 0)
-  compiler::ValueId one;             // the constant 1 (for the head's constant terms)
+  std::vector<compiler::ValueId> positive, negative;  // [binade j and c > 0], [binade j and c < 0]
+  std::vector<compiler::ValueId> mantissa_hot;        // [m == k], k = 128..255
+  compiler::ValueId zero;                             // [c == 0]
 };
 // The features of one part c (0, or 8 significant bits with binade in the window).
-// 10 MLP sublayers, about 20 neurons per binade.
+// 11 MLP sublayers; about 23 neurons per binade and 3 per mantissa value.
 EmitFeatures emit_features(compiler::Program& p, compiler::ValueId c, const ValueVocab& vocab);
 
 // Writes the LM head rows of the value tokens (every other row is left as compiled) so

@@ -11,6 +11,8 @@
 #include "common/testing/scratch_files.h"
 #include "npu/host_vocab.h"
 #include "reference/tokenizer.h"
+#include "reference/generate.h"
+#include "reference/sampler.h"
 #include "reference/transformer.h"
 #include "tokenizer/tokenizer.h"
 
@@ -46,37 +48,45 @@ TEST(HostVocab, EveryTokenPrintsWhatRunCPrints) {
   EXPECT_TRUE(host.is_special(static_cast<int32_t>(v.values.first)));
 }
 
-TEST(HostVocab, GreedyStoryDecodesToThePublishedOutput) {
+// run.c's stdout for a run, and what the host's tokenizer makes of the same tokens.
+struct Decoded {
+  std::string run_c, host, host_streamed;
+};
+
+Decoded decode_run(float temperature, float topp, uint64_t seed, const std::string& prompt, int steps) {
   const auto ckpt = reference::load_llama2_checkpoint(kModels + "stories260K.bin");
   const auto nested = reference::Tokenizer::load(kModels + "tok512.bin", 512);
   reference::Transformer tf(ckpt);
-  const std::vector<int> prompt = nested.encode("Once upon a time", true, false);
-  std::vector<int> tokens = {prompt[0]};
-  for (int pos = 0; pos < 256; ++pos) {  // run.c's generate loop, greedy, -n 256
-    const auto logits = tf.forward(tokens.back(), pos);
-    int next = 0;
-    if (pos + 1 < static_cast<int>(prompt.size())) {
-      next = prompt[static_cast<size_t>(pos) + 1];
-    } else {
-      for (size_t i = 1; i < logits.size(); ++i)
-        if (logits[i] > logits[static_cast<size_t>(next)]) next = static_cast<int>(i);
-    }
-    tokens.push_back(next);
-    if (next == 1) break;
-  }
+  reference::Sampler sampler(512, temperature, topp, seed);
+  const auto run = reference::generate(tf, nested, sampler, prompt, steps);
   const HostVocab v = make_host_vocab(nested);
   testing::ScratchDir dir("host_vocab_story");
   testing::write_file(dir.path() / "tokenizer.json", host_tokenizer_json(v));
   const auto host = tokenizer::Tokenizer::load(dir.path() / "tokenizer.json");
-  const auto ids = host_ids_for(v, tokens);
-  const std::string story = host.decode(ids32(ids), true) + "\n";  // run.c ends with a newline
-  EXPECT_EQ(story, testing::read_file(kModels + "greedy-once-upon-a-time-256.txt"));
-  // Streaming (what `qpu run` prints as the host generates) gives the same bytes.
-  tokenizer::DecodeStream stream(host, true);
-  std::string streamed;
+  const auto ids = host_ids_for(v, run.tokens);
+  Decoded d{run.text, host.decode(ids32(ids), true) + "\n", ""};  // run.c ends with a newline
+  tokenizer::DecodeStream stream(host, true);  // what `qpu run` prints as the host generates
   for (int64_t id : ids)
-    if (auto piece = stream.step(static_cast<int32_t>(id))) streamed += *piece;
-  EXPECT_EQ(streamed + "\n", story);
+    if (auto piece = stream.step(static_cast<int32_t>(id))) d.host_streamed += *piece;
+  d.host_streamed += "\n";
+  return d;
+}
+
+TEST(HostVocab, GreedyStoryDecodesToThePublishedOutput) {
+  const Decoded d = decode_run(0.0f, 0.9f, 1, "Once upon a time", 256);
+  EXPECT_EQ(d.run_c, testing::read_file(kModels + "greedy-once-upon-a-time-256.txt"));
+  EXPECT_EQ(d.host, d.run_c);
+  EXPECT_EQ(d.host_streamed, d.run_c);
+}
+
+TEST(HostVocab, SampledRunsDecodeToRunCsOutput) {
+  struct Run { float t, p; uint64_t seed; const char* prompt; };
+  for (const Run& r : {Run{1.0f, 0.9f, 42, ""}, Run{0.8f, 0.9f, 7, "Lily"}, Run{1.0f, 0.0f, 3, "Once"},
+                       Run{1.5f, 1.0f, 11, "The dog"}, Run{2.0f, 0.0f, 5, ""}}) {
+    const Decoded d = decode_run(r.t, r.p, r.seed, r.prompt, 256);
+    EXPECT_EQ(d.host, d.run_c) << "-t " << r.t << " -p " << r.p << " -s " << r.seed << " -i '" << r.prompt << "'";
+    EXPECT_EQ(d.host_streamed, d.run_c) << "-t " << r.t << " -s " << r.seed;
+  }
 }
 
 TEST(HostVocab, RefusesPiecesItCannotWrite) {

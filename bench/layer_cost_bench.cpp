@@ -1,10 +1,13 @@
 // What one host layer-pass costs for NPU-shaped layers (docs/layer-cost.md).
 // `layer_cost_bench [benchmark flags]`; every checkpoint is synthetic and built in memory.
 //
-//   BM_LayerPass/<shape>/threads:T/gdn:G   one forward per iteration through a stack of
-//       identical layers of <shape>; us_per_layer = wall time / layers (the embedding
-//       lookup, final norm and a 64-row CSR lm_head are included, amortized over the
-//       stack). G: 0 = dense GDN recurrence, 1 = skip exact zeros (the default).
+//   BM_LayerPass/<shape>/threads:T/gdn:G/path:P   one forward per iteration through a
+//       stack of identical layers of <shape>; us_per_layer = wall time / layers (the
+//       embedding lookup, final norm and a 64-row CSR lm_head are included, amortized
+//       over the stack). G: 0 = dense GDN recurrence, 1 = skip exact zeros (the default).
+//       P: 0 = SparsePath::Rows (every CSR product walks all its rows: the engine before
+//       the column path), 1 = SparsePath::Auto (the default). Counters: col_products =
+//       products per token that took the column path, nnz_per_layer, weight_MiB.
 //         looped1024   hidden 1024, intermediate 1536, GDN 4x128 keys / 8x64 values with
 //                      one-hot q and k and exp(g) = 1 (a RAM layer), CSR MLP with 3-10
 //                      nonzeros per gate/up row, 3-10 per down column and 100 down
@@ -16,17 +19,24 @@
 //         narrowattnH_I  the same with a small gated attention mixer (2 heads, 1 kv head,
 //                      dim 32, sparse projections); positions 0..255, then a fresh state.
 //         idleH        every weight 0 (the floor of a layer-pass).
+//         looped1024_active5   looped1024's sizes laid out as 20 micro-ops (Groups below):
+//                      each token keeps ~5% of the residual and of the neurons live,
+//                      the rest exactly 0.
+//         looped1024_idletoken the same layers on tokens that activate nothing.
 //   BM_DeepStack/threads:T   4,000 narrow128_256 layers: items/s = tokens/s.
 //   BM_LmHead/threads:T      the looped machine's output matrix: 37,400 x 1024 CSR rows
 //                            with 4 nonzeros (value-part token scoring, npu-machine.md 3.5).
+//   BM_ValueHead, BM_Product  single products with sparse inputs (see their comments).
 #include <benchmark/benchmark.h>
 #include <omp.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <memory>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "engine/model.h"
@@ -47,6 +57,10 @@ struct Shape {
   Mixer mixer = Mixer::IdleGdn;
   bool idle = false;  // every weight 0
   int64_t layers = 0;
+  // > 0: a looped machine's micro-ops (make_weights, "groups"): each token activates one
+  // group's residual dims and neurons, the rest of the layer sees exact zeros.
+  int64_t groups = 0;
+  bool idle_token = false;  // with groups: every embedding row is 0 (no micro-op active)
 };
 
 class Rng {
@@ -85,6 +99,27 @@ std::vector<float> down_columns(Rng& rng, int64_t hidden, int64_t inter, int64_t
 
 constexpr int64_t kVocab = 64;
 
+// The micro-op structure of a looped layer (Shape::groups = G): residual dim d belongs
+// to group d mod G, except the dims d = 63 (mod 64), which take the mixer's output.
+// Neuron n belongs to group n mod G; its gate/up rows read only its group's dims and its
+// down column writes only its group's dims (the 100 wide columns all of them). Token t's
+// embedding is nonzero only on group t mod G's dims, so a token keeps ~1/G of the
+// residual and of the neurons active through the stack; everything else is exact 0.
+struct Groups {
+  std::vector<std::vector<int64_t>> dims;  // per group
+  std::vector<int64_t> mixer_dims;
+  Groups(int64_t hidden, int64_t groups) : dims(static_cast<size_t>(groups)) {
+    for (int64_t d = 0; d < hidden; ++d) {
+      if (d % 64 == 63) mixer_dims.push_back(d);
+      else dims[static_cast<size_t>(d % groups)].push_back(d);
+    }
+  }
+  int64_t pick(Rng& rng, int64_t neuron) const {
+    const auto& g = dims[static_cast<size_t>(neuron % static_cast<int64_t>(dims.size()))];
+    return g[static_cast<size_t>(rng.below(static_cast<int64_t>(g.size())))];
+  }
+};
+
 io::Qwen35Weights make_weights(const Shape& s, uint64_t seed) {
   Rng rng(seed);
   io::Qwen35Weights w;
@@ -115,6 +150,15 @@ io::Qwen35Weights make_weights(const Shape& s, uint64_t seed) {
   auto zeros = [](int64_t n) { return std::vector<float>(static_cast<size_t>(n), 0.0f); };
   w.embed_tokens.resize(static_cast<size_t>(kVocab * h));
   for (float& v : w.embed_tokens) v = rng.value(1.0f);  // dense, nonzero: every dim is live
+  const Groups groups(h, std::max<int64_t>(s.groups, 1));
+  if (s.groups > 0) {
+    for (int64_t t = 0; t < kVocab; ++t) {
+      float* row = w.embed_tokens.data() + t * h;
+      std::fill(row, row + h, 0.0f);
+      if (s.idle_token) continue;
+      for (int64_t d : groups.dims[static_cast<size_t>(t % s.groups)]) row[d] = rng.value(1.0f);
+    }
+  }
   w.lm_head = sparse_rows(rng, kVocab, h, 2, 2, 1.0f);
   w.norm = zeros(h);
 
@@ -151,6 +195,12 @@ io::Qwen35Weights make_weights(const Shape& s, uint64_t seed) {
         g.dt_bias.assign(static_cast<size_t>(s.v_heads), -200.0f);
         g.norm.assign(static_cast<size_t>(s.v_dim), 1.0f);
         g.out_proj = sparse_rows(rng, h, value_dim, 2, 2, 0.05f);
+        if (s.groups > 0) {  // the mixer writes only its own residual dims
+          g.out_proj = zeros(h * value_dim);
+          for (int64_t d : groups.mixer_dims) {
+            for (int n = 0; n < 2; ++n) g.out_proj[d * value_dim + rng.below(value_dim)] = rng.value(0.05f);
+          }
+        }
       }
     } else {
       io::FullAttentionWeights& a = lw.full;
@@ -170,6 +220,20 @@ io::Qwen35Weights make_weights(const Shape& s, uint64_t seed) {
       lw.up_proj = sparse_rows(rng, s.intermediate, h, 3, 10, 1.0f);
       lw.down_proj = down_columns(rng, h, s.intermediate, s.mixer == Mixer::OneHotGdn ? 100 : 0, 0.02f);
     }
+    if (s.groups > 0 && !s.idle) {
+      const int64_t inter = s.intermediate;
+      lw.gate_proj = zeros(inter * h);
+      lw.up_proj = zeros(inter * h);
+      lw.down_proj = zeros(h * inter);
+      for (int64_t n = 0; n < inter; ++n) {
+        for (std::vector<float>* m : {&lw.gate_proj, &lw.up_proj}) {
+          const int64_t nnz = 3 + rng.below(8);
+          for (int64_t k = 0; k < nnz; ++k) (*m)[n * h + groups.pick(rng, n)] = rng.value(1.0f);
+        }
+        const int64_t nnz = n < 100 ? 256 + rng.below(257) : 3 + rng.below(8);
+        for (int64_t k = 0; k < nnz; ++k) lw.down_proj[groups.pick(rng, n) * inter + n] = rng.value(0.02f);
+      }
+    }
     w.layers.push_back(std::move(lw));
   }
   return w;
@@ -180,6 +244,13 @@ const std::vector<Shape>& shapes() {
     std::vector<Shape> v;
     Shape looped{"looped1024", 1024, 1536, 4, 128, 8, 64, Mixer::OneHotGdn, false, 24};
     v.push_back(looped);
+    Shape active = looped;  // 20 micro-ops: ~5% of the residual and of the neurons per token
+    active.name = "looped1024_active5";
+    active.groups = 20;
+    v.push_back(active);
+    active.name = "looped1024_idletoken";  // the same layers on a token that activates nothing
+    active.idle_token = true;
+    v.push_back(active);
     v.push_back({"narrow128_256", 128, 256, 1, 32, 2, 32, Mixer::IdleGdn, false, 256});
     v.push_back({"narrow256_512", 256, 512, 1, 32, 2, 32, Mixer::IdleGdn, false, 256});
     v.push_back({"narrowattn128_256", 128, 256, 1, 32, 2, 32, Mixer::Attention, false, 64});
@@ -198,6 +269,7 @@ void run_stack(benchmark::State& bench, const Model& model, int64_t layers) {
   int64_t i = 0;
   for (int w = 0; w < 2; ++w) model.forward(i++ % kVocab, state, logits);  // past the first-token path
   const bool attention = model.config().layer_types[0] == io::LayerType::FullAttention;
+  const int64_t column_products = PackedMatrix::column_products();
   for (auto _ : bench) {
     if (attention && state.position == 256) {  // positions 0..255 (a story's nested tokens)
       bench.PauseTiming();
@@ -210,27 +282,56 @@ void run_stack(benchmark::State& bench, const Model& model, int64_t layers) {
   bench.SetItemsProcessed(bench.iterations());  // tokens
   bench.counters["us_per_layer"] = benchmark::Counter(
       static_cast<double>(layers) * 1e-6, benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
+  // Products per token that took the column path (the rest ran every row).
+  bench.counters["col_products"] = static_cast<double>(PackedMatrix::column_products() - column_products) /
+                                   static_cast<double>(bench.iterations());
 }
 
-ModelOptions options_for(int64_t gdn) {
+// path: 0 = SparsePath::Rows (every CSR product walks all rows, as before the column
+// path existed), 1 = SparsePath::Auto (the default).
+ModelOptions options_for(int64_t gdn, int64_t path) {
   ModelOptions o;
   o.gdn = gdn == 0 ? GdnRecurrence::Dense : GdnRecurrence::SkipZeros;
+  o.sparse_path = path == 0 ? SparsePath::Rows : SparsePath::Auto;
   return o;
+}
+
+int64_t layer_nonzeros(const io::LayerWeights& l) {
+  int64_t n = 0;
+  auto count = [&](const std::vector<float>& m) {
+    for (float v : m) n += v != 0.0f;
+  };
+  for (const auto* m : {&l.gate_proj, &l.up_proj, &l.down_proj, &l.linear.in_proj_qkv, &l.linear.in_proj_z,
+                        &l.linear.in_proj_a, &l.linear.in_proj_b, &l.linear.out_proj, &l.full.q_proj,
+                        &l.full.k_proj, &l.full.v_proj, &l.full.o_proj}) {
+    count(*m);
+  }
+  return n;
 }
 
 void BM_LayerPass(benchmark::State& bench, size_t shape_index) {
   omp_set_num_threads(static_cast<int>(bench.range(0)));
   const Shape& s = shapes()[shape_index];
-  static std::map<std::pair<size_t, int64_t>, std::unique_ptr<Model>> models;
-  auto& model = models[{shape_index, bench.range(1)}];
-  if (!model) model = std::make_unique<Model>(make_weights(s, 1000 + shape_index), options_for(bench.range(1)));
-  run_stack(bench, *model, s.layers);
+  struct Built {
+    std::unique_ptr<Model> model;
+    int64_t nonzeros = 0;
+  };
+  static std::map<std::tuple<size_t, int64_t, int64_t>, Built> models;
+  Built& built = models[{shape_index, bench.range(1), bench.range(2)}];
+  if (!built.model) {
+    io::Qwen35Weights w = make_weights(s, 1000 + shape_index);
+    built.nonzeros = layer_nonzeros(w.layers[0]);
+    built.model = std::make_unique<Model>(std::move(w), options_for(bench.range(1), bench.range(2)));
+  }
+  run_stack(bench, *built.model, s.layers);
+  bench.counters["nnz_per_layer"] = static_cast<double>(built.nonzeros);
+  bench.counters["weight_MiB"] = static_cast<double>(built.model->storage_stats().bytes) / 1048576.0;
 }
 
 void BM_DeepStack(benchmark::State& bench) {
   omp_set_num_threads(static_cast<int>(bench.range(0)));
   static std::unique_ptr<Model> model;  // ~2 GB of dense input while building, ~0.2 GB packed
-  Shape s = shapes()[1];
+  Shape s = shapes()[3];
   s.layers = 4000;
   if (!model) model = std::make_unique<Model>(make_weights(s, 77), ModelOptions{});
   run_stack(bench, *model, s.layers);
@@ -254,13 +355,78 @@ void BM_LmHead(benchmark::State& bench) {
   }
 }
 
+// x with `active` nonzero entries at random positions (the rest +0).
+std::vector<float> sparse_input(int64_t cols, int64_t active, uint64_t seed) {
+  Rng rng(seed);
+  std::vector<float> x(static_cast<size_t>(cols), 0.0f);
+  for (int64_t set = 0; set < active;) {
+    const int64_t j = rng.below(cols);
+    if (x[static_cast<size_t>(j)] != 0.0f) continue;
+    x[static_cast<size_t>(j)] = rng.value(1.0f);
+    ++set;
+  }
+  return x;
+}
+
+void run_product(benchmark::State& bench, const PackedMatrix& m, const std::vector<float>& x) {
+  std::vector<float> y(static_cast<size_t>(m.rows()));
+  for (auto _ : bench) {
+    m.multiply(x.data(), y.data());
+    benchmark::DoNotOptimize(y.data());
+  }
+  bench.counters["columns"] = m.path_for(x.data()) == PackedMatrix::Path::Columns ? 1 : 0;
+}
+
+PackedMatrix::Options path_option(int64_t path) {
+  PackedMatrix::Options o;
+  o.force = PackedMatrix::Format::SparseCsr;
+  o.path = path == 0 ? PackedMatrix::Path::Rows : path == 1 ? PackedMatrix::Path::Auto : PackedMatrix::Path::Columns;
+  return o;
+}
+
+// BM_ValueHead/threads:T/active:A/path:P   the value-token output matrix of the looped
+// machine (src/npu/uplink.h): 23,297 x 1024 CSR, 6 nonzeros per row, with A nonzero
+// input dims. P: 0 = rows, 1 = auto, 2 = columns.
+void BM_ValueHead(benchmark::State& bench) {
+  omp_set_num_threads(static_cast<int>(bench.range(0)));
+  const int64_t rows = 23297, cols = 1024;
+  static std::map<int64_t, PackedMatrix> heads;
+  PackedMatrix& head = heads[bench.range(2)];
+  if (head.rows() == 0) {
+    Rng rng(9);
+    head = PackedMatrix::pack(sparse_rows(rng, rows, cols, 6, 6, 1.0f), rows, cols, path_option(bench.range(2)), "head");
+  }
+  run_product(bench, head, sparse_input(cols, bench.range(1), 10));
+}
+
+// BM_Product/matrix:M/active_permille:A/path:P   one product, A/1000 of the input dims
+// nonzero (the threshold of Path::Auto is measured here). M: 0 = gate-like 1536 x 1024
+// (3-10 nonzeros per row), 1 = down-like 1024 x 1536 (3-10 per column, 100 columns with
+// 256-512), 2 = the value head 23,297 x 1024 (6 per row). P as in BM_ValueHead.
+void BM_Product(benchmark::State& bench) {
+  omp_set_num_threads(1);
+  static std::map<std::pair<int64_t, int64_t>, PackedMatrix> matrices;
+  const int64_t kind = bench.range(0);
+  PackedMatrix& m = matrices[{kind, bench.range(2)}];
+  if (m.rows() == 0) {
+    Rng rng(11 + static_cast<uint64_t>(kind));
+    const PackedMatrix::Options o = path_option(bench.range(2));
+    if (kind == 0) m = PackedMatrix::pack(sparse_rows(rng, 1536, 1024, 3, 10, 1.0f), 1536, 1024, o, "gate");
+    if (kind == 1) m = PackedMatrix::pack(down_columns(rng, 1024, 1536, 100, 1.0f), 1024, 1536, o, "down");
+    if (kind == 2) m = PackedMatrix::pack(sparse_rows(rng, 23297, 1024, 6, 6, 1.0f), 23297, 1024, o, "head");
+  }
+  const int64_t active = std::max<int64_t>(1, m.cols() * bench.range(1) / 1000);
+  run_product(bench, m, sparse_input(m.cols(), active, 12));
+  bench.counters["nnz"] = static_cast<double>(m.nonzeros());
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   for (size_t i = 0; i < shapes().size(); ++i) {
     benchmark::RegisterBenchmark(("BM_LayerPass/" + shapes()[i].name).c_str(), BM_LayerPass, i)
-        ->ArgNames({"threads", "gdn"})
-        ->ArgsProduct({{1, 2}, {0, 1}})
+        ->ArgNames({"threads", "gdn", "path"})
+        ->ArgsProduct({{1, 2}, {0, 1}, {0, 1}})
         ->Unit(benchmark::kMicrosecond)
         ->UseRealTime();
   }
@@ -268,6 +434,16 @@ int main(int argc, char** argv) {
       ->ArgNames({"threads"})->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
   benchmark::RegisterBenchmark("BM_LmHead", BM_LmHead)
       ->ArgNames({"threads"})->Arg(1)->Arg(2)->Unit(benchmark::kMicrosecond)->UseRealTime();
+  benchmark::RegisterBenchmark("BM_ValueHead", BM_ValueHead)
+      ->ArgNames({"threads", "active", "path"})
+      ->ArgsProduct({{1, 2}, {10, 51, 1024}, {0, 1}})
+      ->Unit(benchmark::kMicrosecond)
+      ->UseRealTime();
+  benchmark::RegisterBenchmark("BM_Product", BM_Product)
+      ->ArgNames({"matrix", "active_permille", "path"})
+      ->ArgsProduct({{0, 1, 2}, {10, 20, 50, 100, 200, 300, 500, 1000}, {0, 2}})
+      ->Unit(benchmark::kMicrosecond)
+      ->UseRealTime();
   benchmark::Initialize(&argc, argv);
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();

@@ -34,6 +34,17 @@ const char* isa_name(Isa isa);  // "generic", "avx2", "avx512"
 // Step 2 on 64 lane partials (the vector kernels must equal it).
 float combine_lanes(const float* lanes);
 
+// The combine tree merges lanes that differ in bit 4 first, then bit 5, 3, 2, 1 and
+// finally bit 0. With a lane's bits reordered into this key (bit 0 most significant)
+// the tree is the binary trie of the keys: two lanes meet at the level of the highest
+// bit in which their keys differ, and the lane with the smaller key is the left operand
+// of every add on its way up. (The sparse kernels evaluate the tree pruned to the
+// occupied lanes in this order.)
+constexpr uint32_t tree_key(uint32_t lane) {
+  const auto bit = [&](int b) { return (lane >> b) & 1u; };
+  return bit(0) << 5 | bit(1) << 4 | bit(2) << 3 | bit(3) << 2 | bit(5) << 1 | bit(4);
+}
+
 // bf16 -> fp32 is exact: the bf16 bits are the high half of the fp32 bits.
 inline float bf16_to_float(uint16_t b) {
   return __builtin_bit_cast(float, static_cast<uint32_t>(b) << 16);

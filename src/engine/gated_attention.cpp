@@ -19,6 +19,13 @@ std::vector<float> one_plus(std::vector<float>&& w, int64_t size, const std::str
 
 constexpr int64_t kParallelMinWork = int64_t{1} << 15;
 
+// The step's vectors, reused between steps (one set per calling thread; the workers of
+// the parallel region only use the caller's set): no allocation per token once warm.
+std::vector<float>& scratch() {
+  thread_local std::vector<float> s;
+  return s;
+}
+
 }  // namespace
 
 std::vector<float> rope_inv_freq(double theta, int64_t rotary_dim) {
@@ -88,39 +95,44 @@ void GatedAttention::step(const float* h, int64_t position, std::vector<float>& 
          value_cache.size(), position * kv_dim, position);
   }
 
-  std::vector<float> qg(static_cast<size_t>(2 * s.num_heads * d));
-  std::vector<float> k(static_cast<size_t>(kv_dim));
-  std::vector<float> v(static_cast<size_t>(kv_dim));
-  const PackedMatrix::Job projections[] = {
-      {&q_proj_, h, qg.data()}, {&k_proj_, h, k.data()}, {&v_proj_, h, v.data()}};
+  // Scratch: qg [2 * heads * d], k, v [kv_dim], cos, sin [rotary/2], q, attn [heads * d],
+  // probs [heads * steps].
+  const int64_t steps = position + 1;
+  const auto half = static_cast<int64_t>(inv_freq_.size());
+  std::vector<float>& scr = scratch();
+  scr.resize(static_cast<size_t>(4 * s.num_heads * d + 2 * kv_dim + 2 * half + s.num_heads * steps));
+  float* const qg = scr.data();
+  float* const k = qg + 2 * s.num_heads * d;
+  float* const v = k + kv_dim;
+  float* const cos_half = v + kv_dim;
+  float* const sin_half = cos_half + half;
+  float* const q = sin_half + half;
+  float* const attn = q + s.num_heads * d;
+  float* const probs = attn + s.num_heads * d;
+  const PackedMatrix::Job projections[] = {{&q_proj_, h, qg}, {&k_proj_, h, k}, {&v_proj_, h, v}};
   PackedMatrix::multiply_all(projections);
 
-  std::vector<float> cos_half(inv_freq_.size()), sin_half(inv_freq_.size());
-  rope_cos_sin(inv_freq_, position, cos_half.data(), sin_half.data());
+  rope_cos_sin(inv_freq_, position, cos_half, sin_half);
 
   // Head hh of q_proj's output is [query (d) | gate (d)].
-  std::vector<float> q(static_cast<size_t>(s.num_heads * d));
   for (int64_t hh = 0; hh < s.num_heads; ++hh) {
-    numerics::rms_norm(qg.data() + 2 * hh * d, d, q_norm_scale_.data(), rms_eps_, q.data() + hh * d);
-    apply_rope(q.data() + hh * d, s.rotary_dim, cos_half.data(), sin_half.data());
+    numerics::rms_norm(qg + 2 * hh * d, d, q_norm_scale_.data(), rms_eps_, q + hh * d);
+    apply_rope(q + hh * d, s.rotary_dim, cos_half, sin_half);
   }
   for (int64_t g = 0; g < s.num_kv_heads; ++g) {
-    float* kg = k.data() + g * d;
+    float* kg = k + g * d;
     numerics::rms_norm(kg, d, k_norm_scale_.data(), rms_eps_, kg);
-    apply_rope(kg, s.rotary_dim, cos_half.data(), sin_half.data());
+    apply_rope(kg, s.rotary_dim, cos_half, sin_half);
   }
-  key_cache.insert(key_cache.end(), k.begin(), k.end());
-  value_cache.insert(value_cache.end(), v.begin(), v.end());
+  key_cache.insert(key_cache.end(), k, k + kv_dim);
+  value_cache.insert(value_cache.end(), v, v + kv_dim);
 
-  const int64_t steps = position + 1;
   const int64_t group = s.num_heads / s.num_kv_heads;  // query head hh reads kv head hh / group
-  std::vector<float> attn(static_cast<size_t>(s.num_heads * d));
-  std::vector<float> probs(static_cast<size_t>(s.num_heads * steps));
 #pragma omp parallel for schedule(static) if (s.num_heads * steps * d >= kParallelMinWork)
   for (int64_t hh = 0; hh < s.num_heads; ++hh) {
-    const float* qh = q.data() + hh * d;
+    const float* qh = q + hh * d;
     const int64_t g = hh / group;
-    float* p = probs.data() + hh * steps;
+    float* p = probs + hh * steps;
     // Eager attention: (q @ k^T) * scaling, softmax in fp32 over the cached positions.
     float max_score = -INFINITY;
     for (int64_t t = 0; t < steps; ++t) {
@@ -135,7 +147,7 @@ void GatedAttention::step(const float* h, int64_t position, std::vector<float>& 
     const float inv_sum = 1.0f / sum;  // torch's softmax multiplies by 1/sum
     for (int64_t t = 0; t < steps; ++t) p[t] = p[t] * inv_sum;
 
-    float* oh = attn.data() + hh * d;
+    float* oh = attn + hh * d;
     std::fill(oh, oh + d, 0.0f);
     for (int64_t t = 0; t < steps; ++t) {
       const float* vt = value_cache.data() + t * kv_dim + g * d;
@@ -143,11 +155,11 @@ void GatedAttention::step(const float* h, int64_t position, std::vector<float>& 
       for (int64_t c = 0; c < d; ++c) oh[c] = oh[c] + p[t] * vt[c];
     }
     // attn_output * sigmoid(gate)
-    const float* gate = qg.data() + 2 * hh * d + d;
+    const float* gate = qg + 2 * hh * d + d;
     for (int64_t c = 0; c < d; ++c) oh[c] = oh[c] * numerics::sigmoid(gate[c]);
   }
 
-  o_proj_.multiply(attn.data(), out);
+  o_proj_.multiply(attn, out);
 }
 
 }  // namespace qpu::engine

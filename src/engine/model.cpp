@@ -35,6 +35,11 @@ PackedMatrix::Options packing(const ModelOptions& options) {
   p.allow_bf16 = options.allow_bf16;
   if (options.storage == WeightStorage::Dense) p.sparse_min_zero_fraction = 2.0;  // never
   if (options.storage == WeightStorage::Sparse) p.force = PackedMatrix::Format::SparseCsr;
+  switch (options.sparse_path) {
+    case SparsePath::Auto: p.path = PackedMatrix::Path::Auto; break;
+    case SparsePath::Rows: p.path = PackedMatrix::Path::Rows; break;
+    case SparsePath::Columns: p.path = PackedMatrix::Path::Columns; break;
+  }
   return p;
 }
 
@@ -75,9 +80,11 @@ Model::Model(io::Qwen35Weights weights, const ModelOptions& options) : impl_(std
   if (static_cast<int64_t>(weights.layers.size()) != c.num_hidden_layers) {
     fail("weights: {} layers, config says {}", weights.layers.size(), c.num_hidden_layers);
   }
-  m.embed = PackedMatrix::pack(weights.embed_tokens, c.vocab_size, hidden, pack, "embed_tokens");
-  weights.embed_tokens = {};
   m.tied = weights.lm_head.empty();
+  PackedMatrix::Options embed_pack = pack;
+  if (!m.tied) embed_pack.path = PackedMatrix::Path::Rows;  // only looked up: no column copy
+  m.embed = PackedMatrix::pack(weights.embed_tokens, c.vocab_size, hidden, embed_pack, "embed_tokens");
+  weights.embed_tokens = {};
   if (!m.tied) {
     m.lm_head = PackedMatrix::pack(weights.lm_head, c.vocab_size, hidden, pack, "lm_head");
     weights.lm_head = {};

@@ -35,11 +35,18 @@ enum class WeightStorage { Auto, Dense, Sparse };
 // Dense is the plain loop over the whole state (kept for tests and benchmarks).
 enum class GdnRecurrence { SkipZeros, Dense };
 
+// How a sparse (CSR) product walks its matrix (docs/engine.md, "Skipping exact-zero
+// inputs"). Auto: per call, only the columns whose input is nonzero when they hold few
+// enough of the weights, else every row. Rows: always every row (no column copy is
+// stored). Columns: the column walk whenever the input is finite. Same bits in all modes.
+enum class SparsePath { Auto, Rows, Columns };
+
 struct ModelOptions {
   WeightStorage storage = WeightStorage::Auto;
   double sparse_min_zero_fraction = 0.9;
   bool allow_bf16 = true;  // false: dense matrices stay fp32 (tests, benchmarks)
   GdnRecurrence gdn = GdnRecurrence::SkipZeros;
+  SparsePath sparse_path = SparsePath::Auto;
 };
 
 // What the constructor chose, for logs and benchmarks.

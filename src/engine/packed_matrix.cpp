@@ -3,6 +3,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <atomic>
 #include <bit>
 #include <cstring>
 #include <limits>
@@ -19,14 +20,7 @@ bool is_bf16_value(float v) { return (std::bit_cast<uint32_t>(v) & 0xffffu) == 0
 // values (its products are zeros, which change no sum; see dot.h).
 bool is_plus_zero(float v) { return std::bit_cast<uint32_t>(v) == 0; }
 
-// The canonical combine tree of dot.h merges lanes that differ in bit 4 first, then
-// bit 5, 3, 2, 1 and finally bit 0. With the lane's bits reordered into this key (bit 0
-// most significant), the tree is the binary trie of the keys: two lanes meet at the
-// level of the highest bit in which their keys differ.
-uint32_t tree_key(uint32_t lane) {
-  const auto bit = [&](int b) { return (lane >> b) & 1u; };
-  return bit(0) << 5 | bit(1) << 4 | bit(2) << 3 | bit(3) << 2 | bit(5) << 1 | bit(4);
-}
+using dot::tree_key;
 
 int meet_level(uint32_t key_a, uint32_t key_b) { return 32 - std::countl_zero(key_a ^ key_b); }
 
@@ -38,6 +32,21 @@ constexpr int64_t kMaxProgramLanes = 12;
 constexpr int64_t kParallelMinWork = int64_t{1} << 15;
 // Rows handed out together (keeps neighbouring rows, and their cache lines, on one thread).
 constexpr int64_t kRowBlock = 16;
+
+// Path::Auto takes the column path when 4 x (the weights of the active columns) + 64 is
+// at most the matrix's stored nonzeros, and the active weights are at most
+// kColumnPathMaxTermsPerRow per row. A column-path term costs ~2-3x a row-path nonzero
+// (a scatter into its row's list), a call has a fixed cost (~64 nonzeros' worth: the
+// scan of x, the bookkeeping; so a matrix with almost no nonzeros stays on its rows),
+// and a row that collects terms in several lanes pays a run-time tree; the second bound
+// catches that (down_proj with wide columns). Measured with layer_cost_bench BM_Product
+// and BM_LayerPass/idle* (docs/layer-cost.md): the crossover is at ~30% of the weights
+// for gate-like and head-like matrices, ~7% for the down-like one (~2.5 terms per row).
+constexpr int64_t kColumnTermCost = 4;
+constexpr int64_t kColumnCallCost = 64;
+constexpr int64_t kColumnPathMaxTermsPerRow = 2;
+
+std::atomic<int64_t> column_product_count{0};
 
 }  // namespace
 
@@ -81,6 +90,7 @@ PackedMatrix PackedMatrix::pack(std::span<const float> values, int64_t rows, int
     format = Format::DenseBf16;
   }
   m.format_ = format;
+  m.path_ = options.path;
 
   switch (format) {
     case Format::DenseF32:
@@ -135,6 +145,12 @@ PackedMatrix PackedMatrix::pack(std::span<const float> values, int64_t rows, int
       }
       m.row_start_[rows] = static_cast<int64_t>(m.f32_.size());
       m.program_start_[rows] = static_cast<int64_t>(m.program_.size());
+      // No column copy where it would never run: Rows, or Auto on a matrix with almost
+      // no nonzeros (its rows cost less than a column-path call).
+      if (options.path == Path::Columns ||
+          (options.path == Path::Auto && static_cast<int64_t>(m.f32_.size()) >= kColumnCallCost)) {
+        m.columns_ = ColumnMatrix::from_csr(rows, cols, m.row_start_, m.col_index_, m.f32_);
+      }
       break;
     }
   }
@@ -152,7 +168,11 @@ int64_t PackedMatrix::nonzeros() const {
 size_t PackedMatrix::bytes() const {
   return f32_.size() * sizeof(float) + bf16_.size() * sizeof(uint16_t) +
          col_index_.size() * sizeof(uint32_t) + row_start_.size() * sizeof(int64_t) +
-         program_.size() * sizeof(uint32_t) + program_start_.size() * sizeof(int64_t);
+         program_.size() * sizeof(uint32_t) + program_start_.size() * sizeof(int64_t) + columns_.bytes();
+}
+
+int64_t PackedMatrix::row_work() const {
+  return format_ == Format::SparseCsr ? nonzeros() + rows_ * 4 : rows_ * cols_;
 }
 
 void PackedMatrix::multiply_rows(const float* x, float* y, int64_t row_begin, int64_t row_end) const {
@@ -200,8 +220,48 @@ void PackedMatrix::multiply_rows(const float* x, float* y, int64_t row_begin, in
   }
 }
 
+bool PackedMatrix::plan_columns(const float* x, ColumnMatrix::Plan& plan) const {
+  if (format_ != Format::SparseCsr || path_ == Path::Rows || columns_.empty() || !columns_.weights_finite()) {
+    return false;
+  }
+  const bool automatic = path_ == Path::Auto;
+  if (automatic && nonzeros() < kColumnCallCost) return false;  // the rows cost less than the call
+  plan = columns_.count(x);
+  // 0 * inf / 0 * NaN: the dense sum is NaN where the column product leaves the term
+  // out, so a non-finite x takes the row path (the CSR behaviour of dot.h).
+  if (!plan.x_finite) return false;
+  if (automatic && 2 * plan.active_cols > cols_) return false;  // most inputs live: rows
+  // The active column list of the calling thread (read by the band workers).
+  thread_local std::vector<int32_t> active;
+  columns_.list_active(x, plan, active);
+  return !automatic || (kColumnTermCost * plan.active_entries + kColumnCallCost <= nonzeros() &&
+                        plan.active_entries <= kColumnPathMaxTermsPerRow * rows_);
+}
+
+bool PackedMatrix::try_columns(const float* x, float* y) const {
+  ColumnMatrix::Plan plan;
+  if (!plan_columns(x, plan)) return false;
+  column_product_count.fetch_add(1, std::memory_order_relaxed);
+  const int64_t bands = columns_.bands();
+  if (bands > 1 && plan.active_entries + rows_ >= kParallelMinWork) {
+#pragma omp parallel for schedule(static)
+    for (int64_t b = 0; b < bands; ++b) columns_.multiply_band(b, x, plan, y);
+  } else {
+    for (int64_t b = 0; b < bands; ++b) columns_.multiply_band(b, x, plan, y);
+  }
+  return true;
+}
+
+PackedMatrix::Path PackedMatrix::path_for(const float* x) const {
+  ColumnMatrix::Plan plan;
+  return plan_columns(x, plan) ? Path::Columns : Path::Rows;
+}
+
+int64_t PackedMatrix::column_products() { return column_product_count.load(std::memory_order_relaxed); }
+
 void PackedMatrix::multiply(const float* x, float* y) const {
-  const int64_t work = format_ == Format::SparseCsr ? nonzeros() + rows_ * 4 : rows_ * cols_;
+  if (try_columns(x, y)) return;
+  const int64_t work = row_work();
   if (work < kParallelMinWork) {  // rows in order on this thread: the same bits, no region
     multiply_rows(x, y, 0, rows_);
     return;
@@ -214,35 +274,49 @@ void PackedMatrix::multiply(const float* x, float* y) const {
 }
 
 void PackedMatrix::multiply_all(std::span<const Job> jobs) {
-  // Row blocks of all jobs, numbered consecutively: block b belongs to the job whose
-  // range contains it. (On the stack for the usual handful of jobs: no allocation.)
+  // Column-path jobs run now, one after the other; the rest share one parallel region.
+  // Their row blocks are numbered consecutively: block b belongs to the job whose range
+  // contains it. (On the stack for the usual handful of jobs: no allocation.)
   constexpr size_t kInline = 8;
+  const Job* inline_rows[kInline];
   int64_t inline_first[kInline + 1];
+  std::vector<const Job*> heap_rows;
   std::vector<int64_t> heap_first;
+  const Job** row_jobs = inline_rows;
   int64_t* first_block = inline_first;
   if (jobs.size() > kInline) {
+    heap_rows.resize(jobs.size());
     heap_first.resize(jobs.size() + 1);
+    row_jobs = heap_rows.data();
     first_block = heap_first.data();
+  }
+  size_t count = 0;
+  for (const Job& job : jobs) {
+    if (!job.matrix->try_columns(job.x, job.y)) row_jobs[count++] = &job;
   }
   first_block[0] = 0;
   int64_t work = 0;
-  for (size_t i = 0; i < jobs.size(); ++i) {
-    const PackedMatrix& m = *jobs[i].matrix;
+  for (size_t i = 0; i < count; ++i) {
+    const PackedMatrix& m = *row_jobs[i]->matrix;
     first_block[i + 1] = first_block[i] + (m.rows_ + kRowBlock - 1) / kRowBlock;
-    work += m.format_ == Format::SparseCsr ? m.nonzeros() + m.rows_ * 4 : m.rows_ * m.cols_;
+    work += m.row_work();
   }
-  const int64_t blocks = first_block[jobs.size()];
+  const int64_t blocks = first_block[count];
   if (work < kParallelMinWork) {  // one thread: each job in turn, no block search
-    for (const Job& job : jobs) job.matrix->multiply_rows(job.x, job.y, 0, job.matrix->rows_);
+    for (size_t i = 0; i < count; ++i) {
+      const Job& job = *row_jobs[i];
+      job.matrix->multiply_rows(job.x, job.y, 0, job.matrix->rows_);
+    }
     return;
   }
 #pragma omp parallel for schedule(static)
   for (int64_t b = 0; b < blocks; ++b) {
-    const size_t i = static_cast<size_t>(std::upper_bound(first_block, first_block + jobs.size() + 1, b) -
+    const size_t i = static_cast<size_t>(std::upper_bound(first_block, first_block + count + 1, b) -
                                          first_block) - 1;
-    const PackedMatrix& m = *jobs[i].matrix;
+    const Job& job = *row_jobs[i];
+    const PackedMatrix& m = *job.matrix;
     const int64_t row = (b - first_block[i]) * kRowBlock;
-    m.multiply_rows(jobs[i].x, jobs[i].y, row, std::min(m.rows_, row + kRowBlock));
+    m.multiply_rows(job.x, job.y, row, std::min(m.rows_, row + kRowBlock));
   }
 }
 

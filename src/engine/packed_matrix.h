@@ -6,14 +6,17 @@
 //              stored in BF16): kept as bf16 and upcast exactly while multiplying.
 //              Same bits, half the memory traffic.
 //   SparseCsr  mostly zeros (compiled checkpoints): only the nonzeros, in ascending
-//              column order per row.
+//              column order per row, plus a column-major copy (column_matrix.h) for
+//              inputs that are mostly exact zeros.
 // All three produce identical results (dot.h explains why the sparse sum equals the
-// dense one on finite inputs).
+// dense one on finite inputs, column_matrix.h why the column product does).
 #include <cstdint>
 #include <optional>
 #include <span>
 #include <string>
 #include <vector>
+
+#include "engine/column_matrix.h"
 
 namespace qpu::engine {
 
@@ -21,12 +24,23 @@ class PackedMatrix {
  public:
   enum class Format { DenseF32, DenseBf16, SparseCsr };
 
+  // How a SparseCsr product walks the matrix.
+  //   Rows     every stored nonzero, row by row (the CSR kernel); no column copy is kept
+  //            (nor under Auto for a matrix with under 64 nonzeros: its rows are cheaper).
+  //   Columns  only the columns whose input is nonzero (ColumnMatrix), whenever that is
+  //            exact: every x[j] and every weight finite; otherwise Rows.
+  //   Auto     per call, Columns when the stored weights of the active columns are few
+  //            enough to be cheaper (packed_matrix.cpp, measured), else Rows.
+  // Dense formats always run their row kernels. All give the same bits.
+  enum class Path { Auto, Rows, Columns };
+
   struct Options {
     // CSR when more than this fraction of the values are +0 (-0 counts as a value).
     double sparse_min_zero_fraction = 0.9;
     bool allow_bf16 = true;
     // Tests force a format; DenseBf16 is refused if a value is not a bf16 number.
     std::optional<Format> force;
+    Path path = Path::Auto;
   };
 
   PackedMatrix() = default;
@@ -38,17 +52,19 @@ class PackedMatrix {
   int64_t rows() const { return rows_; }
   int64_t cols() const { return cols_; }
   Format format() const { return format_; }
+  Path path() const { return path_; }
   int64_t nonzeros() const;
-  size_t bytes() const;  // storage used for the values (and indices)
+  size_t bytes() const;  // storage used for the values (and indices), column copy included
 
   // y[0..rows) = W x. Rows are split between OpenMP threads; each row is summed by
   // one thread in the canonical order of dot.h, so y does not depend on the thread
-  // count. x and y must not overlap.
+  // count. x and y must not overlap. A SparseCsr matrix picks its path per call (Path).
   void multiply(const float* x, float* y) const;
 
   // Several products in one parallel region (fewer fork/join points per token): each
   // job is y = M x, rows split between threads exactly as multiply() does, so the
-  // results are the same bits as separate calls.
+  // results are the same bits as separate calls. Jobs that take the column path run
+  // first, each on its own (split into row bands only when large).
   struct Job {
     const PackedMatrix* matrix;
     const float* x;
@@ -59,8 +75,19 @@ class PackedMatrix {
   // One row upcast to fp32 (embedding lookup of a tied matrix).
   void copy_row(int64_t row, float* out) const;
 
+  // The path multiply(x, ...) takes for this x (Rows for dense formats), and how many
+  // products took the column path so far in this process (tests and benchmarks check
+  // that the path they mean to exercise is the one that ran).
+  Path path_for(const float* x) const;
+  static int64_t column_products();
+
  private:
   void multiply_rows(const float* x, float* y, int64_t row_begin, int64_t row_end) const;
+  // The column path when this call should take it (plans x, and runs it): true if done.
+  bool try_columns(const float* x, float* y) const;
+  // Plans x into the calling thread's active list; false if the row path must run.
+  bool plan_columns(const float* x, ColumnMatrix::Plan& plan) const;
+  int64_t row_work() const;  // multiply-adds of the row path (parallel threshold)
 
   int64_t rows_ = 0;
   int64_t cols_ = 0;
@@ -74,6 +101,8 @@ class PackedMatrix {
   // nonzeros are stored in the same order (ascending column within a lane).
   std::vector<uint32_t> program_;
   std::vector<int64_t> program_start_;  // rows + 1 entries
+  Path path_ = Path::Auto;
+  ColumnMatrix columns_;  // SparseCsr, path_ Columns or Auto: the same nonzeros, column-major
 };
 
 const char* format_name(PackedMatrix::Format format);

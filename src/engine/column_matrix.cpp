@@ -1,0 +1,262 @@
+#include "engine/column_matrix.h"
+
+#include <algorithm>
+#include <array>
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "engine/dot.h"
+
+namespace qpu::engine {
+namespace {
+
+// One product w * x[j] waiting for its row's combine. Terms of a row form a list in
+// the order they were made, which is ascending j (columns are visited in ascending j).
+struct Term {
+  float value;
+  int32_t next;   // next term of the same row, -1 at the end
+  uint32_t lane;  // j mod 64
+};
+
+// Per-thread bookkeeping of one band, reused across calls (no allocation when warm).
+// head[r] is -1 for every row between calls: a call resets exactly the rows it touched.
+struct Scratch {
+  std::vector<int32_t> head;     // [kBandRows]: first term of row r, -1 = untouched
+  std::vector<int32_t> tail;     // [kBandRows]: last term of row r (valid when head >= 0)
+  std::vector<int32_t> touched;  // rows with a term, in order of their first term
+  std::vector<Term> terms;
+};
+
+Scratch& scratch() {
+  thread_local Scratch s;
+  return s;
+}
+
+// lane = kLaneOfKey[dot::tree_key(lane)] (the key is a permutation of the 6 lane bits).
+constexpr auto kLaneOfKey = [] {
+  std::array<uint8_t, dot::kLanes> lane_of{};
+  for (uint32_t l = 0; l < dot::kLanes; ++l) lane_of[dot::tree_key(l)] = static_cast<uint8_t>(l);
+  return lane_of;
+}();
+
+// The canonical sum of one row from its terms: lanes in ascending j from +0, then the
+// combine tree pruned to the lanes that got a term (dot.h, column_matrix.h).
+inline float combine_row(const Term* terms, int32_t t) {
+  if (terms[t].next < 0) return 0.0f + terms[t].value;  // one lane, one term: +0 + p
+  float lanes[dot::kLanes];
+  uint64_t occupied = 0;
+  for (; t >= 0; t = terms[t].next) {
+    const uint32_t l = terms[t].lane;
+    const uint64_t bit = uint64_t{1} << l;
+    if (occupied & bit) {
+      lanes[l] = lanes[l] + terms[t].value;
+    } else {
+      lanes[l] = 0.0f + terms[t].value;  // a lane starts at +0 (a -0 product gives +0)
+      occupied |= bit;
+    }
+  }
+  // The tree pruned to the occupied lanes: leaves in tree-key order, evaluated on a
+  // stack. level[i] is the level at which stack entry i meets the entry after it (the
+  // highest differing key bit); two neighbours merge once the next leaf meets them
+  // higher up. (The CSR kernel runs the same evaluation from a stored program.)
+  uint64_t keys = 0;
+  for (uint64_t m = occupied; m != 0; m &= m - 1) keys |= uint64_t{1} << dot::tree_key(static_cast<uint32_t>(std::countr_zero(m)));
+  float stack[dot::kLanes];
+  int level[dot::kLanes];
+  int top = 0;
+  while (keys != 0) {
+    const auto key = static_cast<uint32_t>(std::countr_zero(keys));
+    keys &= keys - 1;
+    const int next = keys != 0 ? 32 - std::countl_zero(key ^ static_cast<uint32_t>(std::countr_zero(keys))) : 7;
+    stack[top] = lanes[kLaneOfKey[key]];
+    level[top] = next;
+    ++top;
+    while (top >= 2 && level[top - 2] < next) {
+      stack[top - 2] = stack[top - 2] + stack[top - 1];
+      level[top - 2] = next;
+      --top;
+    }
+  }
+  return stack[0];
+}
+
+}  // namespace
+
+ColumnMatrix ColumnMatrix::from_csr(int64_t rows, int64_t cols, const std::vector<int64_t>& row_start,
+                                    const std::vector<uint32_t>& col_index, const std::vector<float>& values) {
+  ColumnMatrix m;
+  // Offsets and per-column counts are 32-bit (count() sums them in int32 lanes).
+  if (values.size() >= std::numeric_limits<int32_t>::max()) return m;  // no column copy
+  m.rows_ = rows;
+  m.cols_ = cols;
+  const int64_t bands = m.bands();
+  const auto stride = static_cast<size_t>(cols + 1);
+  m.col_entries_.assign(static_cast<size_t>(cols), 0);
+  m.start_.assign(static_cast<size_t>(bands) * stride, 0);
+  for (int64_t r = 0; r < rows; ++r) {
+    uint32_t* start = m.start_.data() + static_cast<size_t>(r / kBandRows) * stride;
+    for (int64_t k = row_start[r]; k < row_start[r + 1]; ++k) {
+      ++start[col_index[k] + 1];
+      ++m.col_entries_[col_index[k]];
+      m.weights_finite_ = m.weights_finite_ && std::isfinite(values[k]);
+    }
+  }
+  // Offsets, band after band.
+  uint32_t total = 0;
+  for (int64_t b = 0; b < bands; ++b) {
+    uint32_t* start = m.start_.data() + static_cast<size_t>(b) * stride;
+    start[0] = total;
+    for (int64_t j = 0; j < cols; ++j) start[j + 1] += start[j];
+    total = start[cols];
+  }
+  m.entries_.resize(values.size());
+  std::vector<uint32_t> next(m.start_);  // fill position per (band, column)
+  for (int64_t r = 0; r < rows; ++r) {  // ascending rows: each column's entries stay sorted
+    uint32_t* fill = next.data() + static_cast<size_t>(r / kBandRows) * stride;
+    for (int64_t k = row_start[r]; k < row_start[r + 1]; ++k) {
+      m.entries_[fill[col_index[k]]++] = Entry{static_cast<uint32_t>(r % kBandRows), values[k]};
+    }
+  }
+  return m;
+}
+
+size_t ColumnMatrix::bytes() const {
+  return col_entries_.size() * sizeof(uint32_t) + start_.size() * sizeof(uint32_t) + entries_.size() * sizeof(Entry);
+}
+
+// The vector values never cross a function boundary (always_inline), so GCC's note
+// about their calling convention is moot.
+#pragma GCC diagnostic ignored "-Wpsabi"
+
+// 4 inputs at a time (GCC vector extensions, one SSE register on baseline x86-64; wider
+// vectors without AVX enabled get split into scalar compares): the scan runs on every
+// sparse product, so it must cost far less than the product.
+typedef float f32x4 __attribute__((vector_size(16)));
+typedef int32_t i32x4 __attribute__((vector_size(16)));
+
+namespace {
+constexpr int64_t kScan = 4;
+[[gnu::always_inline]] inline f32x4 load4(const float* p) {
+  f32x4 v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+[[gnu::always_inline]] inline bool any(i32x4 m) {
+  uint64_t half[2];
+  std::memcpy(half, &m, sizeof half);
+  return (half[0] | half[1]) != 0;
+}
+}  // namespace
+
+ColumnMatrix::Plan ColumnMatrix::count(const float* x) const {
+  // How many inputs are nonzero (+0 and -0 are zeros; NaN counts) and whether all are
+  // finite (v - v is NaN for inf and NaN). Reads x only: x was just written and is in
+  // the cache, the matrix may not be.
+  const f32x4 zero{};
+  i32x4 count{}, finite = zero == zero;
+  int64_t j = 0;
+  for (; j + kScan <= cols_; j += kScan) {
+    const f32x4 v = load4(x + j);
+    count -= v != zero;  // -1 where nonzero
+    finite &= (v - v) == zero;
+  }
+  int64_t n = 0;
+  bool all_finite = true;
+  for (int i = 0; i < kScan; ++i) {
+    n += count[i];
+    all_finite = all_finite && finite[i] != 0;
+  }
+  for (; j < cols_; ++j) {
+    const float v = x[j];
+    n += v != 0.0f;
+    all_finite = all_finite && v - v == 0.0f;
+  }
+  return Plan{nullptr, n, 0, all_finite};
+}
+
+void ColumnMatrix::list_active(const float* x, Plan& plan, std::vector<int32_t>& active) const {
+  if (static_cast<int64_t>(active.size()) < cols_) active.resize(static_cast<size_t>(cols_));
+  int32_t* list = active.data();
+  plan.active = list;
+  plan.active_entries = 0;
+  if (plan.active_cols == 0) return;  // an all-zero x (an idle micro-op): nothing to list
+  int64_t count = 0;
+  const f32x4 zero{};
+  int64_t j = 0;
+  for (; j + kScan <= cols_; j += kScan) {
+    if (!any(load4(x + j) != zero)) continue;  // most blocks of a sparse x are all zero
+    for (int64_t i = j; i < j + kScan; ++i) {
+      list[count] = static_cast<int32_t>(i);  // branch-free: overwritten unless x[i] counts
+      count += x[i] != 0.0f;
+    }
+  }
+  for (; j < cols_; ++j) {
+    list[count] = static_cast<int32_t>(j);
+    count += x[j] != 0.0f;
+  }
+  int64_t entries = 0;
+  for (int64_t a = 0; a < count; ++a) entries += col_entries_[static_cast<size_t>(list[a])];
+  plan.active_entries = entries;
+}
+
+void ColumnMatrix::multiply_band(int64_t band, const float* x, const Plan& plan, float* y) const {
+  const int64_t row0 = band * kBandRows;
+  const int64_t band_rows = std::min(rows_, row0 + kBandRows) - row0;
+  float* yb = y + row0;
+  std::fill(yb, yb + band_rows, 0.0f);  // rows without a term: +0, as the dense row gives
+
+  Scratch& s = scratch();
+  if (s.head.empty()) {
+    s.head.assign(kBandRows, -1);
+    s.tail.assign(kBandRows, 0);
+    s.touched.assign(kBandRows, 0);
+  }
+  if (static_cast<int64_t>(s.terms.size()) < plan.active_entries) {
+    s.terms.resize(static_cast<size_t>(plan.active_entries));
+  }
+  int32_t* head = s.head.data();
+  int32_t* tail = s.tail.data();
+  int32_t* touched = s.touched.data();
+  Term* terms = s.terms.data();
+
+  // Products of the active columns in ascending j, appended to their row's list.
+  const uint32_t* start = start_.data() + static_cast<size_t>(band) * static_cast<size_t>(cols_ + 1);
+  int32_t term_count = 0, touched_count = 0;
+  // The active columns sit at scattered places of a matrix that is usually not in the
+  // cache (a stack of layers): fetch their offsets and first entries ahead of use, or
+  // every column costs a memory round trip.
+  constexpr int64_t kAhead = 8;
+  const Entry* entries = entries_.data();
+  for (int64_t a = 0; a < plan.active_cols; ++a) {
+    if (a + 2 * kAhead < plan.active_cols) __builtin_prefetch(start + plan.active[a + 2 * kAhead]);
+    if (a + kAhead < plan.active_cols) {
+      const Entry* ahead = entries + start[plan.active[a + kAhead]];
+      __builtin_prefetch(ahead);
+      __builtin_prefetch(ahead + 8);
+    }
+    const int32_t j = plan.active[a];
+    const float xj = x[j];
+    const auto lane = static_cast<uint32_t>(j) % static_cast<uint32_t>(dot::kLanes);
+    for (uint32_t k = start[j]; k < start[j + 1]; ++k) {
+      const Entry e = entries[k];
+      const int32_t t = term_count++;
+      terms[t] = Term{e.weight * xj, -1, lane};
+      if (head[e.row] < 0) {
+        head[e.row] = t;
+        touched[touched_count++] = static_cast<int32_t>(e.row);
+      } else {
+        terms[tail[e.row]].next = t;
+      }
+      tail[e.row] = t;
+    }
+  }
+  for (int32_t i = 0; i < touched_count; ++i) {
+    const int32_t r = touched[i];
+    yb[r] = combine_row(terms, head[r]);
+    head[r] = -1;
+  }
+}
+
+}  // namespace qpu::engine

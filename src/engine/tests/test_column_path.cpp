@@ -1,0 +1,363 @@
+// The column path of sparse products (column_matrix.h): for inputs with exact zeros it
+// visits only the active columns, and must give the bits of dot::rows_f32 on the dense
+// matrix (the canonical order of dot.h), signed zeros included, at every thread count;
+// whole tiny checkpoints whose residual stream is mostly zero give the same logits with
+// every path and storage format.
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "common/float_bits.h"
+#include "engine/dot.h"
+#include "engine/model.h"
+#include "engine/packed_matrix.h"
+#include "tiny_model.h"
+
+namespace qpu::engine {
+namespace {
+
+using testing::LayerType;
+using testing::TinyRandom;
+using testing::TinySpec;
+using Path = PackedMatrix::Path;
+
+// A value with exact zeros of both signs, subnormals, products that underflow, and
+// magnitudes spread over 2^-40 .. 2^40 (so that a wrong summation order shows in the
+// rounding).
+float wild_value(TinyRandom& rng, double zeros) {
+  const double u = rng.unit();
+  if (u < zeros * 0.7) return 0.0f;
+  if (u < zeros) return -0.0f;
+  const double v = rng.unit();
+  if (v < 0.05) return rng.uniform(1.0) * 1e-40f;  // subnormal
+  if (v < 0.10) return rng.uniform(1.0) * 1e-25f;  // its products with small x underflow
+  return std::ldexp(rng.uniform(1.0), static_cast<int>(rng.unit() * 80.0) - 40);
+}
+
+PackedMatrix pack(const std::vector<float>& m, int64_t rows, int64_t cols, Path path) {
+  PackedMatrix::Options o;
+  o.force = PackedMatrix::Format::SparseCsr;
+  o.path = path;
+  return PackedMatrix::pack(m, rows, cols, o, "m");
+}
+
+std::vector<float> dense_product(const std::vector<float>& m, int64_t rows, int64_t cols, const std::vector<float>& x) {
+  std::vector<float> y(static_cast<size_t>(rows), -1.0f);
+  dot::rows_f32(m.data(), cols, x.data(), y.data(), 0, rows);
+  return y;
+}
+
+void expect_bits(const std::vector<float>& got, const std::vector<float>& want, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t r = 0; r < got.size(); ++r) {
+    ASSERT_EQ(float_bits(got[r]), float_bits(want[r]))
+        << what << " row " << r << ": " << describe_float(got[r]) << " vs " << describe_float(want[r]);
+  }
+}
+
+struct Case {
+  int64_t rows, cols;
+  double w_zeros, x_zeros;
+};
+
+TEST(ColumnPath, EqualsTheDenseRowsBitForBit) {
+  TinyRandom rng(21);
+  const int64_t kShapes[][2] = {{1, 1}, {7, 1}, {1, 300}, {37, 63}, {37, 64}, {64, 65},
+                                {300, 200}, {96, 1000}, {5000, 70}};
+  int64_t checked_rows = 0;
+  const int64_t before = PackedMatrix::column_products();
+  int64_t column_calls = 0;
+  for (const auto& shape : kShapes) {
+    const int64_t rows = shape[0], cols = shape[1];
+    for (double w_zeros : {0.0, 0.5, 0.9, 0.99}) {
+      std::vector<float> m(static_cast<size_t>(rows * cols));
+      for (float& v : m) v = wild_value(rng, w_zeros);
+      // A row with no nonzero, a row of -0 weights only, and a row that cancels exactly.
+      for (int64_t c = 0; c < cols; ++c) m[static_cast<size_t>(c)] = 0.0f;
+      if (rows > 1) {
+        for (int64_t c = 0; c < cols; ++c) m[static_cast<size_t>(cols + c)] = -0.0f;
+      }
+      if (rows > 2 && cols > 64) {
+        for (int64_t c = 0; c < cols; ++c) m[static_cast<size_t>(2 * cols + c)] = 0.0f;
+        m[static_cast<size_t>(2 * cols)] = 3.0f;
+        m[static_cast<size_t>(2 * cols + 64)] = -3.0f;
+      }
+      const PackedMatrix columns = pack(m, rows, cols, Path::Columns);
+      const PackedMatrix automatic = pack(m, rows, cols, Path::Auto);
+      const PackedMatrix row_path = pack(m, rows, cols, Path::Rows);
+      for (int trial = 0; trial < 12; ++trial) {
+        const double x_zeros = trial == 0 ? 1.0 : trial < 4 ? 0.0 : rng.unit();
+        std::vector<float> x(static_cast<size_t>(cols));
+        for (float& v : x) v = wild_value(rng, x_zeros);
+        if (rows > 2 && cols > 64 && trial % 2) {
+          x[0] = 1.0f;
+          x[64] = 1.0f;  // row 2: 3 - 3 = +0 in lane 0
+        }
+        const std::vector<float> want = dense_product(m, rows, cols, x);
+        std::vector<float> got(static_cast<size_t>(rows), -1.0f);
+        ASSERT_EQ(columns.path_for(x.data()), Path::Columns);
+        columns.multiply(x.data(), got.data());
+        ++column_calls;
+        expect_bits(got, want, "columns");
+        column_calls += automatic.path_for(x.data()) == Path::Columns;
+        automatic.multiply(x.data(), got.data());
+        expect_bits(got, want, "auto");
+        row_path.multiply(x.data(), got.data());
+        expect_bits(got, want, "rows");
+        EXPECT_EQ(float_bits(want[0]), 0u);  // no nonzero: +0
+        if (rows > 1) {
+          EXPECT_EQ(float_bits(want[1]), 0u);  // only -0 weights: +0
+        }
+        checked_rows += rows;
+      }
+    }
+  }
+  EXPECT_EQ(PackedMatrix::column_products() - before, column_calls);
+  EXPECT_GT(checked_rows, 100000);
+}
+
+TEST(ColumnPath, ManyLanesPerRowAndLongColumns) {
+  // Rows with 1, 2, 3, ... 64+ occupied lanes (the fast paths for one and two lanes,
+  // the full tree above), several terms per lane, and one column feeding every row.
+  TinyRandom rng(22);
+  for (int trial = 0; trial < 300; ++trial) {
+    const int64_t rows = 50, cols = 64 * (1 + trial % 5) + trial % 3;
+    std::vector<float> m(static_cast<size_t>(rows * cols), 0.0f);
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t nnz = r < 40 ? r % 8 : static_cast<int64_t>(rng.unit() * static_cast<double>(cols));
+      for (int64_t n = 0; n < nnz; ++n) {
+        m[static_cast<size_t>(r * cols + static_cast<int64_t>(rng.unit() * static_cast<double>(cols)))] = wild_value(rng, 0.1);
+      }
+      m[static_cast<size_t>(r * cols + 5)] = wild_value(rng, 0.0);  // column 5 feeds every row
+    }
+    std::vector<float> x(static_cast<size_t>(cols));
+    for (float& v : x) v = wild_value(rng, trial % 4 == 0 ? 0.0 : 0.6);
+    x[5] = rng.uniform(2.0);
+    const std::vector<float> want = dense_product(m, rows, cols, x);
+    std::vector<float> got(static_cast<size_t>(rows));
+    pack(m, rows, cols, Path::Columns).multiply(x.data(), got.data());
+    expect_bits(got, want, "columns trial " + std::to_string(trial));
+  }
+}
+
+TEST(ColumnPath, OrderWithinALaneIsAscending) {
+  // Lane 0 of row 0 gets 2^24, 1, 1 (columns 0, 64, 128): each +1 is a tie that rounds
+  // back to 2^24, so the canonical order gives 2^24; any other order gives 2^24 + 2.
+  std::vector<float> m(3 * 192, 0.0f), x(192, 0.0f);
+  m[0] = m[64] = m[128] = 1.0f;
+  x[0] = 16777216.0f;
+  x[64] = x[128] = 1.0f;
+  // Row 1: the same terms in lanes 0, 8, 4 and 12: (0 + 8) first, then (4 + 12) = 2.
+  m[192 + 0] = m[192 + 8] = m[192 + 4] = m[192 + 12] = 1.0f;
+  x[8] = x[4] = x[12] = 1.0f;
+  // Row 2: lanes 0, 16 and 32 hold 2^24, 1, 1: (p0 + p16) + p32 rounds twice to 2^24.
+  m[384 + 0] = m[384 + 16] = m[384 + 32] = 1.0f;
+  x[16] = x[32] = 1.0f;
+  std::vector<float> y(3);
+  pack(m, 3, 192, Path::Columns).multiply(x.data(), y.data());
+  EXPECT_EQ(y[0], 16777216.0f);
+  EXPECT_EQ(y[1], 16777218.0f);
+  EXPECT_EQ(y[2], 16777216.0f);
+  expect_bits(y, dense_product(m, 3, 192, x), "order");
+}
+
+TEST(ColumnPath, NonFiniteInputsAndWeightsTakeTheRowPath) {
+  // x with inf or NaN: 0 * inf is NaN in the dense sum and absent from the column walk,
+  // so these calls run the CSR rows (dot.h's documented CSR behaviour); the same for a
+  // matrix holding an inf weight (inf * 0 for every x[j] = 0).
+  std::vector<float> m{0.0f, 2.0f, 0.0f, 1.0f, 1.0f, 0.0f, 0.0f, 0.0f};
+  const PackedMatrix columns = pack(m, 2, 4, Path::Columns);
+  const PackedMatrix rows = pack(m, 2, 4, Path::Rows);
+  for (float bad : {std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN()}) {
+    const std::vector<float> x{bad, 1.5f, 0.0f, 0.0f};
+    EXPECT_EQ(columns.path_for(x.data()), Path::Rows);
+    std::vector<float> a(2), b(2);
+    columns.multiply(x.data(), a.data());
+    rows.multiply(x.data(), b.data());
+    expect_bits(a, b, "non-finite x");
+    EXPECT_EQ(a[0], 3.0f);  // the CSR row leaves 0 * inf out
+  }
+  m[7] = std::numeric_limits<float>::infinity();
+  const PackedMatrix inf_weight = pack(m, 2, 4, Path::Columns);
+  const std::vector<float> x{1.0f, 1.0f, 0.0f, 0.0f};
+  EXPECT_EQ(inf_weight.path_for(x.data()), Path::Rows);
+  std::vector<float> y(2);
+  inf_weight.multiply(x.data(), y.data());
+  expect_bits(y, dense_product(m, 2, 4, x), "inf weight");
+  EXPECT_TRUE(std::isnan(y[1]));  // inf * 0 in the dense order
+}
+
+TEST(ColumnPath, AutoPicksByTheActiveShare) {
+  TinyRandom rng(23);
+  const int64_t rows = 2000, cols = 512;
+  std::vector<float> m(static_cast<size_t>(rows * cols), 0.0f);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int n = 0; n < 6; ++n) m[static_cast<size_t>(r * cols + static_cast<int64_t>(rng.unit() * cols))] = rng.uniform(1.0);
+  }
+  const PackedMatrix a = pack(m, rows, cols, Path::Auto);
+  std::vector<float> dense_x(static_cast<size_t>(cols), 1.0f), sparse_x(static_cast<size_t>(cols), 0.0f);
+  sparse_x[3] = sparse_x[300] = 1.0f;
+  EXPECT_EQ(a.path_for(dense_x.data()), Path::Rows);
+  EXPECT_EQ(a.path_for(sparse_x.data()), Path::Columns);
+  std::vector<float> zero_x(static_cast<size_t>(cols), -0.0f);
+  EXPECT_EQ(a.path_for(zero_x.data()), Path::Columns);
+  std::vector<float> y(static_cast<size_t>(rows), 1.0f);
+  a.multiply(zero_x.data(), y.data());
+  for (float v : y) ASSERT_EQ(float_bits(v), 0u);
+  // A matrix with (almost) no nonzeros stays on its rows: they cost no more than the
+  // column path's fixed cost.
+  const PackedMatrix empty = pack(std::vector<float>(static_cast<size_t>(rows * cols), 0.0f), rows, cols, Path::Auto);
+  EXPECT_EQ(empty.path_for(sparse_x.data()), Path::Rows);
+  EXPECT_EQ(pack(std::vector<float>(static_cast<size_t>(rows * cols), 0.0f), rows, cols, Path::Columns)
+                .path_for(sparse_x.data()),
+            Path::Columns);
+  // Dense formats have no column path; Rows keeps no column copy.
+  PackedMatrix::Options dense;
+  dense.force = PackedMatrix::Format::DenseF32;
+  dense.path = Path::Columns;
+  EXPECT_EQ(PackedMatrix::pack(m, rows, cols, dense, "d").path_for(sparse_x.data()), Path::Rows);
+  EXPECT_LT(pack(m, rows, cols, Path::Rows).bytes(), a.bytes());
+}
+
+TEST(ColumnPath, ThreadCountDoesNotChangeBits) {
+  // Several row bands (ColumnMatrix::kBandRows) and enough active weights for the bands
+  // to run in parallel; multiply_all mixing column-path and row-path jobs.
+  TinyRandom rng(24);
+  const int64_t rows = 3 * ColumnMatrix::kBandRows + 123, cols = 700;
+  std::vector<float> m(static_cast<size_t>(rows * cols), 0.0f);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int n = 0; n < 40; ++n) {
+      m[static_cast<size_t>(r * cols + static_cast<int64_t>(rng.unit() * cols))] = wild_value(rng, 0.0);
+    }
+  }
+  const PackedMatrix big = pack(m, rows, cols, Path::Columns);
+  std::vector<float> x(static_cast<size_t>(cols));
+  for (float& v : x) v = wild_value(rng, 0.8);  // ~100K active weights: parallel bands
+  const std::vector<float> want = dense_product(m, rows, cols, x);
+
+  std::vector<float> small_m(static_cast<size_t>(100 * cols));
+  for (float& v : small_m) v = wild_value(rng, 0.9);
+  const PackedMatrix small_rows = pack(small_m, 100, cols, Path::Rows);
+  const PackedMatrix small_columns = pack(small_m, 100, cols, Path::Columns);
+  const std::vector<float> small_want = dense_product(small_m, 100, cols, x);
+
+  const int saved = omp_get_max_threads();
+  for (int threads : {1, 2, 3}) {
+    omp_set_num_threads(threads);
+    std::vector<float> y(static_cast<size_t>(rows), -1.0f);
+    big.multiply(x.data(), y.data());
+    expect_bits(y, want, "threads " + std::to_string(threads));
+    std::vector<float> y1(static_cast<size_t>(rows)), y2(100), y3(100);
+    const PackedMatrix::Job jobs[] = {{&small_rows, x.data(), y2.data()},
+                                      {&big, x.data(), y1.data()},
+                                      {&small_columns, x.data(), y3.data()}};
+    PackedMatrix::multiply_all(jobs);
+    expect_bits(y1, want, "multiply_all big");
+    expect_bits(y2, small_want, "multiply_all rows");
+    expect_bits(y3, small_want, "multiply_all columns");
+  }
+  omp_set_num_threads(saved);
+}
+
+// A tiny checkpoint whose residual stream lives in a few dims: the embeddings and
+// every matrix that writes the residual (out_proj, o_proj, down_proj) are zero outside
+// `live` dims, and the weights are mostly zero, so most neurons read only zero dims and
+// are idle. Every product then sees inputs with many exact zeros.
+io::Qwen35Weights mostly_zero_residual(uint64_t seed, bool tied) {
+  TinySpec spec;
+  spec.seed = seed;
+  spec.hidden = 128;
+  spec.intermediate = 192;
+  spec.vocab = 150;
+  spec.zero_fraction = 0.93;
+  spec.tied = tied;
+  io::Qwen35Weights w = testing::make_tiny_weights(spec);
+  const int64_t h = spec.hidden;
+  std::vector<bool> live(static_cast<size_t>(h), false);
+  // 10 of 128 dims, five pairs in the same lane (i and i + 64).
+  for (int64_t i : {0, 64, 5, 69, 17, 81, 36, 100, 63, 127}) live[static_cast<size_t>(i)] = true;
+  for (int64_t t = 0; t < spec.vocab; ++t) {
+    for (int64_t i = 0; i < h; ++i) {
+      if (!live[static_cast<size_t>(i)]) w.embed_tokens[static_cast<size_t>(t * h + i)] = 0.0f;
+    }
+  }
+  auto zero_dead_rows = [&](std::vector<float>& m) {
+    const auto cols = static_cast<int64_t>(m.size()) / h;
+    for (int64_t r = 0; r < h; ++r) {
+      if (live[static_cast<size_t>(r)]) continue;
+      std::fill(m.begin() + r * cols, m.begin() + (r + 1) * cols, 0.0f);
+    }
+  };
+  for (io::LayerWeights& l : w.layers) {
+    zero_dead_rows(l.down_proj);
+    zero_dead_rows(l.type == LayerType::LinearAttention ? l.linear.out_proj : l.full.o_proj);
+  }
+  return w;
+}
+
+std::vector<std::vector<float>> run_logits(const Model& model, int steps) {
+  std::vector<std::vector<float>> out;
+  State state = model.new_state();
+  for (int s = 0; s < steps; ++s) {
+    std::vector<float> logits(static_cast<size_t>(model.config().vocab_size));
+    model.forward((s * 37 + 11) % model.config().vocab_size, state, logits);
+    out.push_back(std::move(logits));
+  }
+  return out;
+}
+
+TEST(ColumnPath, WholeModelWithAMostlyZeroResidual) {
+  const int saved = omp_get_max_threads();
+  for (uint64_t seed : {31u, 32u}) {
+    const bool tied = seed == 32;
+    const io::Qwen35Weights weights = mostly_zero_residual(seed, tied);
+    ModelOptions dense, rows, columns, automatic;
+    dense.storage = WeightStorage::Dense;
+    dense.allow_bf16 = false;
+    rows.storage = columns.storage = automatic.storage = WeightStorage::Sparse;
+    rows.sparse_path = SparsePath::Rows;
+    columns.sparse_path = SparsePath::Columns;
+    const Model reference(weights, dense);
+    omp_set_num_threads(1);
+    const auto want = run_logits(reference, 24);
+    // The logits depend on the live dims only through the sparse weights: they must not
+    // be all zero, or the comparison would say little.
+    int nonzero = 0;
+    for (const auto& step : want) {
+      for (float v : step) nonzero += v != 0.0f;
+    }
+    EXPECT_GT(nonzero, 100);
+    for (const ModelOptions* options : {&rows, &columns, &automatic}) {
+      const Model model(weights, *options);
+      for (int threads : {1, 2, 3}) {
+        omp_set_num_threads(threads);
+        const int64_t before = PackedMatrix::column_products();
+        const auto got = run_logits(model, 24);
+        const int64_t column_calls = PackedMatrix::column_products() - before;
+        if (options == &rows) {
+          EXPECT_EQ(column_calls, 0);
+        }
+        if (options == &columns) {  // every product of every step: 8 per GDN layer, 7 per
+                                    // attention layer, and the head
+          int64_t per_step = 1;
+          for (LayerType type : weights.config.layer_types) per_step += type == LayerType::LinearAttention ? 8 : 7;
+          EXPECT_EQ(column_calls, 24 * per_step);
+        }
+        if (options == &automatic) {
+          EXPECT_GT(column_calls, 24 * 5);  // most layers' gate/up at least
+        }
+        for (size_t s = 0; s < want.size(); ++s) {
+          expect_bits(got[s], want[s], "seed " + std::to_string(seed) + " threads " + std::to_string(threads) +
+                                           " step " + std::to_string(s));
+        }
+      }
+    }
+  }
+  omp_set_num_threads(saved);
+}
+
+}  // namespace
+}  // namespace qpu::engine

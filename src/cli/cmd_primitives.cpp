@@ -7,6 +7,7 @@
 
 #include "cli/command_registry.h"
 #include "npu/engine_host.h"
+#include "npu/gdn_memory_suite.h"
 #include "npu/memory_suite.h"
 #include "npu/suite.h"
 
@@ -20,7 +21,7 @@ struct Flags {
 qpu::cli::Runner setup(CLI::App& app) {
   auto flags = std::make_shared<Flags>();
   app.add_flag("--long", flags->long_run, "Run >= 1M random cases per primitive");
-  app.add_option("--only", flags->only, "Run only this primitive (or 'memory')");
+  app.add_option("--only", flags->only, "Run only this primitive (or 'memory', 'gdn_memory')");
   return [flags] {
     int64_t failures = 0;
     const auto t0 = std::chrono::steady_clock::now();
@@ -48,6 +49,21 @@ qpu::cli::Runner setup(CLI::App& app) {
       std::printf("%-14s values %8lld  mismatches %lld  (attention memory, %lld sequences)\n", "memory",
                   static_cast<long long>(r.values_read), static_cast<long long>(r.mismatches),
                   static_cast<long long>(r.sequences));
+      if (r.mismatches) std::printf("  first mismatch: %s\n", r.first_mismatch.c_str());
+      failures += r.mismatches;
+    }
+    if (flags->only.empty() || flags->only == "gdn_memory") {
+      // 128 x 128 GDN heads; --long: 16 heads x 600 tokens >= 1M values written and read.
+      qpu::npu::GdnMemoryOptions o;
+      o.heads = flags->long_run ? 16 : 8;
+      o.tokens = flags->long_run ? 600 : 100;
+      const auto r = qpu::npu::run_gdn_memory_suite(o, qpu::npu::engine_host());
+      std::printf("%-14s values written %lld  read %lld (%lld from written rows)  mismatches %lld  (GDN memory: "
+                  "%lld heads, %lld tokens, %lld row overwrites, %lld wipes, hidden %lld, %.3f ms/token)\n",
+                  "gdn_memory", static_cast<long long>(r.values_written), static_cast<long long>(r.values_read),
+                  static_cast<long long>(r.values_read_from_written_rows), static_cast<long long>(r.mismatches), static_cast<long long>(o.heads),
+                  static_cast<long long>(r.tokens), static_cast<long long>(r.overwrites),
+                  static_cast<long long>(r.wipes), static_cast<long long>(r.hidden_size), 1e3 * r.seconds_per_token);
       if (r.mismatches) std::printf("  first mismatch: %s\n", r.first_mismatch.c_str());
       failures += r.mismatches;
     }

@@ -18,6 +18,7 @@ Allocation allocate(const Program& program, const Schedule& schedule) {
   a.layer_has_attention.assign(static_cast<size_t>(a.num_layers), false);
   a.neurons_per_layer.assign(static_cast<size_t>(a.num_layers), 0);
   std::vector<int64_t> heads_per_layer(static_cast<size_t>(a.num_layers), 0);
+  std::vector<int64_t> gdn_heads_per_layer(static_cast<size_t>(a.num_layers), 0);
   const auto& ops = program.ops();
   for (size_t i = 0; i < ops.size(); ++i) {
     const auto layer = static_cast<size_t>(schedule.sublayer[i] / 2);
@@ -25,6 +26,9 @@ Allocation allocate(const Program& program, const Schedule& schedule) {
       a.first_neuron.push_back(a.neurons_per_layer[layer]);
       a.neurons_per_layer[layer] += static_cast<int64_t>(ops[i].neurons.size());
       a.intermediate_size = std::max(a.intermediate_size, a.neurons_per_layer[layer]);
+    } else if (ops[i].kind == OpKind::GdnMemory) {
+      a.first_neuron.push_back(gdn_heads_per_layer[layer]);
+      a.num_gdn_heads = std::max(a.num_gdn_heads, ++gdn_heads_per_layer[layer]);
     } else {
       a.layer_has_attention[layer] = true;
       a.first_neuron.push_back(heads_per_layer[layer]);

@@ -1,6 +1,7 @@
 #pragma once
 // Stage 3: give every value a residual dim, every neuron an MLP row of its layer and
-// every memory op a KV head of its attention layer. Rails (the constant dims that fix
+// every memory op a KV head of its attention layer (or a key/value head pair of its
+// Gated DeltaNet layer). Rails (the constant dims that fix
 // the RMSNorm scale, exactness-toolkit P1) take the last dims: hidden = 64 * q with q
 // rails, so that q rails of 2^(k+3) have squares summing to exactly hidden * 4^k.
 #include <cstdint>
@@ -18,8 +19,11 @@ struct Allocation {
   int64_t num_layers = 0;
   int64_t intermediate_size = 1;      // max neurons over layers (at least 1)
   int64_t num_kv_heads = 1;           // max memory ops over mixers (at least 1)
+  int64_t num_gdn_heads = 0;          // max GDN memory ops over mixers (0: no GDN memory)
   std::vector<bool> layer_has_attention;  // per layer
-  std::vector<int64_t> first_neuron;  // per op: first MLP row (MLP ops) or KV head (memory ops)
+  // per op: first MLP row (MLP ops), KV head (attention memories) or GDN key/value
+  // head (GDN memories) in its layer
+  std::vector<int64_t> first_neuron;
   std::vector<int64_t> neurons_per_layer;
 
   int64_t dim(ValueId v) const { return dim_of_value[static_cast<size_t>(v)]; }

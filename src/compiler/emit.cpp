@@ -1,8 +1,11 @@
 #include "compiler/emit.h"
 
+#include <algorithm>
+#include <bit>
 #include <cmath>
 
 #include "common/error.h"
+#include "compiler/gdn_layout.h"
 
 namespace qpu::compiler {
 
@@ -30,6 +33,74 @@ struct Emitter {
   }
 };
 
+// One GDN memory in head h of a linear_attention layer (docs/npu-gdn-memory.md).
+// Every pre-silu q/k/v/z/b value below is a sum of a few small integer multiples of
+// powers of two (exact in any order); the conv is the identity on the current token.
+void emit_gdn_memory(const Emitter& e, const Op& op, int64_t h, const GdnLayout& g, int64_t heads,
+                     io::LinearAttentionWeights& la) {
+  const GdnMemory& m = op.gdn;
+  const int64_t dk = g.key_dim, dv = g.value_dim;
+  const auto n_bits = static_cast<int64_t>(m.key_bits.size());
+  if (n_bits > 62 || (int64_t{1} << n_bits) > dk)
+    fail("emit: GDN memory '{}' has {} address bits; the head has {} rows", op.label, n_bits, g.rows());
+  const bool has_offset = m.offset != 0.0f;
+  const auto D = static_cast<int64_t>(m.data.size());
+  if (D > g.capacity(has_offset))
+    fail("emit: GDN memory '{}' stores {} values; a row holds {}", op.label, D, g.capacity(has_offset));
+  if (m.wipe_flag == kOne) fail("emit: GDN memory '{}' wipes on every token", op.label);
+  const int64_t key_total = heads * dk;
+  const int64_t q0 = h * dk, k0 = key_total + h * dk, v0 = 2 * key_total + h * dv;
+  const float hot = 128.0f;  // silu(128) == 128 and l2norm of one such entry is exactly 1
+  // Row i: hot * (flag - number of address bits that differ from i's): hot for the
+  // addressed row when the flag is 1, <= 0 otherwise (silu(0) = 0, silu(-128 n) = -0).
+  auto address = [&](int64_t row0, const std::vector<ValueId>& bits, ValueId flag) {
+    const int64_t rows = std::min<int64_t>(g.rows(), int64_t{1} << n_bits);
+    for (int64_t i = 0; i < rows; ++i) {
+      const int64_t r = row0 + i;
+      e.add_term(la.in_proj_qkv, r, flag, hot);
+      for (int64_t j = 0; j < n_bits; ++j) {
+        const ValueId b = bits[static_cast<size_t>(j)];
+        if ((i >> j) & 1) {
+          e.add_term(la.in_proj_qkv, r, b, hot);
+          e.add_term(la.in_proj_qkv, r, kOne, -hot);
+        } else {
+          e.add_term(la.in_proj_qkv, r, b, -hot);
+        }
+      }
+    }
+  };
+  address(k0, m.key_bits, m.write_flag);
+  address(q0, m.query_bits, m.read_flag);
+  if (g.two_hot) e.add_term(la.in_proj_qkv, q0 + dk - 1, m.read_flag, hot);  // the partner row
+  const float cell_scale = std::ldexp(1.0f, m.data_exponent);
+  for (int64_t c = 0; c < D; ++c) {
+    e.add_term(la.in_proj_qkv, v0 + c, m.data[static_cast<size_t>(c)], cell_scale);
+    if (has_offset) e.add_term(la.in_proj_qkv, v0 + c, kOne, m.offset);
+  }
+  if (has_offset) e.add_term(la.in_proj_qkv, v0 + g.offset_column(D), kOne, m.offset);
+  for (int64_t c = g.first_rail(); c < dv; ++c) e.add_term(la.in_proj_qkv, v0 + c, kOne, g.rail_cell);
+  // Conv taps [0, 0, 0, 1]: the current token's value, whatever the history.
+  for (int64_t r : {q0, k0}) for (int64_t i = 0; i < dk; ++i) la.conv1d[static_cast<size_t>((r + i) * 4 + 3)] = 1.0f;
+  for (int64_t c = 0; c < dv; ++c) la.conv1d[static_cast<size_t>((v0 + c) * 4 + 3)] = 1.0f;
+  // beta = sigmoid(32) == 1; decay exp(-exp(0) * softplus(a - 1000)): softplus(-1000) == 0
+  // gives exp(-0) == 1, a wipe (a = 2000) gives softplus(1000) = 1000 and exp(-1000) == 0.
+  e.add_term(la.in_proj_b, h, kOne, 32.0f);
+  if (m.wipe_flag != kNever) e.add_term(la.in_proj_a, h, m.wipe_flag, 2000.0f);
+  la.dt_bias[static_cast<size_t>(h)] = -1000.0f;
+  la.A_log[static_cast<size_t>(h)] = 0.0f;
+  // Output gate silu(z) = silu(32) == 32 on the data and offset columns (rails: z = 0).
+  const int64_t gated = D + (has_offset ? 1 : 0);
+  for (int64_t c = 0; c < gated; ++c) e.add_term(la.in_proj_z, h * dv + c, kOne, 32.0f);
+  // out = cell * read_scale * 2^-norm_exponent * 32 * W = (cell - offset) * 2^-data_exponent.
+  const float W = std::ldexp(1.0f / (32.0f * g.read_scale), g.norm_exponent - m.data_exponent);
+  const int64_t vd = heads * dv;
+  for (int64_t c = 0; c < D; ++c) {
+    const int64_t dim = e.alloc.dim(m.out[static_cast<size_t>(c)]);
+    la.out_proj[static_cast<size_t>(dim * vd + h * dv + c)] = W;
+    if (has_offset) la.out_proj[static_cast<size_t>(dim * vd + h * dv + g.offset_column(D))] = -W;
+  }
+}
+
 }  // namespace
 
 float rail_value(int norm_exponent) { return pow2(norm_exponent + 3); }
@@ -51,7 +122,11 @@ io::Qwen35Weights emit(const Program& program, const Schedule& schedule, const A
   const int64_t I = alloc.intermediate_size;
   const int64_t L = std::max<int64_t>(alloc.num_layers, 1);
   const int64_t nkv = alloc.num_kv_heads;
-  const int64_t lhd = options.linear_head_dim;
+  const bool has_gdn = alloc.num_gdn_heads > 0;
+  const int64_t gdn_heads = has_gdn ? alloc.num_gdn_heads : 1;
+  const int64_t lkd = has_gdn ? options.gdn_key_head_dim : options.linear_head_dim;
+  const int64_t lvd = has_gdn ? options.gdn_value_head_dim : options.linear_head_dim;
+  const GdnLayout gl = has_gdn ? GdnLayout::for_dims(lkd, lvd) : GdnLayout{};
   Emitter e{program, alloc, options, H, pow2(k), 1.0f / 8.0f};
 
   io::Qwen35Weights w;
@@ -67,10 +142,10 @@ io::Qwen35Weights emit(const Program& program, const Schedule& schedule, const A
   c.head_dim = hd;
   c.partial_rotary_factor = 0.25;
   c.rope_theta = 1e7;
-  c.linear_num_key_heads = 1;
-  c.linear_num_value_heads = 1;
-  c.linear_key_head_dim = lhd;
-  c.linear_value_head_dim = lhd;
+  c.linear_num_key_heads = gdn_heads;
+  c.linear_num_value_heads = gdn_heads;
+  c.linear_key_head_dim = lkd;
+  c.linear_value_head_dim = lvd;
   c.linear_conv_kernel_dim = 4;
   c.rms_norm_eps = 1e-6;
   c.tie_word_embeddings = false;
@@ -104,17 +179,18 @@ io::Qwen35Weights emit(const Program& program, const Schedule& schedule, const A
     if (lw.type == LayerType::LinearAttention) {
       // An idle Gated DeltaNet: every projection 0, so q = k = v = 0 and the output
       // is exactly +0 (l2norm(0) = 0, the gated norm of 0 is 0).
+      // GDN memory ops overwrite the weights of their heads below.
       auto& la = lw.linear;
-      const int64_t conv_dim = 3 * lhd;
+      const int64_t conv_dim = gdn_heads * (2 * lkd + lvd);
       la.in_proj_qkv.assign(static_cast<size_t>(conv_dim * H), 0.0f);
-      la.in_proj_z.assign(static_cast<size_t>(lhd * H), 0.0f);
-      la.in_proj_b.assign(static_cast<size_t>(H), 0.0f);
-      la.in_proj_a.assign(static_cast<size_t>(H), 0.0f);
+      la.in_proj_z.assign(static_cast<size_t>(gdn_heads * lvd * H), 0.0f);
+      la.in_proj_b.assign(static_cast<size_t>(gdn_heads * H), 0.0f);
+      la.in_proj_a.assign(static_cast<size_t>(gdn_heads * H), 0.0f);
       la.conv1d.assign(static_cast<size_t>(conv_dim * 4), 0.0f);
-      la.dt_bias.assign(1, 0.0f);
-      la.A_log.assign(1, 0.0f);
-      la.norm.assign(static_cast<size_t>(lhd), 1.0f);
-      la.out_proj.assign(static_cast<size_t>(H * lhd), 0.0f);
+      la.dt_bias.assign(static_cast<size_t>(gdn_heads), 0.0f);
+      la.A_log.assign(static_cast<size_t>(gdn_heads), 0.0f);
+      la.norm.assign(static_cast<size_t>(lvd), 1.0f);
+      la.out_proj.assign(static_cast<size_t>(H * gdn_heads * lvd), 0.0f);
     } else {
       auto& fa = lw.full;
       fa.q_proj.assign(static_cast<size_t>(2 * nkv * hd * H), 0.0f);
@@ -152,6 +228,10 @@ io::Qwen35Weights emit(const Program& program, const Schedule& schedule, const A
         }
         ++row;
       }
+      continue;
+    }
+    if (op.kind == OpKind::GdnMemory) {
+      emit_gdn_memory(e, op, alloc.first_neuron[i], gl, gdn_heads, lw.linear);
       continue;
     }
     const AttnMemory& m = op.memory;

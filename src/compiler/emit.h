@@ -29,7 +29,11 @@ struct Interface {
 struct EmitOptions {
   int norm_exponent = 48;          // k
   int64_t head_dim = 256;          // attention head size (a power of 4, >= 16)
-  int64_t linear_head_dim = 16;    // the idle Gated DeltaNet heads (all weights 0)
+  int64_t linear_head_dim = 16;    // the idle Gated DeltaNet heads (all weights 0) when no GDN memory
+  // Head dims of every Gated DeltaNet layer when the program has GDN memories
+  // (Qwen3.5's 128 x 128: a two-hot read, see gdn_layout.h).
+  int64_t gdn_key_head_dim = 128;
+  int64_t gdn_value_head_dim = 128;
 };
 
 struct Compiled {

@@ -29,13 +29,22 @@ std::vector<ValueId> Op::reads() const {
       add_lin(n.gate, r);
       add_lin(n.up, r);
     }
-  } else {
+  } else if (kind == OpKind::AttnMemory) {
     r.insert(r.end(), memory.key_bits.begin(), memory.key_bits.end());
     r.insert(r.end(), memory.data.begin(), memory.data.end());
     r.insert(r.end(), memory.query_bits.begin(), memory.query_bits.end());
     r.push_back(memory.write_flag);
     r.push_back(memory.read_flag);
     std::erase(r, kOne);
+  } else {
+    r.insert(r.end(), gdn.key_bits.begin(), gdn.key_bits.end());
+    r.insert(r.end(), gdn.data.begin(), gdn.data.end());
+    r.insert(r.end(), gdn.query_bits.begin(), gdn.query_bits.end());
+    r.push_back(gdn.write_flag);
+    r.push_back(gdn.read_flag);
+    r.push_back(gdn.wipe_flag);
+    std::erase(r, kOne);
+    std::erase(r, kNever);
   }
   return sorted_unique(std::move(r));
 }
@@ -45,8 +54,10 @@ std::vector<ValueId> Op::writes() const {
   if (kind == OpKind::Mlp) {
     for (const Neuron& n : neurons)
       for (const Term& t : n.down) w.push_back(t.value);
-  } else {
+  } else if (kind == OpKind::AttnMemory) {
     w = memory.out;
+  } else {
+    w = gdn.out;
   }
   return sorted_unique(std::move(w));
 }
@@ -78,6 +89,14 @@ void Program::memory(std::string label, AttnMemory memory) {
   ops_.push_back(std::move(op));
 }
 
+void Program::gdn_memory(std::string label, GdnMemory memory) {
+  Op op;
+  op.kind = OpKind::GdnMemory;
+  op.label = std::move(label);
+  op.gdn = std::move(memory);
+  ops_.push_back(std::move(op));
+}
+
 const std::string& Program::name(ValueId v) const {
   if (v < 0 || v >= num_values()) fail("IR: no value with id {}", v);
   return names_[static_cast<size_t>(v)];
@@ -106,6 +125,19 @@ void Program::validate() const {
           if (!std::isfinite(t.weight)) fail("IR op '{}': weight {} is not finite", op.label, t.weight);
         }
       }
+    } else if (op.kind == OpKind::GdnMemory) {
+      const GdnMemory& m = op.gdn;
+      if (m.data.size() != m.out.size())
+        fail("IR op '{}': GDN memory data has {} values but out has {}", op.label, m.data.size(), m.out.size());
+      if (m.data.empty()) fail("IR op '{}': GDN memory without data values", op.label);
+      if (m.key_bits.size() != m.query_bits.size())
+        fail("IR op '{}': key has {} bits but query has {}", op.label, m.key_bits.size(), m.query_bits.size());
+      if (m.data_exponent < -60 || m.data_exponent > 60)
+        fail("IR op '{}': GDN data exponent {} outside [-60, 60]", op.label, m.data_exponent);
+      if (!std::isfinite(m.offset) || std::fabs(m.offset) >= 0x1p44f || (m.offset != 0.0f && std::fabs(m.offset) < 18.0f))
+        fail("IR op '{}': GDN offset {} is not 0 or in [18, 2^44)", op.label, m.offset);
+      for (ValueId v : op.reads()) check_value(op, v, false);
+      for (ValueId v : m.out) check_value(op, v, false);
     } else {
       const AttnMemory& m = op.memory;
       if (m.data.size() != m.out.size())

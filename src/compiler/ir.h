@@ -52,13 +52,41 @@ struct AttnMemory {
   std::vector<ValueId> out;         // same length as data
 };
 
-enum class OpKind { Mlp, AttnMemory };
+// Marks an optional flag of a GDN memory that is never set.
+inline constexpr ValueId kNever = -2;
+
+// A row memory in one head of a Gated DeltaNet (linear_attention) mixer: the state
+// of the head is rows() x row_capacity() cells (docs/npu-gdn-memory.md). Per host
+// token, in this order: if wipe_flag is 1, every row becomes empty; if write_flag is
+// 1, row key_bits becomes `data` (each cell = data value * 2^data_exponent + offset);
+// if read_flag is 1, `out` += the row query_bits as stored (read after the write),
+// decoded back to the data values; an empty row reads as +0. Addresses are bit
+// vectors (values exactly 0 or 1), least significant first. Exact when, per data
+// value x, the cell c = x * 2^data_exponent + offset is 0 or in [18, 2^44) and is
+// computed exactly (one or two terms), and every write onto a non-empty row keeps
+// c - old and old + (c - old) exact (e.g. integer cells below 2^24; offset != 0).
+// The state belongs to the layer the op is scheduled in: it holds functions of
+// that layer's input only (npu-machine.md section 1).
+struct GdnMemory {
+  std::vector<ValueId> key_bits;    // row written by this token
+  ValueId write_flag = kOne;
+  std::vector<ValueId> data;        // <= row capacity values
+  std::vector<ValueId> query_bits;  // row read by this token
+  ValueId read_flag = kOne;
+  std::vector<ValueId> out;         // same length as data
+  ValueId wipe_flag = kNever;       // kNever: the head is never wiped
+  int data_exponent = 0;            // cell = x * 2^data_exponent + offset
+  float offset = 0.0f;              // != 0: integer cells (one offset column per row)
+};
+
+enum class OpKind { Mlp, AttnMemory, GdnMemory };
 
 struct Op {
   OpKind kind = OpKind::Mlp;
   std::string label;
   std::vector<Neuron> neurons;  // kind == Mlp
   AttnMemory memory;            // kind == AttnMemory
+  GdnMemory gdn;                // kind == GdnMemory
 
   std::vector<ValueId> reads() const;   // sorted, unique, without kOne
   std::vector<ValueId> writes() const;  // sorted, unique
@@ -72,13 +100,15 @@ class Program {
 
   void mlp(std::string label, std::vector<Neuron> neurons);
   void memory(std::string label, AttnMemory memory);
+  void gdn_memory(std::string label, GdnMemory memory);
 
   int64_t num_values() const { return static_cast<int64_t>(names_.size()); }
   const std::string& name(ValueId v) const;
   const std::vector<Op>& ops() const { return ops_; }
 
   // Throws qpu::Error naming the op when a value id is out of range, an op is empty,
-  // a memory op's data and out differ in length, or a weight is not finite.
+  // a memory op's data and out differ in length (or key and query bits), a weight is
+  // not finite, or a GDN memory's offset/exponent is unusable.
   void validate() const;
 
  private:

@@ -25,10 +25,13 @@ Schedule schedule(const Program& program, const ScheduleLimits& limits) {
   std::vector<int64_t> last_write(static_cast<size_t>(program.num_values()), -1);
   std::vector<int64_t> last_read(static_cast<size_t>(program.num_values()), -1);
   std::map<int64_t, int64_t> used;  // sublayer -> neurons or memories already placed
+  std::map<int64_t, OpKind> mixer_kind;  // mixer sublayer -> the kind of memory placed there
 
   for (const Op& op : program.ops()) {
     const int64_t size = op_size(op);
-    const int64_t limit = op.kind == OpKind::Mlp ? limits.max_neurons_per_mlp : limits.max_memories_per_mixer;
+    const int64_t limit = op.kind == OpKind::Mlp          ? limits.max_neurons_per_mlp
+                          : op.kind == OpKind::AttnMemory ? limits.max_memories_per_mixer
+                                                          : limits.max_gdn_memories_per_mixer;
     if (size > limit) fail("schedule: op '{}' needs {} units but a sublayer has {}", op.label, size, limit);
 
     const auto reads = op.reads();
@@ -39,8 +42,13 @@ Schedule schedule(const Program& program, const ScheduleLimits& limits) {
       s = std::max(s, last_write[static_cast<size_t>(v)] + 1);                           // WAW
       s = std::max(s, last_read[static_cast<size_t>(v)]);                                // WAR
     }
-    while (!fits_kind(op, s) || used[s] + size > limit) ++s;
+    auto kind_clash = [&](int64_t sub) {
+      const auto it = mixer_kind.find(sub);
+      return op.kind != OpKind::Mlp && it != mixer_kind.end() && it->second != op.kind;
+    };
+    while (!fits_kind(op, s) || used[s] + size > limit || kind_clash(s)) ++s;
     used[s] += size;
+    if (op.kind != OpKind::Mlp) mixer_kind[s] = op.kind;
     for (ValueId v : reads) last_read[static_cast<size_t>(v)] = std::max(last_read[static_cast<size_t>(v)], s);
     for (ValueId v : writes) last_write[static_cast<size_t>(v)] = s;
     out.sublayer.push_back(s);

@@ -2,7 +2,8 @@
 // Stage 2: place every op of a Program into a host sublayer. Sublayer s belongs to
 // decoder layer s / 2; even sublayers are mixers (attention / Gated DeltaNet), odd
 // ones are MLPs. Greedy as-soon-as-possible in program order, under the dependence
-// rules of ir.h and per-sublayer resource limits.
+// rules of ir.h and per-sublayer resource limits. A mixer sublayer holds attention
+// memories or GDN memories, never both (a host layer is one kind of mixer).
 #include <cstdint>
 #include <vector>
 
@@ -13,6 +14,7 @@ namespace qpu::compiler {
 struct ScheduleLimits {
   int64_t max_neurons_per_mlp = 9216;  // Qwen3.5-4B intermediate size
   int64_t max_memories_per_mixer = 4;  // KV heads of a Qwen3.5-4B attention layer
+  int64_t max_gdn_memories_per_mixer = 16;  // key heads of a Qwen3.5-4B GDN layer
 };
 
 struct Schedule {

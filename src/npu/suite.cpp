@@ -7,6 +7,8 @@
 #include "common/error.h"
 #include "common/float_bits.h"
 #include "npu/divide.h"
+#include "npu/expf.h"
+#include "npu/expf_model.h"
 #include "npu/fused_dot.h"
 #include "npu/primitives.h"
 
@@ -493,11 +495,58 @@ PrimitiveSpec sqrt_spec() {
   return s;
 }
 
+// glibc's expf as (mant, exponent, overflow): expf(x) == mant * 2^exponent (expf.h).
+PrimitiveSpec expf_spec() {
+  PrimitiveSpec s;
+  s.name = "expf";
+  s.inputs = 1;
+  s.outputs = 3;
+  s.build = [](Program& p, const std::vector<ValueId>& in) {
+    const ExpfResult r = expf_parts(p, in[0]);
+    return std::vector<ValueId>{r.mant, r.exponent, r.overflow};
+  };
+  s.reference = [](const float* in, float* out) {
+    const ExpfParts r = expf_reference_parts(in[0]);
+    out[0] = r.mant;
+    out[1] = static_cast<float>(r.exponent);
+    out[2] = r.overflow ? 1.0f : 0.0f;
+  };
+  // Every float the residual can hold: softmax inputs (<= 0), SiLU inputs (any sign), the
+  // subnormal-result range, tiny |x| (expf = 1), beyond the thresholds, and the
+  // decomposition's exception inputs and their neighbours.
+  s.random_case = [](std::mt19937_64& rng, float* in) {
+    switch (rng() % 8) {
+      case 0: in[0] = -static_cast<float>(rng() % 104000000) * 1e-6f; break;
+      case 1: in[0] = -87.3f - static_cast<float>(rng() % 16700000) * 1e-6f; break;
+      case 2: in[0] = rand_float(rng, -78, 35); break;
+      case 3: {
+        const auto& ex = expf_detail::exceptions();
+        in[0] = ex.empty() ? 0.0f : ex[rng() % ex.size()].x;
+        for (int i = static_cast<int>(rng() % 5); i > 2; --i) in[0] = std::nextafter(in[0], (rng() & 1) ? 1e30f : -1e30f);
+        break;
+      }
+      default: in[0] = -104.0f + static_cast<float>(rng() % 193000000) * 1e-6f; break;
+    }
+    if (rng() % 4 == 0) in[0] += static_cast<float>(static_cast<int>(rng() % 9) - 4) * 0x1p-20f;
+  };
+  s.short_divisor = 5;
+  const float over = expf_detail::kOverflowAbove, under = expf_detail::kUnderflowBelow, sub1 = -0x1.9d1d9ep+6f;
+  for (float x : {0.0f, -0.0f, 0x1p-78f, -0x1p-78f, 0x1p-26f, -0x1p-26f, 0x1p-25f, -0x1p-25f, 0x1p-24f, 0x1.000002p-24f,
+                  -0x1p-24f, 1.0f, -1.0f, 0.5f, 88.0f, -88.0f, 89.0f, -104.0f, -87.33654f, -87.336555f, -100.0f, -103.0f,
+                  over, std::nextafter(over, 0.0f), std::nextafter(over, 1e30f), under, std::nextafter(under, 0.0f),
+                  std::nextafter(under, -1e30f), sub1, std::nextafter(sub1, 0.0f), std::nextafter(sub1, -1e30f),
+                  0x1.04845ep+5f, -0x1.f8cbb2p+5f, 0x1p35f, -0x1p35f, 0x1.62e43p+6f})
+    s.edge_cases.push_back({x});
+  for (const auto& ex : expf_detail::exceptions()) s.edge_cases.push_back({ex.x});
+  return s;
+}
+
 }  // namespace
 
 std::vector<PrimitiveSpec> all_primitives() {
   return {mul_spec(), add_spec(), dot_const_spec(), dot_var_spec(), dot_fused_const_spec(), dot_fused_var_spec(), round_spec(),
-          split_spec(), bits_spec(), max_spec(), argmax_spec(), xorshift_spec(), divide_spec(), divide_const_spec(), divide_shared_spec(), sqrt_spec()};
+          split_spec(), bits_spec(), max_spec(), argmax_spec(), xorshift_spec(), divide_spec(), divide_const_spec(), divide_shared_spec(), sqrt_spec(),
+          expf_spec()};
 }
 
 int64_t lanes_for(const PrimitiveSpec& spec, int64_t max_hidden) {

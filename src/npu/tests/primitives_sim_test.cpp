@@ -40,7 +40,8 @@ TEST_P(PrimitiveSim, MatchesCUnderRandomSummationOrders) {
 
 INSTANTIATE_TEST_SUITE_P(All, PrimitiveSim,
                          ::testing::Values("mul", "add", "dot_const", "dot_var", "dot_fused_const", "dot_fused_var", "round_to_int", "split12",
-                                           "int_to_bits", "max_step", "argmax", "xorshift", "divide", "divide_const", "divide_shared", "sqrt"));
+                                           "int_to_bits", "max_step", "argmax", "xorshift", "divide", "divide_const", "divide_shared", "sqrt",
+                                           "expf"));
 
 }  // namespace
 }  // namespace qpu::npu

@@ -1,5 +1,5 @@
-// Cross-check with stock transformers: the mul, dot_var, argmax, xorshift, divide and
-// sqrt checkpoints of the suite are exported as Hugging Face checkpoints, run in
+// Cross-check with stock transformers: the mul, dot_var, argmax, xorshift, divide, sqrt and expf
+// checkpoints of the suite are exported as Hugging Face checkpoints, run in
 // Qwen3_5ForCausalLM (fp32, batched, MKL's summation order), and their logits must
 // equal C's results bit for bit.
 #include <gtest/gtest.h>
@@ -82,7 +82,7 @@ TEST_P(Transformers, LogitsMatchC) {
 }
 
 INSTANTIATE_TEST_SUITE_P(All, Transformers,
-                         ::testing::Values("mul", "dot_var", "dot_fused_var", "argmax", "xorshift", "divide", "sqrt"));
+                         ::testing::Values("mul", "dot_var", "dot_fused_var", "argmax", "xorshift", "divide", "sqrt", "expf"));
 
 // The uplink in stock transformers: every logit of every emitting row (the value-token
 // scores are integer sums, so any summation order gives them exactly) equals the

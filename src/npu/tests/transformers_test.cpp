@@ -19,6 +19,8 @@
 #include "npu/suite.h"
 #include "npu/uplink.h"
 #include "npu/host_vocab.h"
+#include "reference/generate.h"
+#include "reference/sampler.h"
 #include "reference/tokenizer.h"
 #include "reference/transformer.h"
 #include <nlohmann/json.hpp>
@@ -150,20 +152,8 @@ TEST(TransformersHostTokenizer, StockTokenizersPrintWhatRunCPrints) {
   // The greedy story (run.c's loop, -n 256, prompt "Once upon a time").
   const auto ckpt = reference::load_llama2_checkpoint(models + "stories260K.bin");
   reference::Transformer tf(ckpt);
-  const std::vector<int> prompt = nested.encode("Once upon a time", true, false);
-  std::vector<int> tokens = {prompt[0]};
-  for (int pos = 0; pos < 256; ++pos) {
-    const auto logits = tf.forward(tokens.back(), pos);
-    int next = 0;
-    if (pos + 1 < static_cast<int>(prompt.size())) {
-      next = prompt[static_cast<size_t>(pos) + 1];
-    } else {
-      for (size_t i = 1; i < logits.size(); ++i)
-        if (logits[i] > logits[static_cast<size_t>(next)]) next = static_cast<int>(i);
-    }
-    tokens.push_back(next);
-    if (next == 1) break;
-  }
+  reference::Sampler greedy(512, 0.0f, 0.9f, 1);
+  const std::vector<int> tokens = reference::generate(tf, nested, greedy, "Once upon a time", 256).tokens;
   std::vector<int64_t> story = host_ids_for(v, tokens);
   story.insert(story.begin() + 3, v.values.first + 1234);  // a value token in the stream prints nothing
   seqs.push_back(story);

@@ -1,5 +1,6 @@
 #include "npu/host_vocab.h"
 
+#include <cctype>
 #include <cstdio>
 #include <map>
 

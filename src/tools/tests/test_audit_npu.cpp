@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 
 #include "npu/export.h"
+#include "npu/gdn_memory_suite.h"
+#include "npu/uplink.h"
 #include "npu/suite.h"
 #include "tools/audit.h"
 #include "tools_test_helpers.h"
@@ -41,6 +43,44 @@ TEST(AuditNpu, EveryCompiledPrimitiveIsFlagged) {
       }
     }
   }
+}
+
+// Every layer compiled or inert, at least one compiled, and the named tensors flagged.
+void expect_all_flagged(const AuditReport& r, const std::string& what, TensorRole role, const std::string& tensor_part) {
+  EXPECT_EQ(r.summary.verdict, "compiled") << what << "\n" << format_audit(r, false);
+  size_t compiled = 0;
+  for (const LayerAudit& l : r.layers) {
+    EXPECT_TRUE(l.verdict == Verdict::Compiled || l.verdict == Verdict::Inert)
+        << what << " " << l.id << ": " << verdict_name(l.verdict) << "\n" << format_audit(r, false);
+    compiled += l.verdict == Verdict::Compiled;
+  }
+  EXPECT_GT(compiled, 0u) << what;
+  size_t seen = 0;
+  for (const TensorAudit& t : r.tensors)
+    if (t.where.role == role && t.name.find(tensor_part) != std::string::npos) {
+      ++seen;
+      EXPECT_TRUE(t.verdict == Verdict::Compiled || t.verdict == Verdict::Mixed) << what << " " << t.name;
+    }
+  EXPECT_GT(seen, 0u) << what << ": no tensor " << tensor_part;
+}
+
+// The machine's RAM: Gated DeltaNet layers with real (compiled) weights.
+TEST(AuditNpu, GdnMemoryLayersAreFlagged) {
+  npu::GdnMemoryOptions o;
+  o.heads = 2;
+  o.tokens = 8;
+  const npu::GdnMemoryCase c = npu::build_gdn_memory_case(o);
+  testing::ScratchDir dir;
+  npu::export_checkpoint(c.compiled.weights, dir.path());
+  expect_all_flagged(audit_checkpoint(dir.path()), "gdn_memory", TensorRole::Layer, "linear_attn.in_proj_qkv");
+}
+
+// The uplink: the value-token LM head (two powers of two per row) and its feature layers.
+TEST(AuditNpu, UplinkHeadIsFlagged) {
+  const npu::UplinkCheckpoint u = npu::build_uplink_checkpoint({1.0f, -3.5f, 0x1p-20f});
+  testing::ScratchDir dir;
+  npu::export_checkpoint(u.compiled.weights, dir.path());
+  expect_all_flagged(audit_checkpoint(dir.path()), "uplink", TensorRole::LmHead, "lm_head");
 }
 
 }  // namespace

@@ -57,6 +57,34 @@ ValueId scaled_residual(Program& p, ValueId a, ValueId q, ValueId b) {
   return sub(p, u, t, "res.r");  // one rounding of the exact a - q*b (exact if representable)
 }
 
+namespace {
+
+// f1 = fl(f0 + fl(y r0 scale)): the one-step correction that makes a result within a few
+// ulps faithful (r0 is the residual carried times 2^24; scale folds that and any constant).
+ValueId faithful(Program& p, ValueId f0, ValueId y, ValueId r0, float scale, const std::string& label) {
+  const ValueId f1 = p.value(label);
+  std::vector<Neuron> n;
+  mul_neurons(n, f1, y, r0, scale);
+  n.push_back(copy_neuron(f1, f0));
+  p.mlp(label, std::move(n));
+  return f1;
+}
+
+// Rump's neighbours of a float f: away from zero A = fl(f + fl(phi f)), toward zero
+// T = fl(f - fl(phi f)), phi = 2^-24 (1 + 2^-23), and the exact steps dA = A - f,
+// dT = T - f (Sterbenz).
+struct Neighbours {
+  ValueId away, toward, d_away, d_toward;
+};
+Neighbours neighbours(Program& p, ValueId f, const std::string& prefix) {
+  const ValueId g = p.value(prefix + ".g");
+  scale_acc(p, g, f, 0x1.000002p-24f, (prefix + ".g").c_str());
+  const ValueId A = add(p, f, g, (prefix + ".away").c_str()), T = sub(p, f, g, (prefix + ".toward").c_str());
+  return {A, T, sub(p, A, f, (prefix + ".dA").c_str()), sub(p, T, f, (prefix + ".dT").c_str())};
+}
+
+}  // namespace
+
 ValueId reciprocal(Program& p, ValueId b, const DivWindow& w) {
   if (w.bmin < -12 || w.bmax > 12 || w.bmin >= w.bmax) fail("divide: divisor window [2^{}, 2^{}) unsupported", w.bmin, w.bmax);
   // 1. Binade of b: t_j = [b > pred(2^j)] = [b >= 2^j]; the one-hot j has
@@ -97,20 +125,10 @@ ValueId divide_by(Program& p, ValueId a, ValueId b, ValueId y) {
   const ValueId q0 = p.value("div.q0");
   mul_acc(p, q0, y, a, "div.q0");
   const ValueId r0 = scaled_residual(p, a, q0, b);
-  const ValueId q1 = p.value("div.q1");
-  {
-    std::vector<Neuron> n;
-    mul_neurons(n, q1, y, r0, 1.0f / kR);
-    n.push_back(copy_neuron(q1, q0));
-    p.mlp("div.q1", std::move(n));
-  }
-  // 4. r = a - q1 b exactly (q1 faithful). Neighbours by Rump's rule: away from zero
-  //    A = fl(q1 + fl(phi q1)), toward zero T = fl(q1 - fl(phi q1)), phi = 2^-24 (1 + 2^-23).
+  const ValueId q1 = faithful(p, q0, y, r0, 1.0f / kR, "div.q1");
+  // 4. r = a - q1 b exactly (q1 faithful); the neighbours of q1 by Rump's rule.
   const ValueId r = scaled_residual(p, a, q1, b);
-  const ValueId g = p.value("div.g");
-  scale_acc(p, g, q1, 0x1.000002p-24f, "div.g");
-  const ValueId A = add(p, q1, g, "div.away"), T = sub(p, q1, g, "div.toward");
-  const ValueId dA = sub(p, A, q1, "div.dA"), dT = sub(p, T, q1, "div.dT");  // exact (Sterbenz)
+  const auto [A, T, dA, dT] = neighbours(p, q1, "div");
   // 5. D = 2r - b (N - q1) for N in {A, T}: sign-exact (one rounding of an exact value;
   //    never 0: a quotient is never a midpoint). a/b is past the midpoint toward A iff
   //    D_A has q1's sign, past the midpoint toward T iff D_T has the opposite sign.
@@ -188,22 +206,13 @@ ValueId sqrt_rn(Program& p, ValueId x, const SqrtWindow& w) {
   const ValueId s0 = p.value("sqrt.s0");
   mul_acc(p, s0, y, x, "sqrt.s0");
   const ValueId r0 = scaled_residual(p, x, s0, s0);
-  const ValueId s1 = p.value("sqrt.s1");
-  {
-    std::vector<Neuron> n;
-    mul_neurons(n, s1, y, r0, 0.5f / kR);
-    n.push_back(copy_neuron(s1, s0));
-    p.mlp("sqrt.s1", std::move(n));
-  }
+  const ValueId s1 = faithful(p, s0, y, r0, 0.5f / kR, "sqrt.s1");
   // 4. r = x - s1^2 exactly; neighbours A = succ(s1), T = pred(s1) (Rump), d = N - s1.
   //    In units of 2^(2e-46) (e = s1's exponent), r - s1 d is an integer K and the
   //    midpoint test x > (s1 + d/2)^2 is K > d^2/4 with 0 < d^2/4 < 1 unit: so A wins
   //    iff fl(r - s1 dA) > 0 and T wins iff fl(r - s1 dT) <= 0 (signs are exact).
   const ValueId r = scaled_residual(p, x, s1, s1);
-  const ValueId g = p.value("sqrt.g");
-  scale_acc(p, g, s1, 0x1.000002p-24f, "sqrt.g");
-  const ValueId A = add(p, s1, g, "sqrt.up"), T = sub(p, s1, g, "sqrt.down");
-  const ValueId dA = sub(p, A, s1, "sqrt.dA"), dT = sub(p, T, s1, "sqrt.dT");
+  const auto [A, T, dA, dT] = neighbours(p, s1, "sqrt");
   auto side = [&](ValueId d, const char* label) {
     const ValueId D = p.value(label);
     std::vector<Neuron> n;

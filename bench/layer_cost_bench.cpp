@@ -1,12 +1,14 @@
 // What one host layer-pass costs for NPU-shaped layers (docs/layer-cost.md).
 // `layer_cost_bench [benchmark flags]`; every checkpoint is synthetic and built in memory.
 //
-//   BM_LayerPass/<shape>/threads:T/gdn:G/path:P   one forward per iteration through a
+//   BM_LayerPass/<shape>/threads:T/gdn:G/path:P/elem:E   one forward per iteration through a
 //       stack of identical layers of <shape>; us_per_layer = wall time / layers (the
 //       embedding lookup, final norm and a 64-row CSR lm_head are included, amortized
 //       over the stack). G: 0 = dense GDN recurrence, 1 = skip exact zeros (the default).
 //       P: 0 = SparsePath::Rows (every CSR product walks all its rows: the engine before
-//       the column path), 1 = SparsePath::Auto (the default). Counters: col_products =
+//       the column path), 1 = SparsePath::Auto (the default). E: 0 = Elementwise::Dense
+//       (the plain scalar loops over the full width), 1 = Elementwise::SkipZeros (the
+//       default: vectorized, idle channels skipped). Counters: col_products =
 //       products per token that took the column path, nnz_per_layer, weight_MiB.
 //         looped1024   hidden 1024, intermediate 1536, GDN 4x128 keys / 8x64 values with
 //                      one-hot q and k and exp(g) = 1 (a RAM layer), CSR MLP with 3-10
@@ -289,10 +291,12 @@ void run_stack(benchmark::State& bench, const Model& model, int64_t layers) {
 
 // path: 0 = SparsePath::Rows (every CSR product walks all rows, as before the column
 // path existed), 1 = SparsePath::Auto (the default).
-ModelOptions options_for(int64_t gdn, int64_t path) {
+// elem: 0 = Elementwise::Dense, 1 = Elementwise::SkipZeros (the default).
+ModelOptions options_for(int64_t gdn, int64_t path, int64_t elem) {
   ModelOptions o;
   o.gdn = gdn == 0 ? GdnRecurrence::Dense : GdnRecurrence::SkipZeros;
   o.sparse_path = path == 0 ? SparsePath::Rows : SparsePath::Auto;
+  o.elementwise = elem == 0 ? Elementwise::Dense : Elementwise::SkipZeros;
   return o;
 }
 
@@ -316,12 +320,12 @@ void BM_LayerPass(benchmark::State& bench, size_t shape_index) {
     std::unique_ptr<Model> model;
     int64_t nonzeros = 0;
   };
-  static std::map<std::tuple<size_t, int64_t, int64_t>, Built> models;
-  Built& built = models[{shape_index, bench.range(1), bench.range(2)}];
+  static std::map<std::tuple<size_t, int64_t, int64_t, int64_t>, Built> models;
+  Built& built = models[{shape_index, bench.range(1), bench.range(2), bench.range(3)}];
   if (!built.model) {
     io::Qwen35Weights w = make_weights(s, 1000 + shape_index);
     built.nonzeros = layer_nonzeros(w.layers[0]);
-    built.model = std::make_unique<Model>(std::move(w), options_for(bench.range(1), bench.range(2)));
+    built.model = std::make_unique<Model>(std::move(w), options_for(bench.range(1), bench.range(2), bench.range(3)));
   }
   run_stack(bench, *built.model, s.layers);
   bench.counters["nnz_per_layer"] = static_cast<double>(built.nonzeros);
@@ -425,8 +429,8 @@ void BM_Product(benchmark::State& bench) {
 int main(int argc, char** argv) {
   for (size_t i = 0; i < shapes().size(); ++i) {
     benchmark::RegisterBenchmark(("BM_LayerPass/" + shapes()[i].name).c_str(), BM_LayerPass, i)
-        ->ArgNames({"threads", "gdn", "path"})
-        ->ArgsProduct({{1, 2}, {0, 1}, {0, 1}})
+        ->ArgNames({"threads", "gdn", "path", "elem"})
+        ->ArgsProduct({{1, 2}, {0, 1}, {0, 1}, {0, 1}})
         ->Unit(benchmark::kMicrosecond)
         ->UseRealTime();
   }

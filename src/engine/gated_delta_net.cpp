@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "common/error.h"
+#include "engine/elementwise.h"
 #include "engine/numerics.h"
 
 namespace qpu::engine {
@@ -110,6 +111,7 @@ void skip_zeros(float* state, int64_t dk, int64_t dv, const float* k, std::span<
     }
   }
   int delta_finite = 1;
+#pragma omp simd reduction(& : delta_finite)  // elementwise, and & is exact in any order
   for (int64_t c = 0; c < dv; ++c) {
     delta[c] = (v[c] - kv[c]) * beta;
     delta_finite &= finite(delta[c]);
@@ -149,20 +151,15 @@ void skip_zeros(float* state, int64_t dk, int64_t dv, const float* k, std::span<
 }
 
 int64_t nonzero_rows(const float* x, int64_t n, int32_t* rows) {
-  int64_t count = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    rows[count] = static_cast<int32_t>(i);
-    count += x[i] != 0.0f;  // branch-free: rows[count] is overwritten unless x[i] counts
-  }
-  return count;
+  return elementwise::kernels().nonzero_indices(x, n, rows);  // all-zero blocks skipped
 }
 
 }  // namespace delta_rule
 
 GatedDeltaNet::GatedDeltaNet(io::LinearAttentionWeights&& w, const GatedDeltaNetShape& shape,
                              float rms_eps, const PackedMatrix::Options& options,
-                             const std::string& name, bool skip_zeros)
-    : shape_(shape), rms_eps_(rms_eps), skip_zeros_(skip_zeros) {
+                             const std::string& name, bool skip_zeros, bool skip_idle_channels)
+    : shape_(shape), rms_eps_(rms_eps), skip_zeros_(skip_zeros), skip_idle_channels_(skip_idle_channels) {
   const GatedDeltaNetShape& s = shape_;
   if (s.hidden <= 0 || s.num_k_heads <= 0 || s.num_v_heads <= 0 || s.k_head_dim <= 0 ||
       s.v_head_dim <= 0 || s.conv_kernel < 1 || s.num_v_heads % s.num_k_heads != 0) {
@@ -191,6 +188,7 @@ GatedDeltaNet::GatedDeltaNet(io::LinearAttentionWeights&& w, const GatedDeltaNet
   expect_size(w.A_log, s.num_v_heads, name + ".A_log");
   expect_size(w.norm, s.v_head_dim, name + ".norm.weight");
   conv_weight_ = std::move(w.conv1d);
+  for (float v : conv_weight_) conv_taps_finite_ = conv_taps_finite_ && std::isfinite(v);
   dt_bias_ = std::move(w.dt_bias);
   norm_weight_ = std::move(w.norm);
   // transformers: -self.A_log.float().exp(), recomputed each call with the same bits.
@@ -233,27 +231,45 @@ void GatedDeltaNet::step(const float* h, std::span<float> conv_state, std::span<
 
   // Causal depthwise conv over [previous kernel-1 inputs, this input], no bias, then
   // silu (torch_causal_conv1d_update). The sum runs over the taps left to right from +0.
-  for (int64_t c = 0; c < conv_dim; ++c) {
-    float* past = conv_state.data() + c * history;
-    const float* wc = conv_weight_.data() + c * taps;
-    float acc = 0.0f;
-    for (int64_t t = 0; t < history; ++t) acc = acc + wc[t] * past[t];
-    acc = acc + wc[history] * mixed[c];
-    for (int64_t t = 0; t + 1 < history; ++t) past[t] = past[t + 1];
-    if (history > 0) past[history - 1] = mixed[c];
-    conv[c] = numerics::silu(acc);
+  // skip_idle_channels: the same loop, blocks of all-+0 channels skipped (elementwise.h).
+  if (skip_idle_channels_) {
+    elementwise::kernels().conv_silu(conv_weight_.data(), taps, conv_taps_finite_, conv_state.data(), mixed,
+                                     conv, conv_dim);
+  } else {
+    for (int64_t c = 0; c < conv_dim; ++c) {
+      float* past = conv_state.data() + c * history;
+      const float* wc = conv_weight_.data() + c * taps;
+      float acc = 0.0f;
+      for (int64_t t = 0; t < history; ++t) acc = acc + wc[t] * past[t];
+      acc = acc + wc[history] * mixed[c];
+      for (int64_t t = 0; t + 1 < history; ++t) past[t] = past[t + 1];
+      if (history > 0) past[history - 1] = mixed[c];
+      conv[c] = numerics::silu(acc);
+    }
   }
   float* q = conv;
   float* k = conv + key_dim;
   const float* v = conv + 2 * key_dim;
 
   // l2norm per key head (transformers normalizes after repeat_interleave: same values).
-  for (int64_t m = 0; m < s.num_k_heads; ++m) {
-    numerics::l2norm(q + m * dk, dk);
-    numerics::l2norm(k + m * dk, dk);
-  }
-  for (int64_t i = 0; i < key_dim; ++i) {
-    q_scaled[i] = first_token ? q[i] * q_multiplier_ : q[i] / q_divisor_;
+  if (skip_idle_channels_) {  // the same operations in vectors (elementwise.h)
+    for (int64_t m = 0; m < s.num_k_heads; ++m) {
+      elementwise::l2norm(q + m * dk, dk);
+      elementwise::l2norm(k + m * dk, dk);
+    }
+    if (first_token) {
+      elementwise::kernels().mul(q, q_multiplier_, q_scaled, key_dim);
+    } else {
+      elementwise::kernels().div(q, q_divisor_, q_scaled, key_dim);
+    }
+  } else {
+    for (int64_t m = 0; m < s.num_k_heads; ++m) {
+      numerics::l2norm(q + m * dk, dk);
+      numerics::l2norm(k + m * dk, dk);
+    }
+    for (int64_t i = 0; i < key_dim; ++i) {
+      q_scaled[i] = first_token ? q[i] * q_multiplier_ : q[i] / q_divisor_;
+    }
   }
 
   // beta = sigmoid(b); g = -exp(A_log) * softplus(a + dt_bias).
@@ -313,8 +329,12 @@ void GatedDeltaNet::step(const float* h, std::span<float> conv_state, std::span<
     const float r = numerics::rsqrt(numerics::mean_square_plus_eps(o, dv, rms_eps_));
     const float* zh = z + j * dv;
     float* yh = normed + j * dv;
-    for (int64_t c = 0; c < dv; ++c) {
-      yh[c] = (norm_weight_[c] * (o[c] * r)) * numerics::silu(zh[c]);
+    if (skip_idle_channels_) {  // silu skipped on all-zero blocks of z (elementwise.h)
+      elementwise::kernels().gated_norm(norm_weight_.data(), o, r, zh, yh, dv);
+    } else {
+      for (int64_t c = 0; c < dv; ++c) {
+        yh[c] = (norm_weight_[c] * (o[c] * r)) * numerics::silu(zh[c]);
+      }
     }
   }
 

@@ -60,9 +60,12 @@ class GatedDeltaNet {
   GatedDeltaNet() = default;
   // Consumes the weight vectors. `name` prefixes error messages ("layers.0.linear_attn").
   // skip_zeros: run the recurrence with delta_rule::skip_zeros (the same output bits for
-  // finite states) instead of delta_rule::dense.
+  // finite states) instead of delta_rule::dense. skip_idle_channels: the conv, l2norm,
+  // q scaling and gated RMSNorm run on elementwise.h's kernels (vectorized, exact-zero
+  // blocks skipped; the same bits for every input) instead of plain scalar loops.
   GatedDeltaNet(io::LinearAttentionWeights&& weights, const GatedDeltaNetShape& shape, float rms_eps,
-                const PackedMatrix::Options& options, const std::string& name, bool skip_zeros = true);
+                const PackedMatrix::Options& options, const std::string& name, bool skip_zeros = true,
+                bool skip_idle_channels = true);
 
   const GatedDeltaNetShape& shape() const { return shape_; }
   std::vector<const PackedMatrix*> matrices() const { return {&in_proj_qkv_, &in_proj_z_, &in_proj_b_, &in_proj_a_, &out_proj_}; }
@@ -81,6 +84,8 @@ class GatedDeltaNet {
   GatedDeltaNetShape shape_;
   float rms_eps_ = 0;
   bool skip_zeros_ = true;
+  bool skip_idle_channels_ = true;
+  bool conv_taps_finite_ = true;  // every conv1d weight is finite (elementwise::conv_silu)
   float q_divisor_ = 0;     // decode: q / float(dk ** 0.5)
   float q_multiplier_ = 0;  // first token (chunked kernel): q * float(dk ** -0.5)
   PackedMatrix in_proj_qkv_, in_proj_z_, in_proj_b_, in_proj_a_, out_proj_;

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "common/error.h"
+#include "engine/elementwise.h"
 #include "engine/gated_attention.h"
 #include "engine/gated_delta_net.h"
 #include "engine/numerics.h"
@@ -60,6 +61,7 @@ struct Model::Impl {
   PackedMatrix embed;
   PackedMatrix lm_head;  // unused (empty) when tied to embed
   bool tied = false;
+  bool skip_idle_channels = true;  // ModelOptions::elementwise == SkipZeros
   std::vector<float> final_scale;
   std::vector<Layer> layers;
 
@@ -74,6 +76,7 @@ Model::Model(io::Qwen35Weights weights, const ModelOptions& options) : impl_(std
   check_config(c);
   m.config = c;
   m.eps = static_cast<float>(c.rms_norm_eps);  // torch adds the python float as fp32
+  m.skip_idle_channels = options.elementwise == Elementwise::SkipZeros;
   const PackedMatrix::Options pack = packing(options);
   const int64_t hidden = c.hidden_size;
 
@@ -113,7 +116,7 @@ Model::Model(io::Qwen35Weights weights, const ModelOptions& options) : impl_(std
     layer.post_scale = one_plus(std::move(w.post_attention_layernorm), hidden, name + ".post_attention_layernorm.weight");
     if (layer.type == io::LayerType::LinearAttention) {
       layer.linear = GatedDeltaNet(std::move(w.linear), gdn_shape, m.eps, pack, name + ".linear_attn",
-                                   options.gdn == GdnRecurrence::SkipZeros);
+                                   options.gdn == GdnRecurrence::SkipZeros, m.skip_idle_channels);
     } else {
       layer.full = GatedAttention(std::move(w.full), attn_shape, m.eps, pack, name + ".self_attn");
     }
@@ -199,28 +202,51 @@ void Model::forward(int64_t token, State& state, std::span<float> logits, std::s
   float* up = gate + c.intermediate_size;
   m.embed.copy_row(token, x.data());
 
+  // The elementwise steps: elementwise.h's kernels (vectorized, silu skipped on all-zero
+  // blocks; the same bits) or the plain loops (Elementwise::Dense).
+  const elementwise::Kernels& kernels = elementwise::kernels();
+  const bool fast = m.skip_idle_channels;
+  const auto rms_norm = [&](const std::vector<float>& scale) {
+    if (fast) {
+      elementwise::rms_norm(x.data(), d, scale.data(), m.eps, normed);
+    } else {
+      numerics::rms_norm(x.data(), d, scale.data(), m.eps, normed);
+    }
+  };
+  const auto add_mixed = [&] {
+    if (fast) {
+      kernels.add(x.data(), mixed, d);
+    } else {
+      for (int64_t i = 0; i < d; ++i) x[i] = x[i] + mixed[i];
+    }
+  };
+
   for (size_t l = 0; l < layers; ++l) {
     const Layer& layer = m.layers[l];
-    numerics::rms_norm(x.data(), d, layer.input_scale.data(), m.eps, normed);
+    rms_norm(layer.input_scale);
     if (layer.type == io::LayerType::LinearAttention) {
       layer.linear.step(normed, state.conv_state[l], state.recurrent_state[l], first_token, mixed);
     } else {
       layer.full.step(normed, state.position, state.key_cache[l], state.value_cache[l], mixed);
     }
-    for (int64_t i = 0; i < d; ++i) x[i] = x[i] + mixed[i];
+    add_mixed();
 
     // MLP: down(silu(gate(h)) * up(h))
-    numerics::rms_norm(x.data(), d, layer.post_scale.data(), m.eps, normed);
+    rms_norm(layer.post_scale);
     const PackedMatrix::Job gate_up[] = {{&layer.gate_proj, normed, gate},
                                          {&layer.up_proj, normed, up}};
     PackedMatrix::multiply_all(gate_up);
-    for (int64_t i = 0; i < c.intermediate_size; ++i) gate[i] = numerics::silu(gate[i]) * up[i];
+    if (fast) {
+      kernels.silu_mul(gate, up, c.intermediate_size);
+    } else {
+      for (int64_t i = 0; i < c.intermediate_size; ++i) gate[i] = numerics::silu(gate[i]) * up[i];
+    }
     layer.down_proj.multiply(gate, mixed);
-    for (int64_t i = 0; i < d; ++i) x[i] = x[i] + mixed[i];
+    add_mixed();
   }
 
   if (!hidden.empty()) std::copy(x.begin(), x.end(), hidden.begin());
-  numerics::rms_norm(x.data(), d, m.final_scale.data(), m.eps, normed);
+  rms_norm(m.final_scale);
   m.output().multiply(normed, logits.data());
   ++state.position;
 }

@@ -41,12 +41,20 @@ enum class GdnRecurrence { SkipZeros, Dense };
 // stored). Columns: the column walk whenever the input is finite. Same bits in all modes.
 enum class SparsePath { Auto, Rows, Columns };
 
+// How the elementwise work over the full width runs (norm scaling, residual adds,
+// silu(gate) * up, the GDN conv, l2norm and gated RMSNorm; docs/engine.md, "Idle
+// channels"). SkipZeros: vectorized, and blocks of channels whose inputs are exact zeros
+// write their known result without computing it (elementwise.h): the bits of Dense for
+// every input. Dense: the plain scalar loops (kept for tests and benchmarks).
+enum class Elementwise { SkipZeros, Dense };
+
 struct ModelOptions {
   WeightStorage storage = WeightStorage::Auto;
   double sparse_min_zero_fraction = 0.9;
   bool allow_bf16 = true;  // false: dense matrices stay fp32 (tests, benchmarks)
   GdnRecurrence gdn = GdnRecurrence::SkipZeros;
   SparsePath sparse_path = SparsePath::Auto;
+  Elementwise elementwise = Elementwise::SkipZeros;
 };
 
 // What the constructor chose, for logs and benchmarks.

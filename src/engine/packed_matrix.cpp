@@ -145,6 +145,15 @@ PackedMatrix PackedMatrix::pack(std::span<const float> values, int64_t rows, int
       }
       m.row_start_[rows] = static_cast<int64_t>(m.f32_.size());
       m.program_start_[rows] = static_cast<int64_t>(m.program_.size());
+      int64_t live = 0;
+      for (int64_t r = 0; r < rows; ++r) live += m.row_start_[r + 1] > m.row_start_[r];
+      if (2 * live < rows && rows <= std::numeric_limits<int32_t>::max()) {
+        m.live_rows_listed_ = true;
+        m.live_rows_.reserve(static_cast<size_t>(live));
+        for (int64_t r = 0; r < rows; ++r) {
+          if (m.row_start_[r + 1] > m.row_start_[r]) m.live_rows_.push_back(static_cast<int32_t>(r));
+        }
+      }
       // No column copy where it would never run: Rows, or Auto on a matrix with almost
       // no nonzeros (its rows cost less than a column-path call).
       if (options.path == Path::Columns ||
@@ -168,7 +177,8 @@ int64_t PackedMatrix::nonzeros() const {
 size_t PackedMatrix::bytes() const {
   return f32_.size() * sizeof(float) + bf16_.size() * sizeof(uint16_t) +
          col_index_.size() * sizeof(uint32_t) + row_start_.size() * sizeof(int64_t) +
-         program_.size() * sizeof(uint32_t) + program_start_.size() * sizeof(int64_t) + columns_.bytes();
+         program_.size() * sizeof(uint32_t) + program_start_.size() * sizeof(int64_t) +
+         live_rows_.size() * sizeof(int32_t) + columns_.bytes();
 }
 
 int64_t PackedMatrix::row_work() const {
@@ -184,40 +194,49 @@ void PackedMatrix::multiply_rows(const float* x, float* y, int64_t row_begin, in
       dot::rows_bf16(bf16_.data(), cols_, x, y, row_begin, row_end);
       return;
     case Format::SparseCsr:
-      for (int64_t r = row_begin; r < row_end; ++r) {
-        // The dense lanes and combine tree with the zero terms left out (see dot.h).
-        if (program_start_[r + 1] - program_start_[r] > kMaxProgramLanes) {
-          // Many lanes: all 64 of them and the full tree. The row is stored in tree
-          // order, which keeps each lane's columns ascending.
-          float lanes[dot::kLanes] = {};
-          for (int64_t k = row_start_[r]; k < row_start_[r + 1]; ++k) {
-            const uint32_t c = col_index_[k];
-            lanes[c % dot::kLanes] = lanes[c % dot::kLanes] + f32_[k] * x[c];
-          }
-          y[r] = dot::combine_lanes(lanes);
-          continue;
-        }
-        // Few lanes: the tree pruned to the occupied lanes. A lane with no terms is +0,
-        // a lane or subtree sum is never -0, and s + (+0) == s for every other s, so an
-        // empty subtree changes no node. What is left is the trie of the occupied
-        // lanes, evaluated here on a stack in tree order (program_, built by pack).
-        float stack[dot::kLanes];
-        int top = 0;
-        int64_t k = row_start_[r];
-        for (int64_t p = program_start_[r]; p < program_start_[r + 1]; ++p) {
-          const uint32_t op = program_[p];
-          float lane = 0.0f;
-          for (const int64_t end = k + (op >> 8); k < end; ++k) lane = lane + f32_[k] * x[col_index_[k]];
-          stack[top++] = lane;
-          for (uint32_t merge = op & 0xffu; merge > 0; --merge) {
-            --top;
-            stack[top - 1] = stack[top - 1] + stack[top];
-          }
-        }
-        y[r] = top > 0 ? stack[0] : 0.0f;
+      if (live_rows_listed_) {
+        // Mostly empty rows: an empty row's sum is +0 (below), so fill and evaluate
+        // only the rows with a nonzero.
+        std::fill(y + row_begin, y + row_end, 0.0f);
+        auto live = std::lower_bound(live_rows_.begin(), live_rows_.end(), row_begin);
+        for (; live != live_rows_.end() && *live < row_end; ++live) y[*live] = csr_row(x, *live);
+        return;
       }
+      for (int64_t r = row_begin; r < row_end; ++r) y[r] = csr_row(x, r);
       return;
   }
+}
+
+float PackedMatrix::csr_row(const float* x, int64_t r) const {
+  // The dense lanes and combine tree with the zero terms left out (see dot.h).
+  if (program_start_[r + 1] - program_start_[r] > kMaxProgramLanes) {
+    // Many lanes: all 64 of them and the full tree. The row is stored in tree
+    // order, which keeps each lane's columns ascending.
+    float lanes[dot::kLanes] = {};
+    for (int64_t k = row_start_[r]; k < row_start_[r + 1]; ++k) {
+      const uint32_t c = col_index_[k];
+      lanes[c % dot::kLanes] = lanes[c % dot::kLanes] + f32_[k] * x[c];
+    }
+    return dot::combine_lanes(lanes);
+  }
+  // Few lanes: the tree pruned to the occupied lanes. A lane with no terms is +0,
+  // a lane or subtree sum is never -0, and s + (+0) == s for every other s, so an
+  // empty subtree changes no node. What is left is the trie of the occupied
+  // lanes, evaluated here on a stack in tree order (program_, built by pack).
+  float stack[dot::kLanes];
+  int top = 0;
+  int64_t k = row_start_[r];
+  for (int64_t p = program_start_[r]; p < program_start_[r + 1]; ++p) {
+    const uint32_t op = program_[p];
+    float lane = 0.0f;
+    for (const int64_t end = k + (op >> 8); k < end; ++k) lane = lane + f32_[k] * x[col_index_[k]];
+    stack[top++] = lane;
+    for (uint32_t merge = op & 0xffu; merge > 0; --merge) {
+      --top;
+      stack[top - 1] = stack[top - 1] + stack[top];
+    }
+  }
+  return top > 0 ? stack[0] : 0.0f;  // an empty row: +0
 }
 
 bool PackedMatrix::plan_columns(const float* x, ColumnMatrix::Plan& plan) const {

@@ -83,6 +83,7 @@ class PackedMatrix {
 
  private:
   void multiply_rows(const float* x, float* y, int64_t row_begin, int64_t row_end) const;
+  float csr_row(const float* x, int64_t r) const;
   // The column path when this call should take it (plans x, and runs it): true if done.
   bool try_columns(const float* x, float* y) const;
   // Plans x into the calling thread's active list; false if the row path must run.
@@ -101,6 +102,12 @@ class PackedMatrix {
   // nonzeros are stored in the same order (ascending column within a lane).
   std::vector<uint32_t> program_;
   std::vector<int64_t> program_start_;  // rows + 1 entries
+  // CSR matrices whose rows are mostly empty (out_proj of a compiled layer): the rows
+  // with a nonzero, ascending. The row path fills y with +0 (what an empty row sums
+  // to) and evaluates only these (live_rows_listed_; none listed when most rows hold a
+  // nonzero).
+  std::vector<int32_t> live_rows_;
+  bool live_rows_listed_ = false;
   Path path_ = Path::Auto;
   ColumnMatrix columns_;  // SparseCsr, path_ Columns or Auto: the same nonzeros, column-major
 };

@@ -1,0 +1,221 @@
+#include "engine/elementwise.h"
+
+#include <cstring>
+
+#include "engine/numerics.h"
+
+// The 64-byte vector values never cross a function boundary (everything is inlined into
+// the kernels), so GCC's note about their calling convention is moot.
+#pragma GCC diagnostic ignored "-Wpsabi"
+
+namespace qpu::engine::elementwise {
+namespace {
+
+// 16 fp32 lanes (GCC vector extensions): one zmm, two ymm or four xmm registers,
+// depending on the target of the enclosing kernel; lane-wise IEEE operations either way.
+typedef float f32x16 __attribute__((vector_size(64)));
+typedef uint32_t u32x16 __attribute__((vector_size(64)));
+
+template <typename T>
+[[gnu::always_inline]] inline T load(const void* p) {
+  T v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+
+template <typename T>
+[[gnu::always_inline]] inline void store(void* p, T v) {
+  std::memcpy(p, &v, sizeof v);
+}
+
+typedef uint64_t u64x8 __attribute__((vector_size(64)));
+typedef uint64_t u64x4 __attribute__((vector_size(32)));
+typedef uint64_t u64x2 __attribute__((vector_size(16)));
+
+// Any bit set in the 64 bytes: OR-ed down by halves in vector registers (extracting the
+// eight 64-bit words one by one cost more than the arithmetic it guards).
+[[gnu::always_inline]] inline bool any(u32x16 v) {
+  u64x8 w;
+  std::memcpy(&w, &v, sizeof w);
+  const u64x4 h = __builtin_shufflevector(w, w, 0, 1, 2, 3) | __builtin_shufflevector(w, w, 4, 5, 6, 7);
+  const u64x2 q = __builtin_shufflevector(h, h, 0, 1) | __builtin_shufflevector(h, h, 2, 3);
+  return (q[0] | q[1]) != 0;
+}
+
+// A block holds an input x with x != 0, i.e. not +-0 (NaN counts: NaN != 0). On the
+// bits: dropping the sign bit leaves 0 exactly for +-0 (integer ops, no float compare,
+// which baseline x86-64 would split into scalar compares for 16 lanes).
+[[gnu::always_inline]] inline bool any_nonzero(f32x16 v) {
+  u32x16 bits;
+  std::memcpy(&bits, &v, sizeof bits);
+  return any(bits << 1);
+}
+
+[[gnu::always_inline]] inline void add_impl(float* x, const float* y, int64_t n) {
+  int64_t i = 0;
+  for (; i + kBlock <= n; i += kBlock) store(x + i, load<f32x16>(x + i) + load<f32x16>(y + i));
+  for (; i < n; ++i) x[i] = x[i] + y[i];
+}
+
+[[gnu::always_inline]] inline void scale_mul_impl(const float* x, float r, const float* scale, float* out,
+                                                  int64_t n) {
+  f32x16 rv;
+  for (int l = 0; l < kBlock; ++l) rv[l] = r;  // exact copies of r (a -0 or NaN r included)
+  int64_t i = 0;
+  for (; i + kBlock <= n; i += kBlock) store(out + i, (load<f32x16>(x + i) * rv) * load<f32x16>(scale + i));
+  for (; i < n; ++i) out[i] = (x[i] * r) * scale[i];
+}
+
+[[gnu::always_inline]] inline void mul_impl(const float* x, float m, float* out, int64_t n) {
+  f32x16 mv;
+  for (int l = 0; l < kBlock; ++l) mv[l] = m;
+  int64_t i = 0;
+  for (; i + kBlock <= n; i += kBlock) store(out + i, load<f32x16>(x + i) * mv);
+  for (; i < n; ++i) out[i] = x[i] * m;
+}
+
+[[gnu::always_inline]] inline void div_impl(const float* x, float d, float* out, int64_t n) {
+  f32x16 dv;
+  for (int l = 0; l < kBlock; ++l) dv[l] = d;
+  int64_t i = 0;
+  for (; i + kBlock <= n; i += kBlock) store(out + i, load<f32x16>(x + i) / dv);
+  for (; i < n; ++i) out[i] = x[i] / d;
+}
+
+// silu(g) = g for g = +-0, so an all-zero block is g * up.
+[[gnu::always_inline]] inline void silu_mul_impl(float* gate, const float* up, int64_t n) {
+  int64_t i = 0;
+  for (; i + kBlock <= n; i += kBlock) {
+    const f32x16 g = load<f32x16>(gate + i);
+    if (!any_nonzero(g)) {
+      store(gate + i, g * load<f32x16>(up + i));
+      continue;
+    }
+    for (int64_t j = i; j < i + kBlock; ++j) gate[j] = numerics::silu(gate[j]) * up[j];
+  }
+  for (; i < n; ++i) gate[i] = numerics::silu(gate[i]) * up[i];
+}
+
+// silu(z) = z for z = +-0, so an all-zero block of z is (w * (o * r)) * z.
+[[gnu::always_inline]] inline void gated_norm_impl(const float* w, const float* o, float r, const float* z,
+                                                   float* y, int64_t n) {
+  f32x16 rv;
+  for (int l = 0; l < kBlock; ++l) rv[l] = r;
+  int64_t i = 0;
+  for (; i + kBlock <= n; i += kBlock) {
+    const f32x16 zb = load<f32x16>(z + i);
+    if (!any_nonzero(zb)) {
+      store(y + i, (load<f32x16>(w + i) * (load<f32x16>(o + i) * rv)) * zb);
+      continue;
+    }
+    for (int64_t j = i; j < i + kBlock; ++j) y[j] = (w[j] * (o[j] * r)) * numerics::silu(z[j]);
+  }
+  for (; i < n; ++i) y[i] = (w[i] * (o[i] * r)) * numerics::silu(z[i]);
+}
+
+// One channel exactly as torch_causal_conv1d_update sums it: taps left to right from +0.
+[[gnu::always_inline]] inline void conv_channel(const float* wc, int64_t history, float* past, float input,
+                                                float* out) {
+  float acc = 0.0f;
+  for (int64_t t = 0; t < history; ++t) acc = acc + wc[t] * past[t];
+  acc = acc + wc[history] * input;
+  for (int64_t t = 0; t + 1 < history; ++t) past[t] = past[t + 1];
+  if (history > 0) past[history - 1] = input;
+  *out = numerics::silu(acc);
+}
+
+[[gnu::always_inline]] inline void conv_silu_impl(const float* weight, int64_t taps, bool taps_finite,
+                                                  float* state, const float* in, float* out,
+                                                  int64_t channels) {
+  const int64_t history = taps - 1;
+  int64_t c = 0;
+  if (taps_finite) {
+    for (; c + kBlock <= channels; c += kBlock) {
+      // The bits of the block's inputs and histories, OR-ed: 0 only if all are +0.
+      u32x16 bits = load<u32x16>(in + c);
+      const float* past = state + c * history;
+      for (int64_t k = 0; k < kBlock * history; k += kBlock) bits |= load<u32x16>(past + k);
+      if (!any(bits)) {
+        store(out + c, f32x16{});
+        continue;
+      }
+      for (int64_t ch = c; ch < c + kBlock; ++ch) {
+        conv_channel(weight + ch * taps, history, state + ch * history, in[ch], out + ch);
+      }
+    }
+  }
+  for (; c < channels; ++c) conv_channel(weight + c * taps, history, state + c * history, in[c], out + c);
+}
+
+[[gnu::always_inline]] inline int64_t nonzero_indices_impl(const float* x, int64_t n, int32_t* rows) {
+  int64_t count = 0;
+  int64_t i = 0;
+  for (; i + kBlock <= n; i += kBlock) {
+    if (!any_nonzero(load<f32x16>(x + i))) continue;
+    for (int64_t j = i; j < i + kBlock; ++j) {
+      rows[count] = static_cast<int32_t>(j);  // branch-free: overwritten unless x[j] counts
+      count += x[j] != 0.0f;
+    }
+  }
+  for (; i < n; ++i) {
+    rows[count] = static_cast<int32_t>(i);
+    count += x[i] != 0.0f;
+  }
+  return count;
+}
+
+#define QPU_ELEMENTWISE_VARIANT(suffix, target_attr)                                                      \
+  target_attr void add_##suffix(float* x, const float* y, int64_t n) { add_impl(x, y, n); }               \
+  target_attr void scale_mul_##suffix(const float* x, float r, const float* scale, float* out, int64_t n) { \
+    scale_mul_impl(x, r, scale, out, n);                                                                  \
+  }                                                                                                       \
+  target_attr void mul_##suffix(const float* x, float m, float* out, int64_t n) { mul_impl(x, m, out, n); } \
+  target_attr void div_##suffix(const float* x, float d, float* out, int64_t n) { div_impl(x, d, out, n); } \
+  target_attr void silu_mul_##suffix(float* gate, const float* up, int64_t n) { silu_mul_impl(gate, up, n); } \
+  target_attr void gated_norm_##suffix(const float* w, const float* o, float r, const float* z, float* y,  \
+                                       int64_t n) {                                                       \
+    gated_norm_impl(w, o, r, z, y, n);                                                                    \
+  }                                                                                                       \
+  target_attr void conv_silu_##suffix(const float* weight, int64_t taps, bool taps_finite, float* state,  \
+                                      const float* in, float* out, int64_t channels) {                    \
+    conv_silu_impl(weight, taps, taps_finite, state, in, out, channels);                                  \
+  }                                                                                                       \
+  target_attr int64_t nonzero_indices_##suffix(const float* x, int64_t n, int32_t* rows) {                \
+    return nonzero_indices_impl(x, n, rows);                                                              \
+  }                                                                                                       \
+  constexpr Kernels kernels_##suffix{add_##suffix,        scale_mul_##suffix, mul_##suffix,               \
+                                     div_##suffix,        silu_mul_##suffix,  gated_norm_##suffix,        \
+                                     conv_silu_##suffix,  nonzero_indices_##suffix};
+
+QPU_ELEMENTWISE_VARIANT(generic, )
+QPU_ELEMENTWISE_VARIANT(avx2, __attribute__((target("avx2"))))
+QPU_ELEMENTWISE_VARIANT(avx512, __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))))
+#undef QPU_ELEMENTWISE_VARIANT
+
+}  // namespace
+
+const Kernels& kernels_for(dot::Isa isa) {
+  switch (isa) {
+    case dot::Isa::Avx512: return kernels_avx512;
+    case dot::Isa::Avx2: return kernels_avx2;
+    case dot::Isa::Generic: break;
+  }
+  return kernels_generic;
+}
+
+const Kernels& kernels() {
+  static const Kernels& active = kernels_for(dot::active_isa());
+  return active;
+}
+
+void rms_norm(const float* x, int64_t n, const float* scale, float eps, float* out) {
+  const float r = numerics::rsqrt(numerics::mean_square_plus_eps(x, n, eps));
+  kernels().scale_mul(x, r, scale, out, n);
+}
+
+void l2norm(float* x, int64_t n) {
+  const float r = numerics::rsqrt(dot::dot_f32(x, x, n) + 1e-6f);
+  kernels().mul(x, r, x, n);
+}
+
+}  // namespace qpu::engine::elementwise

@@ -1,0 +1,66 @@
+#pragma once
+// The elementwise work of a decode step that runs over the full width of a layer
+// (norm scaling, residual adds, silu(gate) * up, the GDN conv + silu, the gated
+// RMSNorm), vectorized, and with blocks of exact zeros skipped where the result is
+// provably the same value. Every function gives the bits of the plain scalar loop
+// written next to it, for every input (NaN, inf, -0 and subnormals included):
+//
+//   * Pure elementwise IEEE operations (x + y, x * r, x / d) do the same operation per
+//     element in a vector lane as in a scalar register (no FMA: -ffp-contract=off), so
+//     vectorizing them changes no bit.
+//   * silu(x) returns x itself when x == 0 (numerics.h: silu(+-0) = +-0, as torch's
+//     x / (1 + exp(-x)) gives), so in a block of 16 inputs that are all +-0, silu is the
+//     identity and what is left is elementwise arithmetic, done in vectors. A block
+//     with a nonzero (or NaN) input runs the scalar loop.
+//   * A conv channel whose history and input are all +0 (bits 0) and whose taps are
+//     finite sums w * (+0) = +-0 terms from +0, which is +0 (+0 + -0 = +0 in
+//     round-to-nearest); silu(+0) = +0; and shifting +0s through a +0 history leaves
+//     it unchanged. So a block of 16 such channels writes +0 and touches nothing else.
+//     Anything else (a -0 anywhere, a non-finite tap in the layer) runs the scalar loop.
+//
+// An idle channel of a compiled layer (input exactly 0) therefore costs a vector
+// compare instead of a call to exp or a 4-tap loop. docs/engine.md, "Idle channels".
+#include <cstdint>
+
+#include "engine/dot.h"
+
+namespace qpu::engine::elementwise {
+
+inline constexpr int64_t kBlock = 16;  // floats per skip decision (one AVX-512 vector)
+
+// The kernels of one instruction set (dot::Isa); all sets give the same bits.
+struct Kernels {
+  // x[i] = x[i] + y[i]
+  void (*add)(float* x, const float* y, int64_t n);
+  // out[i] = (x[i] * r) * scale[i]   (RMSNorm's scaling; out may be x)
+  void (*scale_mul)(const float* x, float r, const float* scale, float* out, int64_t n);
+  // out[i] = x[i] * m   (out may be x)
+  void (*mul)(const float* x, float m, float* out, int64_t n);
+  // out[i] = x[i] / d   (out may be x)
+  void (*div)(const float* x, float d, float* out, int64_t n);
+  // gate[i] = silu(gate[i]) * up[i]
+  void (*silu_mul)(float* gate, const float* up, int64_t n);
+  // y[i] = (w[i] * (o[i] * r)) * silu(z[i])   (the GDN's gated RMSNorm)
+  void (*gated_norm)(const float* w, const float* o, float r, const float* z, float* y, int64_t n);
+  // The GDN's causal depthwise conv update + silu, channel c in [0, channels):
+  //   acc = +0; acc = acc + w[c][t] * state[c][t] for t < taps-1; acc = acc + w[c][taps-1] * in[c];
+  //   state[c] shifts left by one and takes in[c] last; out[c] = silu(acc).
+  // weight: [channels, taps]; state: [channels, taps-1]. taps_finite: every weight is
+  // finite (else no channel is skipped).
+  void (*conv_silu)(const float* weight, int64_t taps, bool taps_finite, float* state, const float* in,
+                    float* out, int64_t channels);
+  // The ascending indices i < n with x[i] != 0 (+0 and -0 are zeros, NaN is not),
+  // written to rows; returns their count.
+  int64_t (*nonzero_indices)(const float* x, int64_t n, int32_t* rows);
+};
+
+const Kernels& kernels();                 // the active instruction set (dot::active_isa())
+const Kernels& kernels_for(dot::Isa isa);  // tests: a supported set
+
+// RMSNorm with the kernels: r = rsqrt(mean(x^2) + eps) in the canonical dot order, then
+// scale_mul. The bits of numerics::rms_norm.
+void rms_norm(const float* x, int64_t n, const float* scale, float eps, float* out);
+// GDN l2norm in place: the bits of numerics::l2norm.
+void l2norm(float* x, int64_t n);
+
+}  // namespace qpu::engine::elementwise

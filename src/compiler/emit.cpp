@@ -35,7 +35,7 @@ struct Emitter {
 
 // One GDN memory in head h of a linear_attention layer (docs/npu-gdn-memory.md).
 // Every pre-silu q/k/v/z/b value below is a sum of a few small integer multiples of
-// powers of two (exact in any order); the conv is the identity on the current token.
+// powers of two (exact in any order); the conv picks one token (the op's taps).
 void emit_gdn_memory(const Emitter& e, const Op& op, int64_t h, const GdnLayout& g, int64_t heads,
                      io::LinearAttentionWeights& la) {
   const GdnMemory& m = op.gdn;
@@ -79,9 +79,15 @@ void emit_gdn_memory(const Emitter& e, const Op& op, int64_t h, const GdnLayout&
   }
   if (has_offset) e.add_term(la.in_proj_qkv, v0 + g.offset_column(D), kOne, m.offset);
   for (int64_t c = g.first_rail(); c < dv; ++c) e.add_term(la.in_proj_qkv, v0 + c, kOne, g.rail_cell);
-  // Conv taps [0, 0, 0, 1]: the current token's value, whatever the history.
-  for (int64_t r : {q0, k0}) for (int64_t i = 0; i < dk; ++i) la.conv1d[static_cast<size_t>((r + i) * 4 + 3)] = 1.0f;
-  for (int64_t c = 0; c < dv; ++c) la.conv1d[static_cast<size_t>((v0 + c) * 4 + 3)] = 1.0f;
+  // Conv weights one-hot at position 3 - tap: the channel is the projection of token
+  // t - tap exactly (the other three products are +-0: the history is finite, and 0
+  // before position 0). Offset and rail columns are constants: tap 0.
+  auto tap_weight = [&](int64_t channel, int tap) { la.conv1d[static_cast<size_t>(channel * 4 + 3 - tap)] = 1.0f; };
+  for (int64_t i = 0; i < dk; ++i) {
+    tap_weight(q0 + i, m.query_tap);
+    tap_weight(k0 + i, m.key_tap);
+  }
+  for (int64_t c = 0; c < dv; ++c) tap_weight(v0 + c, c < D ? m.data_tap(static_cast<size_t>(c)) : 0);
   // beta = sigmoid(32) == 1; decay exp(-exp(0) * softplus(a - 1000)): softplus(-1000) == 0
   // gives exp(-0) == 1, a wipe (a = 2000) gives softplus(1000) = 1000 and exp(-1000) == 0.
   e.add_term(la.in_proj_b, h, kOne, 32.0f);
@@ -92,12 +98,18 @@ void emit_gdn_memory(const Emitter& e, const Op& op, int64_t h, const GdnLayout&
   const int64_t gated = D + (has_offset ? 1 : 0);
   for (int64_t c = 0; c < gated; ++c) e.add_term(la.in_proj_z, h * dv + c, kOne, 32.0f);
   // out = cell * read_scale * 2^-norm_exponent * 32 * W = (cell - offset) * 2^-data_exponent.
+  // Column c is scaled by its decode weight w_c = +-2^i (several columns may add into
+  // one out value: exact by the op's contract, ir.h).
   const float W = std::ldexp(1.0f / (32.0f * g.read_scale), g.norm_exponent - m.data_exponent);
   const int64_t vd = heads * dv;
   for (int64_t c = 0; c < D; ++c) {
+    const float Wc = W * m.out_weight(static_cast<size_t>(c));
+    if (!std::isnormal(Wc))
+      fail("emit: GDN memory '{}' column {}: decode weight {} x {} is not a normal float", op.label, c, W,
+           m.out_weight(static_cast<size_t>(c)));
     const int64_t dim = e.alloc.dim(m.out[static_cast<size_t>(c)]);
-    la.out_proj[static_cast<size_t>(dim * vd + h * dv + c)] = W;
-    if (has_offset) la.out_proj[static_cast<size_t>(dim * vd + h * dv + g.offset_column(D))] = -W;
+    la.out_proj[static_cast<size_t>(dim * vd + h * dv + c)] = Wc;
+    if (has_offset) la.out_proj[static_cast<size_t>(dim * vd + h * dv + g.offset_column(D))] = -Wc;
   }
 }
 

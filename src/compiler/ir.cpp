@@ -136,6 +136,25 @@ void Program::validate() const {
         fail("IR op '{}': GDN data exponent {} outside [-60, 60]", op.label, m.data_exponent);
       if (!std::isfinite(m.offset) || std::fabs(m.offset) >= 0x1p44f || (m.offset != 0.0f && std::fabs(m.offset) < 18.0f))
         fail("IR op '{}': GDN offset {} is not 0 or in [18, 2^44)", op.label, m.offset);
+      auto check_tap = [&](int tap, const char* what) {
+        if (tap < 0 || tap > 3) fail("IR op '{}': GDN {} tap {} outside [0, 3] (conv kernel 4)", op.label, what, tap);
+      };
+      check_tap(m.key_tap, "key");
+      check_tap(m.query_tap, "query");
+      if (!m.data_taps.empty() && m.data_taps.size() != m.data.size())
+        fail("IR op '{}': GDN memory has {} data taps for {} data values", op.label, m.data_taps.size(), m.data.size());
+      for (int tap : m.data_taps) check_tap(tap, "data");
+      if (!m.out_weights.empty() && m.out_weights.size() != m.data.size())
+        fail("IR op '{}': GDN memory has {} out weights for {} data values", op.label, m.out_weights.size(),
+             m.data.size());
+      for (float w : m.out_weights) {
+        int e = 0;
+        const bool power_of_two = std::isfinite(w) && std::fabs(std::frexp(w, &e)) == 0.5f;
+        if (!power_of_two || e - 1 < -100 || e - 1 > 100)
+          fail("IR op '{}': GDN out weight {} is not +-2^i with i in [-100, 100]", op.label, w);
+      }
+      if (m.offset != 0.0f && sorted_unique(m.out).size() != m.out.size())
+        fail("IR op '{}': GDN memory with an offset repeats an out value", op.label);
       for (ValueId v : op.reads()) check_value(op, v, false);
       for (ValueId v : m.out) check_value(op, v, false);
     } else {

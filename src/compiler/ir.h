@@ -67,16 +67,39 @@ inline constexpr ValueId kNever = -2;
 // c - old and old + (c - old) exact (e.g. integer cells below 2^24; offset != 0).
 // The state belongs to the layer the op is scheduled in: it holds functions of
 // that layer's input only (npu-machine.md section 1).
+//
+// Conv taps (Qwen3.5's causal conv1d, kernel 4, on every q/k/v channel): an operand
+// may be taken from the layer input of token t - tau instead of the current token t
+// (tau = tap, 0..3; before host position 0 the history is the zero initial state, so
+// a tap reaching past the start reads 0). key_bits and write_flag share key_tap,
+// query_bits and read_flag share query_tap, data value d uses data_taps[d]. The wipe
+// (in_proj_a) and beta (in_proj_b) have no conv: they always act on token t. A write
+// whose key is all 0 (flag 0 at the tapped token, or no history yet) is an exact
+// no-op.
+//
+// Decode weights: a read adds out_weights[d] * (cell - offset) * 2^-data_exponent
+// into out[d] (empty out_weights = all 1; each weight is +-2^i). `out` may repeat a
+// value id: the columns that name it add into it. Exactness contract for repeated
+// ids (the caller's): the decoded terms of one out value (and the out value's
+// previous content) add exactly in every order and grouping, e.g. the disjoint-bit
+// parts of one float (npu/inbox.h). Repeated out ids need offset 0.
 struct GdnMemory {
   std::vector<ValueId> key_bits;    // row written by this token
   ValueId write_flag = kOne;
-  std::vector<ValueId> data;        // <= row capacity values
+  std::vector<ValueId> data;        // <= row capacity values (ids may repeat, e.g. with other taps)
   std::vector<ValueId> query_bits;  // row read by this token
   ValueId read_flag = kOne;
-  std::vector<ValueId> out;         // same length as data
+  std::vector<ValueId> out;         // same length as data (ids may repeat: those columns add)
   ValueId wipe_flag = kNever;       // kNever: the head is never wiped
   int data_exponent = 0;            // cell = x * 2^data_exponent + offset
   float offset = 0.0f;              // != 0: integer cells (one offset column per row)
+  int key_tap = 0;                  // key_bits and write_flag come from token t - key_tap
+  int query_tap = 0;                // query_bits and read_flag come from token t - query_tap
+  std::vector<int> data_taps;       // per data value (empty: all 0)
+  std::vector<float> out_weights;   // per data value, +-2^i (empty: all 1)
+
+  int data_tap(size_t d) const { return data_taps.empty() ? 0 : data_taps[d]; }
+  float out_weight(size_t d) const { return out_weights.empty() ? 1.0f : out_weights[d]; }
 };
 
 enum class OpKind { Mlp, AttnMemory, GdnMemory };
@@ -105,10 +128,12 @@ class Program {
   int64_t num_values() const { return static_cast<int64_t>(names_.size()); }
   const std::string& name(ValueId v) const;
   const std::vector<Op>& ops() const { return ops_; }
+  // For IR transforms (compiler/enable.h), which must keep every op's exactness.
+  std::vector<Op>& mutable_ops() { return ops_; }
 
   // Throws qpu::Error naming the op when a value id is out of range, an op is empty,
   // a memory op's data and out differ in length (or key and query bits), a weight is
-  // not finite, or a GDN memory's offset/exponent is unusable.
+  // not finite, or a GDN memory's offset/exponent/taps/decode weights are unusable.
   void validate() const;
 
  private:

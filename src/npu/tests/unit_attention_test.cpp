@@ -1,0 +1,774 @@
+// The nested attention units (npu/unit_attention.h) on the engine, bit for bit against
+// C: random cases with fixed seeds, edge cases, and the real values of stories260K's
+// greedy "Once upon a time" story (run.c's att_* records from reference/trace.h).
+// QPU_NPU_CASES sets the slice: a few thousand random cases in the default build
+// (npu_attention_tests), >= 10^5 in the long build (npu_attention_long_tests, "slow").
+#include <cmath>
+#include <map>
+#include <memory>
+#include <tuple>
+
+#include <gtest/gtest.h>
+
+#include "common/error.h"
+#include "npu/engine_host.h"
+#include "npu/expf.h"
+#include "npu/expf_model.h"
+#include "npu/suite.h"
+#include "npu/unit_attention.h"
+#include "reference/generate.h"
+#include "reference/llama2_checkpoint.h"
+#include "reference/sampler.h"
+#include "reference/tokenizer.h"
+#include "reference/trace.h"
+
+namespace qpu::npu {
+namespace {
+
+constexpr int64_t kCases = QPU_NPU_CASES;
+// Real positions checked: all 80 of the story's first positions in the long build, two
+// of them (8 and 32 keys: one and four blocks) in the default one, which the sanitizer
+// run also runs.
+constexpr int kGoldenPositions = 80;
+constexpr bool kLong = kCases >= 100000;
+
+float rand_float(std::mt19937_64& rng, int emin, int emax) {
+  const int e = emin + static_cast<int>(rng() % static_cast<uint64_t>(emax - emin + 1));
+  const float m = 1.0f + static_cast<float>(rng() & 0x7fffff) * 0x1p-23f;
+  const float x = std::ldexp(m, e);
+  return (rng() & 1) ? -x : x;
+}
+
+SuiteResult run_spec(const PrimitiveSpec& spec, int64_t cases) {
+  SuiteOptions o;
+  o.cases = cases;
+  o.rows = 512;
+  o.max_hidden = 1024;  // wider checkpoints cost more than they save (dense layers)
+  return run_primitive(spec, engine_host(), o);
+}
+
+// ---------------------------------------------------------------- golden records
+
+struct HeadRecords {
+  std::vector<float> raw, scaled, shifted, exp, prob, out;
+  float max = 0.0f, sum = 0.0f;
+};
+struct Golden {
+  int n_heads = 0, head_size = 0, kv_mul = 0, kv_dim = 0, positions = 0, layers = 0;
+  // (pos, layer) -> q after RoPE, k after RoPE, v
+  std::map<std::pair<int, int>, std::vector<float>> q, k, v;
+  std::map<std::tuple<int, int, int>, HeadRecords> heads;  // (pos, layer, head)
+};
+
+class Collector : public reference::TraceObserver {
+ public:
+  explicit Collector(Golden& g) : g_(g) {}
+  void record(reference::TraceKind kind, int pos, int layer, int head, std::span<const float> values) override {
+    using K = reference::TraceKind;
+    std::vector<float> v(values.begin(), values.end());
+    switch (kind) {
+      case K::q_rope: g_.q[{pos, layer}] = v; break;
+      case K::k_rope: g_.k[{pos, layer}] = v; break;
+      case K::v: g_.v[{pos, layer}] = v; break;
+      case K::att_raw: g_.heads[{pos, layer, head}].raw = v; break;
+      case K::att_scaled: g_.heads[{pos, layer, head}].scaled = v; break;
+      case K::att_max: g_.heads[{pos, layer, head}].max = v[0]; break;
+      case K::att_shifted: g_.heads[{pos, layer, head}].shifted = v; break;
+      case K::att_exp: g_.heads[{pos, layer, head}].exp = v; break;
+      case K::att_sum: g_.heads[{pos, layer, head}].sum = v[0]; break;
+      case K::att_prob: g_.heads[{pos, layer, head}].prob = v; break;
+      case K::att_out: g_.heads[{pos, layer, head}].out = v; break;
+      default: break;
+    }
+  }
+
+ private:
+  Golden& g_;
+};
+
+const Golden& golden() {
+  static const Golden g = [] {
+    Golden out;
+    const std::string dir = std::string(QPU_SHARED_DIR) + "/models/stories260K/";
+    const auto ckpt = reference::load_llama2_checkpoint(dir + "stories260K.bin");
+    const auto tok = reference::Tokenizer::load(dir + "tok512.bin", 512);
+    reference::Transformer tf(ckpt);
+    reference::Sampler sampler(512, 0.0f, 0.9f, 42);
+    Collector c(out);
+    reference::GenerateCallbacks cb;
+    cb.trace = &c;
+    const auto run = reference::generate(tf, tok, sampler, "Once upon a time", kGoldenPositions, false, cb);
+    const auto& cfg = ckpt.config();
+    out.n_heads = cfg.n_heads;
+    out.head_size = cfg.dim / cfg.n_heads;
+    out.kv_mul = cfg.n_heads / cfg.n_kv_heads;
+    out.kv_dim = cfg.dim * cfg.n_kv_heads / cfg.n_heads;
+    out.positions = run.positions;
+    out.layers = cfg.n_layers;
+    return out;
+  }();
+  return g;
+}
+
+bool golden_position(int pos) { return kLong || pos == 7 || pos == 31; }
+
+// A spec whose "random" cases are a fixed list, in order (run_primitive draws exactly
+// `cases` of them).
+void use_case_list(PrimitiveSpec& s, std::shared_ptr<std::vector<std::vector<float>>> list) {
+  auto next = std::make_shared<size_t>(0);
+  s.random_case = [list, next](std::mt19937_64&, float* in) {
+    const auto& c = (*list)[(*next)++ % list->size()];
+    std::copy(c.begin(), c.end(), in);
+  };
+}
+
+// ---------------------------------------------------------------- (a) probabilities
+
+// Inputs: mant, exponent, sum. Output: pm with pm * 2^exponent == fl(e / sum).
+PrimitiveSpec probability_spec() {
+  PrimitiveSpec s;
+  s.name = "attn_probability";
+  s.inputs = 3;
+  s.outputs = 1;
+  s.build = [](Program& p, const std::vector<ValueId>& in) {
+    return std::vector<ValueId>{attn_probability(p, in[0], in[1], in[2], attn_sum_reciprocal(p, in[2]))};
+  };
+  s.reference = [](const float* in, float* out) {
+    out[0] = attn_probability_reference(in[0], static_cast<int>(in[1]), in[2]);
+  };
+  s.random_case = [](std::mt19937_64& rng, float* in) {
+    float sum = 1.0f + std::fabs(rand_float(rng, -24, 9)) * ((rng() & 3) ? 1.0f : 0.0f);
+    float mant = 0.0f;
+    int ex = 0;
+    switch (rng() % 4) {
+      case 0: {  // expf of a softmax input: what the machine feeds it
+        const float x = -static_cast<float>(rng() % 120000000) * 1e-6f;
+        const ExpfParts e = expf_reference_parts(x);
+        mant = e.mant;
+        ex = e.exponent;
+        break;
+      }
+      case 1: {  // any float e in (0, 1], as (mant in [1, 4) or on the subnormal grid, exponent)
+        const int b = -149 + static_cast<int>(rng() % 150);
+        float e = std::ldexp(1.0f + static_cast<float>(rng() & 0x7fffff) * 0x1p-23f, b);
+        if (b < -126) e = std::ldexp(static_cast<float>(1 + rng() % ((1u << (b + 149)))), -149);
+        ex = std::max(std::ilogb(e) - static_cast<int>(rng() % 2), -151);
+        if (std::ldexp(e, -ex) >= 4.0f) ++ex;
+        mant = std::ldexp(e, -ex);
+        break;
+      }
+      default: {  // quotients near a midpoint of the subnormal grid G = 2^(-149 - ex)
+        ex = -151 + static_cast<int>(rng() % 40);
+        const double G = std::ldexp(1.0, -149 - ex);
+        if (ex <= -126) {  // e = j 2^-149 subnormal: mant = j G, sum = j / (k + 1/2)
+          const auto jmax = static_cast<uint64_t>(std::min(std::floor(4.0 / G) - 1.0, 0x1p23 - 1.0));
+          const auto j = static_cast<double>(1 + rng() % std::max<uint64_t>(jmax, 1));
+          const double k = static_cast<double>(rng() % static_cast<uint64_t>(j)) + 0.5;
+          mant = static_cast<float>(j * G);
+          sum = static_cast<float>(j / k);
+          if (!(sum < 1024.0f)) sum = 1.0f;
+          if (rng() & 1) sum = std::nextafter(sum, (rng() & 1) ? 1024.0f : 1.0f);
+        } else {  // mant = (k + 1/2) G sum rounded to a float, k < 2^23 (a subnormal quotient)
+          const double kmax = std::min(0x1p23, 4.0 / (G * static_cast<double>(sum)));
+          const double k = std::floor(static_cast<double>(rng() % (1u << 24)) * 0x1p-24 * kmax) + 0.5;
+          mant = static_cast<float>(k * G * static_cast<double>(sum));
+          if (mant < 0x1p-23f) mant = 0x1p-23f;
+          if (mant >= 4.0f) mant = 0x1.fffffep1f;
+          if (rng() & 1) mant = std::nextafter(mant, (rng() & 1) ? 4.0f : 0.0f);
+        }
+        break;
+      }
+    }
+    if (mant != 0.0f && mant < 0x1p-23f) mant = 0.0f;
+    mant = std::ldexp(std::ldexp(mant, ex), -ex);  // the contract: e = mant 2^ex is a float
+    in[0] = mant;
+    in[1] = static_cast<float>(ex);
+    in[2] = sum;
+  };
+  // Exact ties on the subnormal grid (e = j 2^-149, sum = 2j gives 2^-150: to even, 0),
+  // one-ulp neighbours, the smallest normal, the window edges of sum, e = 0 and e = 1.
+  s.edge_cases = {{1.0f, 0.0f, 1.0f},         {0.0f, 0.0f, 1.0f},          {0.0f, -140.0f, 3.0f},
+                  {2.0f, -150.0f, 2.0f},      {2.0f, -150.0f, 4.0f},       {3.0f, -149.0f, 2.0f},
+                  {1.0f, -149.0f, 2.0f},      {3.0f, -149.0f, 6.0f},       {0.5f, -148.0f, 1.0f},
+                  {1.0f, -126.0f, 1.0f},      {1.0f, -126.0f, 0x1.000002p0f}, {1.0f, -125.0f, 2.0f},
+                  {1.0f, 0.0f, 0x1.fffffep9f}, {0x1.fffffep1f, -1.0f, 0x1.fffffep9f}, {1.0f, -94.0f, 512.0f},
+                  {0x1p-23f, -94.0f, 512.0f},  {1.5f, -140.0f, 3.0f},      {0x1.8p0f, -148.0f, 1.0f},
+                  {1.0f, -135.0f, 0x1.8p0f},   {1.0f, -100.0f, 0x1.000002p0f}, {2.0f, -151.0f, 1.0f},
+                  {2.0f, -151.0f, 2.0f},       {3.0f, -151.0f, 2.0f},      {1.0f, -120.0f, 0x1.fffffep9f}};
+  return s;
+}
+
+TEST(AttnProbability, EngineMatchesC) {
+  const PrimitiveSpec s = probability_spec();
+  const SuiteResult r = run_spec(s, kCases);
+  EXPECT_EQ(r.cases, kCases + static_cast<int64_t>(s.edge_cases.size()));
+  EXPECT_EQ(r.mismatches, 0) << r.first_mismatch;
+  std::printf("attn_probability: %lld cases, %lld sublayers, %lld neurons/lane, %lld values/lane\n",
+              static_cast<long long>(r.cases), static_cast<long long>(r.sublayers),
+              static_cast<long long>(r.neurons_per_lane), static_cast<long long>(r.values_per_lane));
+}
+
+// The C reference's own premise: every golden exp is expf_parts' mant * 2^exponent, and
+// every golden probability is what attn_probability_reference gives for it.
+TEST(AttnProbability, ReferenceMatchesGoldenRecords) {
+  const Golden& g = golden();
+  ASSERT_GE(g.positions, 64);
+  int64_t n = 0, subnormal = 0, zero = 0;
+  for (const auto& [key, h] : g.heads) {
+    ASSERT_EQ(h.exp.size(), h.shifted.size());
+    for (size_t t = 0; t < h.exp.size(); ++t) {
+      const ExpfParts e = expf_reference_parts(h.shifted[t]);
+      ASSERT_EQ(std::bit_cast<uint32_t>(expf_from_parts(e)), std::bit_cast<uint32_t>(h.exp[t]));
+      const float pm = attn_probability_reference(e.mant, e.exponent, h.sum);
+      ASSERT_EQ(std::bit_cast<uint32_t>(std::ldexp(pm, e.exponent)), std::bit_cast<uint32_t>(h.prob[t]));
+      ++n;
+      subnormal += std::fpclassify(h.prob[t]) == FP_SUBNORMAL;
+      zero += h.prob[t] == 0.0f;
+    }
+  }
+  EXPECT_GT(subnormal, 0);  // the story does reach the subnormal grid
+  std::printf("golden probabilities: %lld (%lld subnormal, %lld zero)\n", static_cast<long long>(n),
+              static_cast<long long>(subnormal), static_cast<long long>(zero));
+}
+
+TEST(AttnProbability, EngineMatchesGoldenRecords) {
+  const Golden& g = golden();
+  auto list = std::make_shared<std::vector<std::vector<float>>>();
+  for (const auto& [key, h] : g.heads) {
+    if (!golden_position(std::get<0>(key))) continue;
+    for (size_t t = 0; t < h.shifted.size(); ++t) {
+      const ExpfParts e = expf_reference_parts(h.shifted[t]);
+      list->push_back({e.mant, static_cast<float>(e.exponent), h.sum});
+    }
+  }
+  PrimitiveSpec s = probability_spec();
+  s.edge_cases.clear();
+  use_case_list(s, list);
+  const SuiteResult r = run_spec(s, static_cast<int64_t>(list->size()));
+  EXPECT_EQ(r.cases, static_cast<int64_t>(list->size()));
+  EXPECT_EQ(r.mismatches, 0) << r.first_mismatch;
+  std::printf("golden probability cases on the engine: %zu\n", list->size());
+}
+
+// ---------------------------------------------------------------- (b) scores and max
+
+constexpr int kHs = 8;     // stories260K's head_size
+constexpr int kBlock = 8;  // positions per block
+
+// Inputs: q (8), keys (8 x 8), running max. Outputs: 8 scaled scores, the new max.
+PrimitiveSpec score_block_spec(bool has_max) {
+  PrimitiveSpec s;
+  s.name = has_max ? "attn_score_block" : "attn_score_block_first";
+  s.inputs = kHs + kBlock * kHs + 1;
+  s.outputs = kBlock + 1;
+  s.build = [has_max](Program& p, const std::vector<ValueId>& in) {
+    std::vector<ValueId> q(in.begin(), in.begin() + kHs);
+    std::vector<std::vector<ValueId>> keys;
+    for (int r = 0; r < kBlock; ++r) keys.emplace_back(in.begin() + kHs + r * kHs, in.begin() + kHs + (r + 1) * kHs);
+    const ScoreBlock b = attn_score_block(p, q, keys, has_max ? in.back() : kNoMax);
+    std::vector<ValueId> out = b.scaled;
+    out.push_back(b.max);
+    return out;
+  };
+  s.reference = [has_max](const float* in, float* out) {
+    out[kBlock] = attn_score_block_reference(in, in + kHs, kBlock, kHs, has_max, in[kHs + kBlock * kHs], out);
+  };
+  s.random_case = [](std::mt19937_64& rng, float* in) {
+    // q and k like the traced ones (binades -24..4), some rows repeated (ties in the max).
+    const int spread = static_cast<int>(rng() % 3);
+    for (int i = 0; i < kHs; ++i) in[i] = rand_float(rng, spread == 0 ? -6 : -12, 2);
+    for (int r = 0; r < kBlock; ++r) {
+      for (int i = 0; i < kHs; ++i) in[kHs + r * kHs + i] = rand_float(rng, spread == 2 ? -10 : -4, 2);
+      if (r > 0 && rng() % 4 == 0)
+        std::copy(in + kHs + (r - 1) * kHs, in + kHs + r * kHs, in + kHs + r * kHs);
+    }
+    float scaled[kBlock];
+    const float m = attn_score_block_reference(in, in + kHs, kBlock, kHs, false, 0.0f, scaled);
+    // The running max: above, equal to or below the block's max.
+    switch (rng() % 3) {
+      case 0: in[kHs + kBlock * kHs] = m; break;
+      case 1: in[kHs + kBlock * kHs] = m + std::fabs(rand_float(rng, -20, 3)); break;
+      default: in[kHs + kBlock * kHs] = m - std::fabs(rand_float(rng, -20, 3)); break;
+    }
+  };
+  std::vector<float> equal(static_cast<size_t>(s.inputs), 0.5f);  // all scores equal
+  std::vector<float> zero_q = equal;
+  for (int i = 0; i < kHs; ++i) zero_q[static_cast<size_t>(i)] = 0.0f;  // every score +0
+  zero_q.back() = 0.0f;
+  std::vector<float> neg = equal;
+  for (int i = 0; i < kHs; ++i) neg[static_cast<size_t>(i)] = -1.0f;
+  neg.back() = -3.0f;
+  s.edge_cases = {equal, zero_q, neg};
+  return s;
+}
+
+TEST(AttnScoreBlock, EngineMatchesC) {
+  for (bool has_max : {true, false}) {
+    const PrimitiveSpec s = score_block_spec(has_max);
+    const SuiteResult r = run_spec(s, kCases / 2);
+    EXPECT_EQ(r.mismatches, 0) << r.first_mismatch;
+    std::printf("%s: %lld cases, %lld sublayers, %lld neurons/lane\n", s.name.c_str(), static_cast<long long>(r.cases),
+                static_cast<long long>(r.sublayers), static_cast<long long>(r.neurons_per_lane));
+  }
+}
+
+// Every real head and position, block by block: the scaled scores equal att_scaled and
+// the running max after the last block equals att_max.
+TEST(AttnScoreBlock, EngineMatchesGoldenRecords) {
+  const Golden& g = golden();
+  ASSERT_EQ(g.head_size, kHs);
+  auto first = std::make_shared<std::vector<std::vector<float>>>();
+  auto later = std::make_shared<std::vector<std::vector<float>>>();
+  for (const auto& [key, h] : g.heads) {
+    const auto [pos, layer, head] = key;
+    if (!golden_position(pos)) continue;
+    const auto& q = g.q.at({pos, layer});
+    float running = 0.0f;
+    for (int t0 = 0; t0 <= pos; t0 += kBlock) {
+      std::vector<float> c(static_cast<size_t>(kHs + kBlock * kHs + 1), 0.0f);
+      std::copy(q.begin() + head * kHs, q.begin() + (head + 1) * kHs, c.begin());
+      // Rows past pos repeat row pos (the machine pads a block the same way).
+      for (int r = 0; r < kBlock; ++r) {
+        const int t = std::min(t0 + r, pos);
+        const auto& k = g.k.at({t, layer});
+        const int kh = head / g.kv_mul;
+        std::copy(k.begin() + kh * kHs, k.begin() + (kh + 1) * kHs, c.begin() + kHs + r * kHs);
+      }
+      c.back() = running;
+      float scaled[kBlock];
+      running = attn_score_block_reference(c.data(), c.data() + kHs, kBlock, kHs, t0 > 0, running, scaled);
+      for (int r = 0; r < kBlock && t0 + r <= pos; ++r)
+        ASSERT_EQ(std::bit_cast<uint32_t>(scaled[r]), std::bit_cast<uint32_t>(h.scaled[static_cast<size_t>(t0 + r)]));
+      (t0 > 0 ? later : first)->push_back(c);
+    }
+    ASSERT_EQ(std::bit_cast<uint32_t>(running), std::bit_cast<uint32_t>(h.max));
+  }
+  for (bool has_max : {false, true}) {
+    auto list = has_max ? later : first;
+    if (list->empty()) continue;
+    PrimitiveSpec s = score_block_spec(has_max);
+    s.edge_cases.clear();
+    use_case_list(s, list);
+    const SuiteResult r = run_spec(s, static_cast<int64_t>(list->size()));
+    EXPECT_EQ(r.mismatches, 0) << r.first_mismatch;
+    std::printf("golden %s blocks on the engine: %zu\n", s.name.c_str(), list->size());
+  }
+}
+
+// ---------------------------------------------------------------- (c) exps and the sum
+
+// Random blocks of softmax inputs: scaled scores below or at the max, in styles that reach
+// every exp range (1, the tier edge 2^-60, subnormal, 0), and a running acc of each kind.
+void random_block(std::mt19937_64& rng, int rows, float* scaled, float* max, float* acc) {
+  *max = rand_float(rng, -8, 6);
+  const int style = static_cast<int>(rng() % 4);
+  for (int t = 0; t < rows; ++t) {
+    float gap = 0.0f;  // scaled = max - gap; gap 0 gives expf(0) = 1
+    switch (style) {
+      case 0: gap = static_cast<float>(rng() % 130000000) * 1e-6f; break;              // any exp, 0 included
+      case 1: gap = 41.0f + static_cast<float>(rng() % 64000000) * 1e-6f; break;      // around the tier edge
+      case 2: gap = 86.0f + static_cast<float>(rng() % 18000000) * 1e-6f; break;      // subnormal exps
+      default: gap = (rng() % 3) ? std::fabs(rand_float(rng, -20, 6)) : 0.0f; break;  // ties with the max
+    }
+    scaled[t] = *max - gap;
+  }
+  switch (rng() % 4) {
+    case 0: *acc = 0.0f; break;
+    case 1: *acc = attn_sum_encode(std::fabs(rand_float(rng, -149, -51)), false); break;
+    case 2: *acc = attn_sum_encode(std::ldexp(static_cast<float>(1 + rng() % 4096), -149), false); break;
+    default: *acc = attn_sum_encode(std::fabs(rand_float(rng, -61, 8)), true); break;
+  }
+}
+
+// Inputs: `rows` (mant, exponent) pairs of exps (C's expf_parts of softmax inputs), acc_in.
+// Output: the acc after the block.
+PrimitiveSpec sum_block_spec(int rows) {
+  if (rows < 1) fail("sum_block_spec: rows {}", rows);
+  const auto n = static_cast<size_t>(rows);
+  PrimitiveSpec s;
+  s.name = "attn_sum_block" + std::to_string(rows);
+  s.inputs = 2 * rows + 1;
+  s.outputs = 1;
+  s.build = [n](Program& p, const std::vector<ValueId>& in) {
+    const std::vector<ValueId> mant(in.begin(), in.begin() + static_cast<std::ptrdiff_t>(n)),
+        ex(in.begin() + static_cast<std::ptrdiff_t>(n), in.begin() + static_cast<std::ptrdiff_t>(2 * n));
+    return std::vector<ValueId>{attn_sum_block(p, mant, ex, in[2 * n])};
+  };
+  s.reference = [rows](const float* in, float* out) { out[0] = attn_sum_block_reference(in, in + rows, rows, in[2 * rows]); };
+  s.random_case = [rows](std::mt19937_64& rng, float* in) {
+    std::vector<float> scaled(static_cast<size_t>(rows));
+    float max = 0.0f;
+    random_block(rng, rows, scaled.data(), &max, &in[2 * rows]);
+    for (int t = 0; t < rows; ++t) {
+      const ExpfParts e = expf_reference_parts(scaled[static_cast<size_t>(t)] - max);
+      in[t] = e.mant;
+      in[rows + t] = static_cast<float>(e.exponent);
+    }
+  };
+  // t* at every position of the block (each slot of the fused chain), after low sums that
+  // are absorbed (below 2^-105) or not; all exps 1; every exp 0; all subnormal.
+  auto block = [rows](const std::vector<float>& gaps, float acc) {
+    std::vector<float> c(static_cast<size_t>(2 * rows + 1));
+    for (int t = 0; t < rows; ++t) {
+      const ExpfParts e = expf_reference_parts(-gaps[static_cast<size_t>(t)]);
+      c[static_cast<size_t>(t)] = e.mant;
+      c[static_cast<size_t>(rows + t)] = static_cast<float>(e.exponent);
+    }
+    c.back() = acc;
+    return c;
+  };
+  for (int star = 0; star < rows; ++star)
+    for (float low : {0.0f, 0x1p-149f, 0x1p-110f, 0x1p-90f, 0x1.8p-60f, 0x1p-51f}) {
+      std::vector<float> gaps(n);
+      for (int t = 0; t < rows; ++t) gaps[static_cast<size_t>(t)] = t == star ? 30.0f : 95.0f + static_cast<float>(t);
+      s.edge_cases.push_back(block(gaps, attn_sum_encode(low, false)));
+    }
+  s.edge_cases.push_back(block(std::vector<float>(n, 0.0f), 0.0f));
+  s.edge_cases.push_back(block(std::vector<float>(n, 0.0f), attn_sum_encode(511.0f, true)));
+  s.edge_cases.push_back(block(std::vector<float>(n, 300.0f), attn_sum_encode(1.0f, true)));
+  s.edge_cases.push_back(block(std::vector<float>(n, 300.0f), 0.0f));
+  s.edge_cases.push_back(block(std::vector<float>(n, 90.0f), 0.0f));
+  s.edge_cases.push_back(block(std::vector<float>(n, 90.0f), attn_sum_encode(0x1p-61f, true)));
+  return s;
+}
+
+TEST(AttnSumBlock, EngineMatchesC) {
+  for (int rows : {8, 7}) {
+    const PrimitiveSpec s = sum_block_spec(rows);
+    const SuiteResult r = run_spec(s, kCases);
+    EXPECT_EQ(r.mismatches, 0) << r.first_mismatch;
+    std::printf("%s: %lld cases, %lld sublayers, %lld neurons/lane, %lld values/lane\n", s.name.c_str(),
+                static_cast<long long>(r.cases), static_cast<long long>(r.sublayers),
+                static_cast<long long>(r.neurons_per_lane), static_cast<long long>(r.values_per_lane));
+  }
+}
+
+#if QPU_NPU_CASES >= 100000
+// The whole unit (scaled scores and max -> exps -> sum) for one row: expf_parts' lanes
+// are big, so the engine test keeps one row per lane; the chain is tested above. Long
+// build only: a 139-sublayer checkpoint takes ~50 s to build and run under ASan, and its
+// parts (expf, attn_sum_block) are in the short slice.
+TEST(AttnExpSumBlock, EngineMatchesC) {
+  PrimitiveSpec s;
+  s.name = "attn_exp_sum_block1";
+  s.inputs = 3;
+  s.outputs = 3;
+  s.build = [](Program& p, const std::vector<ValueId>& in) {
+    const ExpSumBlock b = attn_exp_sum_block(p, {in[0]}, in[1], in[2]);
+    return std::vector<ValueId>{b.mant[0], b.exponent[0], b.acc};
+  };
+  s.reference = [](const float* in, float* out) { out[2] = attn_exp_sum_block_reference(in, 1, in[1], in[2], out, out + 1); };
+  s.random_case = [](std::mt19937_64& rng, float* in) { random_block(rng, 1, &in[0], &in[1], &in[2]); };
+  const SuiteResult r = run_spec(s, kCases / 20);  // 139 MLP sublayers per case
+  EXPECT_EQ(r.mismatches, 0) << r.first_mismatch;
+  std::printf("%s: %lld cases, %lld sublayers, %lld neurons/lane\n", s.name.c_str(), static_cast<long long>(r.cases),
+              static_cast<long long>(r.sublayers), static_cast<long long>(r.neurons_per_lane));
+}
+#endif
+
+// Every real head and position, block by block from acc = 0: C's exps (checked against
+// att_exp) into the engine's sum unit, and the sum after the last block equals att_sum.
+TEST(AttnSumBlock, EngineMatchesGoldenRecords) {
+  const Golden& g = golden();
+  auto list = std::make_shared<std::vector<std::vector<float>>>();
+  int64_t low_blocks = 0;
+  for (const auto& [key, h] : g.heads) {
+    const int pos = std::get<0>(key);
+    if (!golden_position(pos)) continue;
+    float acc = 0.0f;
+    for (int t0 = 0; t0 <= pos; t0 += kBlock) {
+      std::vector<float> c(2 * kBlock + 1, 0.0f);
+      // Rows past pos hold exp 0 (mant 0, exponent 0): C's sum is unchanged by + 0.
+      for (int r = 0; r < kBlock && t0 + r <= pos; ++r) {
+        const auto t = static_cast<size_t>(t0 + r);
+        const ExpfParts e = expf_reference_parts(h.shifted[t]);
+        ASSERT_EQ(std::bit_cast<uint32_t>(expf_from_parts(e)), std::bit_cast<uint32_t>(h.exp[t]));
+        c[static_cast<size_t>(r)] = e.mant;
+        c[static_cast<size_t>(kBlock + r)] = static_cast<float>(e.exponent);
+      }
+      c.back() = acc;
+      low_blocks += acc <= 0.0f && t0 > 0;
+      acc = attn_sum_block_reference(c.data(), c.data() + kBlock, kBlock, acc);
+      list->push_back(c);
+    }
+    bool high = false;
+    ASSERT_EQ(std::bit_cast<uint32_t>(attn_sum_decode(acc, &high)), std::bit_cast<uint32_t>(h.sum));
+    ASSERT_TRUE(high);
+  }
+  PrimitiveSpec s = sum_block_spec(kBlock);
+  s.edge_cases.clear();
+  use_case_list(s, list);
+  const SuiteResult r = run_spec(s, static_cast<int64_t>(list->size()));
+  EXPECT_EQ(r.mismatches, 0) << r.first_mismatch;
+  std::printf("golden sum blocks on the engine: %zu (%lld entered in the low tier)\n", list->size(),
+              static_cast<long long>(low_blocks));
+}
+
+// ---------------------------------------------------------------- (d) weighted sum (model)
+
+float c_weighted_sum(const float* prob, const float* v, int rows, int stride) {
+  float xb = 0.0f;
+  for (int t = 0; t < rows; ++t) xb += prob[t] * v[t * stride];
+  return xb;
+}
+
+// The fast path's claim: when `unsafe` is false, flushing probabilities below 2^-80 gives C's
+// xb bit for bit. Adversarial random rows: tiny probabilities first, cancellations, sums
+// that stay tiny.
+TEST(AttnWeightedSumModel, SafeMeansExact) {
+  std::mt19937_64 rng(77);
+  int64_t safe = 0, unsafe = 0;
+  std::vector<float> prob(64), v(64);
+  for (int64_t c = 0; c < 40 * kCases; ++c) {
+    const int rows = 1 + static_cast<int>(rng() % 64);
+    for (int t = 0; t < rows; ++t) {
+      const auto ut = static_cast<size_t>(t);
+      switch (rng() % 4) {
+        case 0: prob[ut] = std::ldexp(static_cast<float>(rng() % 4096), -149 - static_cast<int>(rng() % 4)); break;
+        case 1: prob[ut] = std::fabs(rand_float(rng, -126, -60)); break;
+        case 2: prob[ut] = std::fabs(rand_float(rng, -30, 0)); break;
+        default: prob[ut] = 0.0f; break;
+      }
+      v[ut] = rand_float(rng, -24, 4);
+      if (t > 0 && rng() % 5 == 0) {  // cancel the previous product
+        prob[ut] = prob[ut - 1];
+        v[ut] = -v[ut - 1];
+      }
+    }
+    const WeightedSumModel m = attn_weighted_sum_fast_model(prob.data(), v.data(), rows, 1);
+    if (m.unsafe) {
+      ++unsafe;
+      continue;
+    }
+    ++safe;
+    ASSERT_EQ(std::bit_cast<uint32_t>(0.0f + m.xb), std::bit_cast<uint32_t>(0.0f + c_weighted_sum(prob.data(), v.data(), rows, 1)));
+  }
+  EXPECT_GT(safe, 0);
+  EXPECT_GT(unsafe, 0);
+  std::printf("weighted-sum model: %lld safe (all exact), %lld unsafe\n", static_cast<long long>(safe),
+              static_cast<long long>(unsafe));
+}
+
+// On the real story: C's xb equals att_out, and how often the fast path would need the
+// slow path.
+TEST(AttnWeightedSumModel, GoldenRecords) {
+  const Golden& g = golden();
+  int64_t lanes = 0, unsafe = 0, flushed_heads = 0, wrong = 0;
+  for (const auto& [key, h] : g.heads) {
+    const auto [pos, layer, head] = key;
+    std::vector<float> vs(static_cast<size_t>((pos + 1) * g.head_size));
+    const int kh = head / g.kv_mul;
+    for (int t = 0; t <= pos; ++t) {
+      const auto& vt = g.v.at({t, layer});
+      std::copy(vt.begin() + kh * g.head_size, vt.begin() + (kh + 1) * g.head_size, vs.begin() + t * g.head_size);
+    }
+    bool any_tiny = false;
+    for (int i = 0; i < g.head_size; ++i) {
+      const float c = c_weighted_sum(h.prob.data(), vs.data() + i, pos + 1, g.head_size);
+      ASSERT_EQ(std::bit_cast<uint32_t>(c), std::bit_cast<uint32_t>(h.out[static_cast<size_t>(i)]));
+      const WeightedSumModel m = attn_weighted_sum_fast_model(h.prob.data(), vs.data() + i, pos + 1, g.head_size);
+      ++lanes;
+      unsafe += m.unsafe;
+      wrong += std::bit_cast<uint32_t>(0.0f + m.xb) != std::bit_cast<uint32_t>(0.0f + c);
+      if (!m.unsafe) {
+        ASSERT_EQ(std::bit_cast<uint32_t>(0.0f + m.xb), std::bit_cast<uint32_t>(0.0f + c));
+      }
+      for (int t = 0; t <= pos; ++t) {
+        const float prod = h.prob[static_cast<size_t>(t)] * vs[static_cast<size_t>(t * g.head_size + i)];
+        any_tiny |= prod != 0.0f && h.prob[static_cast<size_t>(t)] < 0x1p-80f;
+      }
+    }
+    flushed_heads += any_tiny;
+  }
+  std::printf("golden weighted sums: %lld lanes, %lld unsafe (%lld of them really differ from C); %lld heads with a "
+              "flushed product\n",
+              static_cast<long long>(lanes), static_cast<long long>(unsafe), static_cast<long long>(wrong),
+              static_cast<long long>(flushed_heads));
+  EXPECT_LE(wrong, unsafe);  // a difference is always flagged
+}
+
+// ---------------------------------------------------------------- (d) fast-path block unit
+
+constexpr int kDims = 8;  // head_size: xb values per head
+
+// Inputs: pm[8], exponent[8], v[8 x 8], xb_in[8] (times 2^26). Outputs: xb[8] (times 2^26).
+PrimitiveSpec wsum_spec() {
+  PrimitiveSpec s;
+  s.name = "attn_wsum_block";
+  s.inputs = 2 * kBlock + kBlock * kDims + kDims;
+  s.outputs = kDims;
+  s.build = [](Program& p, const std::vector<ValueId>& in) {
+    const std::vector<ValueId> pm(in.begin(), in.begin() + kBlock), ex(in.begin() + kBlock, in.begin() + 2 * kBlock);
+    std::vector<std::vector<ValueId>> v;
+    for (int t = 0; t < kBlock; ++t)
+      v.emplace_back(in.begin() + 2 * kBlock + t * kDims, in.begin() + 2 * kBlock + (t + 1) * kDims);
+    const std::vector<ValueId> xb(in.begin() + 2 * kBlock + kBlock * kDims, in.end());
+    return attn_wsum_block(p, pm, ex, v, xb);
+  };
+  s.reference = [](const float* in, float* out) {
+    float prob[kBlock], xb[kDims];
+    for (int t = 0; t < kBlock; ++t) prob[t] = std::ldexp(in[t], static_cast<int>(in[kBlock + t]));
+    for (int i = 0; i < kDims; ++i) xb[i] = in[2 * kBlock + kBlock * kDims + i] / kWsumScale;
+    attn_wsum_block_reference(prob, in + 2 * kBlock, kBlock, kDims, xb);
+    for (int i = 0; i < kDims; ++i) out[i] = xb[i] * kWsumScale;
+  };
+  // Probabilities of every size (flushed ones, the 2^-80 edge, up to 1), v in the traced
+  // binades (and 0), xb_in 0 or in the tier; cases whose C chain leaves the tier (a partial
+  // sum in (0, 2^-104): the unsafe case the fast path must detect) are drawn again.
+  s.random_case = [](std::mt19937_64& rng, float* in) {
+    for (;;) {
+      for (int t = 0; t < kBlock; ++t) {
+        float x = 0.0f;
+        switch (rng() % 3) {
+          case 0: x = -static_cast<float>(rng() % 110000000) * 1e-6f; break;
+          case 1: x = -50.0f - static_cast<float>(rng() % 10000000) * 1e-6f; break;  // p near 2^-80
+          default: x = -static_cast<float>(rng() % 8000000) * 1e-6f; break;
+        }
+        const ExpfParts e = expf_reference_parts(x);
+        const float sum = 1.0f + static_cast<float>(rng() % 512);
+        in[t] = e.mant == 0.0f ? 0.0f : attn_probability_reference(e.mant, e.exponent, sum);
+        in[kBlock + t] = static_cast<float>(e.exponent);
+        for (int i = 0; i < kDims; ++i) in[2 * kBlock + t * kDims + i] = (rng() % 16) ? rand_float(rng, -24, 4) : 0.0f;
+      }
+      for (int i = 0; i < kDims; ++i)
+        in[2 * kBlock + kBlock * kDims + i] = (rng() % 3) ? rand_float(rng, -30, 3) * kWsumScale : 0.0f;
+      // The chain must stay in the tier.
+      bool ok = true;
+      for (int i = 0; i < kDims && ok; ++i) {
+        float xb = in[2 * kBlock + kBlock * kDims + i] / kWsumScale;
+        for (int t = 0; t < kBlock; ++t) {
+          const float prob = std::ldexp(in[t], static_cast<int>(in[kBlock + t]));
+          if (prob < 0x1p-80f) continue;
+          xb += prob * in[2 * kBlock + t * kDims + i];
+          if (xb != 0.0f && std::fabs(xb) < 0x1p-104f) ok = false;
+        }
+      }
+      if (ok) return;
+    }
+  };
+  // All zero; every probability flushed; p exactly 2^-80 (kept) and its predecessor
+  // (flushed); products that cancel exactly.
+  std::vector<float> zero(static_cast<size_t>(s.inputs), 0.0f);
+  std::vector<float> edge = zero;
+  for (int t = 0; t < kBlock; ++t) {
+    edge[static_cast<size_t>(t)] = (t % 2) ? 1.0f : 0x1.fffffep-1f;
+    edge[static_cast<size_t>(kBlock + t)] = -80.0f;
+    for (int i = 0; i < kDims; ++i) edge[static_cast<size_t>(2 * kBlock + t * kDims + i)] = (i % 2) ? 0.75f : -3.0f;
+  }
+  std::vector<float> cancel = zero;
+  for (int t = 0; t < kBlock; ++t) {
+    cancel[static_cast<size_t>(t)] = 0.375f;
+    for (int i = 0; i < kDims; ++i) cancel[static_cast<size_t>(2 * kBlock + t * kDims + i)] = (t % 2) ? -1.5f : 1.5f;
+  }
+  s.edge_cases = {zero, edge, cancel};
+  return s;
+}
+
+TEST(AttnWsumBlock, EngineMatchesC) {
+  const PrimitiveSpec s = wsum_spec();
+  const SuiteResult r = run_spec(s, kCases);
+  EXPECT_EQ(r.mismatches, 0) << r.first_mismatch;
+  std::printf("%s: %lld cases, %lld sublayers, %lld neurons/lane\n", s.name.c_str(), static_cast<long long>(r.cases),
+              static_cast<long long>(r.sublayers), static_cast<long long>(r.neurons_per_lane));
+}
+
+// Every real head, block by block from xb = 0 (probabilities as (pm, exponent) from C's
+// expf parts and division): the engine equals the fast-path chain, and that chain equals
+// att_out on every head whose 8 lanes the model calls safe.
+TEST(AttnWsumBlock, EngineMatchesGoldenRecords) {
+  const Golden& g = golden();
+  auto list = std::make_shared<std::vector<std::vector<float>>>();
+  int64_t heads = 0, safe_heads = 0;
+  for (const auto& [key, h] : g.heads) {
+    const auto [pos, layer, head] = key;
+    if (!golden_position(pos)) continue;
+    const int kh = head / g.kv_mul;
+    float xb[kDims] = {};
+    std::vector<float> vs(static_cast<size_t>((pos + 1) * kDims));
+    for (int t0 = 0; t0 <= pos; t0 += kBlock) {
+      std::vector<float> c(static_cast<size_t>(2 * kBlock + kBlock * kDims + kDims), 0.0f);
+      float prob[kBlock] = {};
+      for (int r = 0; r < kBlock && t0 + r <= pos; ++r) {
+        const auto t = static_cast<size_t>(t0 + r);
+        const ExpfParts e = expf_reference_parts(h.shifted[t]);
+        const float pm = attn_probability_reference(e.mant, e.exponent, h.sum);
+        prob[r] = std::ldexp(pm, e.exponent);
+        ASSERT_EQ(std::bit_cast<uint32_t>(prob[r]), std::bit_cast<uint32_t>(h.prob[t]));
+        c[static_cast<size_t>(r)] = pm;
+        c[static_cast<size_t>(kBlock + r)] = static_cast<float>(e.exponent);
+        const auto& vt = g.v.at({t0 + r, layer});
+        for (int i = 0; i < kDims; ++i) {
+          c[static_cast<size_t>(2 * kBlock + r * kDims + i)] = vt[static_cast<size_t>(kh * kDims + i)];
+          vs[t * kDims + static_cast<size_t>(i)] = vt[static_cast<size_t>(kh * kDims + i)];
+        }
+      }
+      for (int i = 0; i < kDims; ++i) c[static_cast<size_t>(2 * kBlock + kBlock * kDims + i)] = xb[i] * kWsumScale;
+      attn_wsum_block_reference(prob, c.data() + 2 * kBlock, kBlock, kDims, xb);
+      list->push_back(c);
+    }
+    bool safe = true;
+    for (int i = 0; i < kDims; ++i)
+      safe &= !attn_weighted_sum_fast_model(h.prob.data(), vs.data() + i, pos + 1, kDims).unsafe;
+    ++heads;
+    if (safe) {
+      ++safe_heads;
+      for (int i = 0; i < kDims; ++i)
+        ASSERT_EQ(std::bit_cast<uint32_t>(0.0f + xb[i]), std::bit_cast<uint32_t>(0.0f + h.out[static_cast<size_t>(i)]));
+    }
+  }
+  PrimitiveSpec s = wsum_spec();
+  s.edge_cases.clear();
+  use_case_list(s, list);
+  const SuiteResult r = run_spec(s, static_cast<int64_t>(list->size()));
+  EXPECT_EQ(r.mismatches, 0) << r.first_mismatch;
+  std::printf("golden weighted-sum blocks on the engine: %zu; heads %lld, safe (fast path = att_out) %lld\n",
+              list->size(), static_cast<long long>(heads), static_cast<long long>(safe_heads));
+}
+
+// ---------------------------------------------------------------- costs (for the plan)
+
+struct Cost {
+  int64_t neurons = 0, nonzeros = 0;
+};
+Cost cost_of(const Program& p, size_t first_op) {
+  Cost c;
+  for (size_t i = first_op; i < p.ops().size(); ++i)
+    for (const auto& n : p.ops()[i].neurons) {
+      ++c.neurons;
+      c.nonzeros += static_cast<int64_t>(n.gate.terms.size() + n.up.terms.size() + n.down.size());
+    }
+  return c;
+}
+
+// Neurons and nonzero weights (gate + up + down terms) of each unit, the numbers the
+// cycle plan in docs/npu-attention.md uses. Also checks that the counts are sane.
+TEST(AttnCosts, PerUnit) {
+  Program p;
+  const auto in = p.values("in", 80);
+  auto report = [&](const char* name, size_t first) {
+    const Cost c = cost_of(p, first);
+    std::printf("cost %-34s %6lld neurons %7lld nonzeros\n", name, static_cast<long long>(c.neurons),
+                static_cast<long long>(c.nonzeros));
+    EXPECT_GT(c.neurons, 0);
+    return p.ops().size();
+  };
+  size_t at = p.ops().size();
+  expf_parts(p, in[0]);
+  at = report("expf_parts (1 lane)", at);
+  const ValueId y = attn_sum_reciprocal(p, in[1]);
+  at = report("attn_sum_reciprocal (1 per head)", at);
+  attn_probability(p, in[2], in[3], in[1], y);
+  at = report("attn_probability (1 dividend)", at);
+  std::vector<std::vector<ValueId>> keys;
+  for (int r = 0; r < kBlock; ++r) keys.emplace_back(in.begin() + 8 + 8 * r, in.begin() + 16 + 8 * r);
+  attn_score_block(p, std::vector<ValueId>(in.begin(), in.begin() + 8), keys, in[79]);
+  at = report("attn_score_block (8 rows)", at);
+  attn_sum_block(p, std::vector<ValueId>(in.begin(), in.begin() + 8), std::vector<ValueId>(in.begin() + 8, in.begin() + 16), in[79]);
+  at = report("attn_sum_block (8 rows)", at);
+  attn_wsum_block(p, std::vector<ValueId>(in.begin(), in.begin() + 8), std::vector<ValueId>(in.begin() + 8, in.begin() + 16),
+                  keys, std::vector<ValueId>(in.begin() + 70, in.begin() + 78));
+  report("attn_wsum_block (8 rows x 8 dims)", at);
+}
+
+}  // namespace
+}  // namespace qpu::npu

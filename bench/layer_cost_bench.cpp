@@ -29,6 +29,11 @@
 //   BM_LmHead/threads:T      the looped machine's output matrix: 37,400 x 1024 CSR rows
 //                            with 4 nonzeros (value-part token scoring, npu-machine.md 3.5).
 //   BM_ValueHead, BM_Product  single products with sparse inputs (see their comments).
+//   BM_IdleAttention/positions:T/skip:S/threads:N   20 looped1024_active5 layers, layer 10
+//                            an all-zero full-attention layer (what compiled checkpoints
+//                            keep for transformers), decoding at position ~T: items/s =
+//                            tokens/s. S: 0 = IdleMixers::Compute (the layer runs, its KV
+//                            cache holds T rows), 1 = IdleMixers::Skip (the default).
 #include <benchmark/benchmark.h>
 #include <omp.h>
 
@@ -424,6 +429,58 @@ void BM_Product(benchmark::State& bench) {
   bench.counters["nnz"] = static_cast<double>(m.nonzeros());
 }
 
+// BM_IdleAttention: a compiled-like stack whose layer 10 is an all-zero attention layer.
+// The state is fast-forwarded to position T instead of decoding T tokens: that layer's
+// keys and values are exactly +0 on every token (zero projections, norms and RoPE of
+// +0), so its cache after T real tokens is T rows of +0, which is what is written here.
+void BM_IdleAttention(benchmark::State& bench) {
+  const int64_t positions = bench.range(0);
+  const bool skip = bench.range(1) != 0;
+  omp_set_num_threads(static_cast<int>(bench.range(2)));
+  constexpr int64_t kIdleLayer = 10;
+  static std::map<bool, std::unique_ptr<Model>> models;
+  std::unique_ptr<Model>& model = models[skip];
+  if (!model) {
+    Shape s = shapes()[1];  // looped1024_active5
+    s.layers = 20;
+    io::Qwen35Weights w = make_weights(s, 2024);
+    io::LayerWeights& idle = w.layers[kIdleLayer];
+    const io::Qwen35Config& c = w.config;
+    const int64_t h = c.hidden_size, d = c.head_dim;
+    w.config.layer_types[kIdleLayer] = io::LayerType::FullAttention;
+    idle.type = io::LayerType::FullAttention;
+    idle.linear = {};
+    idle.full.q_proj.assign(static_cast<size_t>(2 * c.num_attention_heads * d * h), 0.0f);
+    idle.full.k_proj.assign(static_cast<size_t>(c.num_key_value_heads * d * h), 0.0f);
+    idle.full.v_proj.assign(static_cast<size_t>(c.num_key_value_heads * d * h), 0.0f);
+    idle.full.o_proj.assign(static_cast<size_t>(h * c.num_attention_heads * d), 0.0f);
+    idle.full.q_norm.assign(static_cast<size_t>(d), 0.0f);
+    idle.full.k_norm.assign(static_cast<size_t>(d), 0.0f);
+    ModelOptions o;
+    o.idle_mixers = skip ? IdleMixers::Skip : IdleMixers::Compute;
+    model = std::make_unique<Model>(std::move(w), o);
+  }
+  const io::Qwen35Config& c = model->config();
+  std::vector<float> logits(kVocab);
+  State state = model->new_state();
+  for (int64_t t = 0; t < 2; ++t) model->forward(t, state, logits);  // past the first-token path
+  state.position = positions;
+  if (!skip) {
+    const auto rows = static_cast<size_t>(positions * c.num_key_value_heads * c.head_dim);
+    state.key_cache[kIdleLayer].assign(rows, 0.0f);
+    state.value_cache[kIdleLayer].assign(rows, 0.0f);
+  }
+  int64_t i = 0;
+  for (auto _ : bench) {
+    model->forward((i++ * 7) % kVocab, state, logits);
+    benchmark::DoNotOptimize(logits.data());
+  }
+  bench.SetItemsProcessed(bench.iterations());  // tokens
+  bench.counters["idle_cache_rows"] =
+      static_cast<double>(state.key_cache[kIdleLayer].size()) / static_cast<double>(c.num_key_value_heads * c.head_dim);
+  bench.counters["skipped_layers"] = static_cast<double>(model->skipped_mixers().size());
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -446,6 +503,11 @@ int main(int argc, char** argv) {
   benchmark::RegisterBenchmark("BM_Product", BM_Product)
       ->ArgNames({"matrix", "active_permille", "path"})
       ->ArgsProduct({{0, 1, 2}, {10, 20, 50, 100, 200, 300, 500, 1000}, {0, 2}})
+      ->Unit(benchmark::kMicrosecond)
+      ->UseRealTime();
+  benchmark::RegisterBenchmark("BM_IdleAttention", BM_IdleAttention)
+      ->ArgNames({"positions", "skip", "threads"})
+      ->ArgsProduct({{10000, 100000}, {0, 1}, {1, 2}})
       ->Unit(benchmark::kMicrosecond)
       ->UseRealTime();
   benchmark::Initialize(&argc, argv);

@@ -46,6 +46,9 @@ class GatedAttention {
 
   const GatedAttentionShape& shape() const { return shape_; }
   std::vector<const PackedMatrix*> matrices() const { return {&q_proj_, &k_proj_, &v_proj_, &o_proj_}; }
+  // o_proj's product is +0 whatever its input (PackedMatrix::always_zero): step() then
+  // writes +0 to `out` for every input and every cache (Model skips the mixer).
+  bool output_always_zero() const { return o_proj_.always_zero(); }
 
   // h: normed input [hidden]; out: [hidden]. The caches hold [t, kv_heads, head_dim]
   // post-norm, post-RoPE keys and raw values; this step appends position `position`.

@@ -69,6 +69,9 @@ class GatedDeltaNet {
 
   const GatedDeltaNetShape& shape() const { return shape_; }
   std::vector<const PackedMatrix*> matrices() const { return {&in_proj_qkv_, &in_proj_z_, &in_proj_b_, &in_proj_a_, &out_proj_}; }
+  // out_proj's product is +0 whatever its input (PackedMatrix::always_zero): step() then
+  // writes +0 to `out` for every input and every state (Model skips the mixer).
+  bool output_always_zero() const { return out_proj_.always_zero(); }
 
   // h: the normed input [hidden]; out: the mixer output [hidden].
   // conv_state: [conv_dim, kernel-1], the previous kernel-1 inputs of each channel,

@@ -22,6 +22,9 @@ struct Layer {
   GatedDeltaNet linear;
   GatedAttention full;
   PackedMatrix gate_proj, up_proj, down_proj;
+  // The mixer's output projection is always +0 (IdleMixers::Skip): forward adds +0
+  // without running it, and the layer keeps no state.
+  bool skip_mixer = false;
 };
 
 std::vector<float> one_plus(std::vector<float>&& w, int64_t size, const std::string& name) {
@@ -120,6 +123,9 @@ Model::Model(io::Qwen35Weights weights, const ModelOptions& options) : impl_(std
     } else {
       layer.full = GatedAttention(std::move(w.full), attn_shape, m.eps, pack, name + ".self_attn");
     }
+    layer.skip_mixer = options.idle_mixers == IdleMixers::Skip &&
+                       (layer.type == io::LayerType::LinearAttention ? layer.linear.output_always_zero()
+                                                                     : layer.full.output_always_zero());
     layer.gate_proj = PackedMatrix::pack(w.gate_proj, c.intermediate_size, hidden, pack, name + ".mlp.gate_proj");
     layer.up_proj = PackedMatrix::pack(w.up_proj, c.intermediate_size, hidden, pack, name + ".mlp.up_proj");
     layer.down_proj = PackedMatrix::pack(w.down_proj, hidden, c.intermediate_size, pack, name + ".mlp.down_proj");
@@ -142,13 +148,21 @@ State Model::new_state() const {
   s.key_cache.resize(n);
   s.value_cache.resize(n);
   for (size_t l = 0; l < n; ++l) {
-    if (m.layers[l].type == io::LayerType::LinearAttention) {
+    if (m.layers[l].type == io::LayerType::LinearAttention && !m.layers[l].skip_mixer) {
       const GatedDeltaNetShape& shape = m.layers[l].linear.shape();
       s.conv_state[l].assign(static_cast<size_t>(shape.conv_state_size()), 0.0f);
       s.recurrent_state[l].assign(static_cast<size_t>(shape.recurrent_state_size()), 0.0f);
     }
   }
   return s;
+}
+
+std::vector<int64_t> Model::skipped_mixers() const {
+  std::vector<int64_t> skipped;
+  for (size_t l = 0; l < impl_->layers.size(); ++l) {
+    if (impl_->layers[l].skip_mixer) skipped.push_back(static_cast<int64_t>(l));
+  }
+  return skipped;
 }
 
 StorageStats Model::storage_stats() const {
@@ -188,6 +202,13 @@ void Model::forward(int64_t token, State& state, std::span<float> logits, std::s
       state.key_cache.size() != layers || state.value_cache.size() != layers || state.position < 0) {
     fail("forward: the state was not made by this model's new_state()");
   }
+  for (size_t l = 0; l < layers; ++l) {
+    if (m.layers[l].skip_mixer && (!state.conv_state[l].empty() || !state.recurrent_state[l].empty() ||
+                                   !state.key_cache[l].empty() || !state.value_cache[l].empty())) {
+      fail("forward: layer {} keeps no state in this model (its mixer is skipped), but the state holds "
+           "some: it was not made by this model's new_state()", l);
+    }
+  }
 
   // transformers runs its chunked GDN kernel when a layer has no previous state.
   const bool first_token = state.position == 0;
@@ -223,11 +244,18 @@ void Model::forward(int64_t token, State& state, std::span<float> logits, std::s
 
   for (size_t l = 0; l < layers; ++l) {
     const Layer& layer = m.layers[l];
-    rms_norm(layer.input_scale);
-    if (layer.type == io::LayerType::LinearAttention) {
-      layer.linear.step(normed, state.conv_state[l], state.recurrent_state[l], first_token, mixed);
+    if (layer.skip_mixer) {
+      // The output projection holds no stored weight, so the mixer's output is +0 in
+      // every dim whatever h, the caches or any NaN/inf inside (PackedMatrix::always_zero).
+      // The add still runs: x + (+0) turns -0 into +0 (docs/engine.md, "Idle mixers").
+      std::fill(mixed, mixed + d, 0.0f);
     } else {
-      layer.full.step(normed, state.position, state.key_cache[l], state.value_cache[l], mixed);
+      rms_norm(layer.input_scale);
+      if (layer.type == io::LayerType::LinearAttention) {
+        layer.linear.step(normed, state.conv_state[l], state.recurrent_state[l], first_token, mixed);
+      } else {
+        layer.full.step(normed, state.position, state.key_cache[l], state.value_cache[l], mixed);
+      }
     }
     add_mixed();
 

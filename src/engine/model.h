@@ -14,7 +14,8 @@ namespace qpu::engine {
 
 // Everything a sequence carries between forward steps. Each vector of vectors is
 // indexed by layer index (0 .. num_hidden_layers-1); the entries of layers of the
-// other type stay empty.
+// other type stay empty, and so do all four entries of a layer whose mixer the model
+// skips (Model::skipped_mixers(): its output is a known +0, so it keeps no cache).
 struct State {
   int64_t position = 0;                                // tokens consumed so far
   std::vector<std::vector<float>> conv_state;          // per GDN layer: [conv_dim, kernel-1], oldest input first
@@ -48,6 +49,15 @@ enum class SparsePath { Auto, Rows, Columns };
 // every input. Dense: the plain scalar loops (kept for tests and benchmarks).
 enum class Elementwise { SkipZeros, Dense };
 
+// Layers whose mixer output projection (attention o_proj, GDN out_proj) holds no stored
+// weight: every weight is +0 and the matrix is CSR (PackedMatrix::always_zero), so the
+// mixer's output is +0 in every dim whatever its input, NaN and inf included
+// (docs/engine.md, "Idle mixers"). Skip: such a layer adds +0 to the residual without
+// running the mixer, and its cache does not grow (compiled checkpoints keep one all-zero
+// full-attention layer that transformers needs; its cache would cost O(position) per
+// token). Compute: run it anyway (tests, benchmarks). Same bits either way.
+enum class IdleMixers { Skip, Compute };
+
 struct ModelOptions {
   WeightStorage storage = WeightStorage::Auto;
   double sparse_min_zero_fraction = 0.9;
@@ -55,6 +65,7 @@ struct ModelOptions {
   GdnRecurrence gdn = GdnRecurrence::SkipZeros;
   SparsePath sparse_path = SparsePath::Auto;
   Elementwise elementwise = Elementwise::SkipZeros;
+  IdleMixers idle_mixers = IdleMixers::Skip;
 };
 
 // What the constructor chose, for logs and benchmarks.
@@ -76,6 +87,8 @@ class Model {
   const io::Qwen35Config& config() const;
   State new_state() const;
   StorageStats storage_stats() const;
+  // The layers whose mixer forward() skips (IdleMixers::Skip), ascending.
+  std::vector<int64_t> skipped_mixers() const;
 
   // One decode step: consumes `token` at position state.position, advances the
   // state, and writes config().vocab_size logits. If `hidden` is not empty it

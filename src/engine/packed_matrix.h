@@ -54,6 +54,12 @@ class PackedMatrix {
   Format format() const { return format_; }
   Path path() const { return path_; }
   int64_t nonzeros() const;
+  // multiply() writes +0 to every row whatever x holds (-0, inf and NaN included): a
+  // SparseCsr matrix with no stored entry (every weight is +0). Each row path then
+  // writes +0 without reading x (an empty row), and the column path writes +0 to rows
+  // that got no term. A dense matrix of zeros does not qualify (0 * inf = NaN in its
+  // sums), nor does a CSR one holding a -0 weight (stored, so its product reads x).
+  bool always_zero() const { return format_ == Format::SparseCsr && f32_.empty(); }
   size_t bytes() const;  // storage used for the values (and indices), column copy included
 
   // y[0..rows) = W x. Rows are split between OpenMP threads; each row is summed by

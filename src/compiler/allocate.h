@@ -29,6 +29,24 @@ struct Allocation {
   int64_t dim(ValueId v) const { return dim_of_value[static_cast<size_t>(v)]; }
 };
 
+// Every value its own dim for the whole program.
 Allocation allocate(const Program& program, const Schedule& schedule);
+
+// How long a value holds its dim, for the interval allocation below.
+enum class Lifetime {
+  Program,          // from the embedding to the output head (interface inputs)
+  FromFirstAccess,  // from its first access (read or write) to the output head
+  ToLastAccess,     // from its first access to its last; +0 afterwards
+};
+
+// Interval allocation (linear scan over sublayers). A value occupies its dim over the
+// sublayers of its lifetime, both ends inclusive. For ToLastAccess the caller promises
+// that the dim holds exactly +0 after the last access's residual add
+// (compiler/clear_dead.h makes it so). A value whose first access is in a strictly
+// later sublayer may then take the dim: it starts at +0, as every value does (ir.h).
+// A value no op accesses starts at the end of the program (it only needs a dim that is
+// +0 there). The hidden size becomes about the largest number of live values at any
+// sublayer plus the rails.
+Allocation allocate(const Program& program, const Schedule& schedule, const std::vector<Lifetime>& lifetimes);
 
 }  // namespace qpu::compiler

@@ -135,8 +135,9 @@ void install_value_head(io::Qwen35Weights& w, const compiler::Allocation& alloc,
     fail("uplink: value tokens [{}, {}) outside the vocabulary of {}", vocab.first, vocab.first + vocab.size(), V);
   if (f.positive.size() != static_cast<size_t>(vocab.jmax - vocab.jmin + 1) || f.mantissa_hot.size() != 128)
     fail("uplink: features for another vocabulary");
-  // 2^20 for the right (binade, sign), 2^10 for the right mantissa: the right token
-  // scores 2^20 + 2^10, every other at most 2^20. Two nonzeros per row, and with
+  // 2^20 for the right (binade, sign), 2^10 for the right mantissa (whose one-hot value
+  // is 2^-7): the right token scores 2^20 + 2^3, every other at most 2^20. Two
+  // nonzeros per row, and with
   // one-hot features only two input dims are nonzero on any cycle.
   constexpr float kBinade = 0x1p20f, kMantissa = 0x1p10f;
   auto put = [&](int64_t t, ValueId v, float c) { w.lm_head[static_cast<size_t>(t * H + alloc.dim(v))] = c; };

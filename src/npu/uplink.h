@@ -13,8 +13,11 @@
 // Emission is an argmax that cannot tie or round: the program computes, for the part c,
 // the one-hot of (binade j, sign) and the one-hot of the 8-bit mantissa m; the LM head
 // row of token v has 2^20 on v's (binade, sign) feature and 2^10 on v's mantissa
-// feature, so the right token scores 2^20 + 2^10 and every other at most 2^20 (exact
-// small integers in any summation order). Two nonzeros per row, two nonzero features.
+// feature. The binade one-hot is 1 on the hot entry but the mantissa one-hot is 2^-7
+// (its neurons are silu(128)·(1/128)·(1/128)), so the right token scores 2^20 + 2^3 and
+// every other at most 2^20 (exact dyadic numbers in any summation order; measured by
+// the machine's exact-score check, src/machine). Two nonzeros per row, two nonzero
+// features.
 
 #include <array>
 #include <cstdint>

@@ -1,0 +1,56 @@
+#include "machine/control_vocab.h"
+
+#include <algorithm>
+
+#include "common/error.h"
+
+namespace qpu::machine {
+
+int64_t ControlVocab::id(int64_t c) const {
+  if (c < 0 || c >= count) fail("machine: no control token {} (there are {})", c, count);
+  return first + c;
+}
+
+int64_t ControlVocab::index(int64_t t) const {
+  if (!contains(t)) fail("machine: token {} is not a control token [{}, {})", t, first, first + count);
+  return t - first;
+}
+
+std::vector<compiler::ValueId> SignatureFeatures::all() const {
+  std::vector<compiler::ValueId> v = group;
+  v.insert(v.end(), member.begin(), member.end());
+  return v;
+}
+
+std::vector<std::pair<compiler::ValueId, float>> SignatureFeatures::naming(const ControlVocab& vocab,
+                                                                           int64_t c) const {
+  static_cast<void>(vocab.id(c));  // range check
+  return {{group[static_cast<size_t>(c / vocab.group_size)], 1.0f},
+          {member[static_cast<size_t>(c % vocab.group_size)], 1.0f}};
+}
+
+SignatureFeatures signature_features(compiler::Program& p, const ControlVocab& vocab, const char* name) {
+  SignatureFeatures f;
+  f.group = p.values(std::string(name) + ".group", static_cast<int>(vocab.groups()));
+  f.member = p.values(std::string(name) + ".member", static_cast<int>(vocab.group_size));
+  return f;
+}
+
+void install_control_head(io::Qwen35Weights& w, const compiler::Allocation& alloc, const SignatureFeatures& f,
+                          const ControlVocab& vocab) {
+  const int64_t H = w.config.hidden_size, V = w.config.vocab_size;
+  if (w.lm_head.empty()) fail("machine: the checkpoint's LM head is tied to the embedding");
+  if (vocab.first < 0 || vocab.first + vocab.count > V)
+    fail("machine: control tokens [{}, {}) outside the vocabulary of {}", vocab.first, vocab.first + vocab.count, V);
+  if (f.group.size() != static_cast<size_t>(vocab.groups()) || f.member.size() != static_cast<size_t>(vocab.group_size))
+    fail("machine: signature features for another control vocabulary");
+  constexpr float kGroup = 0x1p20f, kMember = 0x1p10f;
+  for (int64_t c = 0; c < vocab.count; ++c) {
+    const int64_t t = vocab.id(c);
+    std::fill_n(w.lm_head.begin() + t * H, H, 0.0f);
+    w.lm_head[static_cast<size_t>(t * H + alloc.dim(f.group[static_cast<size_t>(c / vocab.group_size)]))] = kGroup;
+    w.lm_head[static_cast<size_t>(t * H + alloc.dim(f.member[static_cast<size_t>(c % vocab.group_size)]))] = kMember;
+  }
+}
+
+}  // namespace qpu::machine

@@ -1,0 +1,49 @@
+#pragma once
+// The control tokens of the looped machine (docs/npu-machine.md, "M1 skeleton"): the
+// host ids after the value tokens, and the LM head signature that makes the host's
+// argmax pick exactly one of them.
+//
+// Control token c (0-based among the control tokens) has the signature (group c / G,
+// member c % G). The program computes two one-hot feature vectors, `group` and
+// `member`; the LM head row of token c holds 2^20 on group[c / G] and 2^10 on
+// member[c % G]. When the features name c, c scores 2^20 + 2^10 and every other row at
+// most 2^20 (exact small integers in any summation order) — the same construction as
+// the value tokens (npu/uplink.h), on features of their own, so on a cycle that emits a
+// control token every value token scores 0 and vice versa.
+#include <cstdint>
+#include <vector>
+
+#include "compiler/allocate.h"
+#include "compiler/ir.h"
+#include "io/qwen35_weights.h"
+
+namespace qpu::machine {
+
+struct ControlVocab {
+  int64_t first = 0;        // host id of control token 0
+  int64_t count = 0;        // number of control tokens
+  int64_t group_size = 16;  // G
+
+  int64_t groups() const { return (count + group_size - 1) / group_size; }
+  int64_t id(int64_t c) const;     // throws for c outside [0, count)
+  int64_t index(int64_t id) const;  // throws for an id that is not a control token
+  bool contains(int64_t id) const { return id >= first && id < first + count; }
+};
+
+// One set of signature features (values of a program).
+struct SignatureFeatures {
+  std::vector<compiler::ValueId> group, member;
+
+  std::vector<compiler::ValueId> all() const;
+  // (value, 1) for the two features that name control token c (for embedding rows).
+  std::vector<std::pair<compiler::ValueId, float>> naming(const ControlVocab& vocab, int64_t c) const;
+};
+
+SignatureFeatures signature_features(compiler::Program& p, const ControlVocab& vocab, const char* name);
+
+// Writes the LM head rows of the control tokens (2 nonzeros each). Needs an untied
+// LM head and a final norm that passes values through unchanged (compiler/emit.h).
+void install_control_head(io::Qwen35Weights& weights, const compiler::Allocation& allocation,
+                          const SignatureFeatures& f, const ControlVocab& vocab);
+
+}  // namespace qpu::machine

@@ -1,0 +1,81 @@
+#pragma once
+// The looped machine, M1 skeleton (docs/npu-machine.md, "M1 skeleton (built)"): one
+// compiled Qwen3.5 checkpoint that runs two chained matvecs, one host token per cycle
+// through all layers, driven only by the host's own greedy argmax.
+//
+// Host vocabulary: the value tokens (npu::ValueVocab, ids [0, 23297)), then the control
+// tokens: HDR (host position 0; reads and writes nothing), NOP, DONE, WX(i) (write
+// element i of register X: the caller's prompt loads x), MV(A, i) (y_i = (A x)_i into
+// Y[i]) and MV(B, i) (z_i = (B y)_i into Z[i]).
+//
+// Stack, top to bottom:
+//  * register file: w GDN heads, element i of every register in head i, register r =
+//    row r (npu/inbox.h: a float arrives as C, p0, p1, p2 and is written at the p2
+//    cycle with key tap 3 = C); a micro-op token reads its source register in all heads
+//    at once (query at tap 0);
+//  * matvec: one neuron per (matrix, column) gated by the matrix flag (weights in down
+//    columns), then C's addition chain per lane (npu::sum_chain_fused);
+//  * lane select (the token's one-hot lane flag), split into 3 parts, the LM head
+//    features of all three parts (npu::emit_features, three copies in parallel);
+//  * delay line (delay_line.h): p1's features one cycle later, p2's two, the successor
+//    control token three (the p2 cycle);
+//  * LM head: value-token rows (npu::install_value_head) on p0's features, control rows
+//    (control_vocab.h) on the control signature features.
+// Every unit above the delay line writes exact +-0 when its micro-op is idle
+// (compiler::enable_constants with the matrix flags' sum).
+#include <cstdint>
+#include <vector>
+
+#include "compiler/emit.h"
+#include "machine/control_vocab.h"
+#include "npu/inbox.h"
+
+namespace qpu::machine {
+
+struct MachineOptions {
+  int width = 8;             // w: elements per vector register (= register heads)
+  std::vector<float> a, b;   // w x w, row-major (run.c's layout: w[i * n + j])
+  int64_t key_dim = 16;      // GDN head dims of every GDN layer (one-hot reads: dk a power of 4)
+  int64_t value_dim = 64;
+  bool idle_attention_layer = true;  // stock transformers 5.24.0 needs one; HostSim rejects it
+  int value_jmin = -70, value_jmax = 20;  // binades of the value tokens (npu::ValueVocab; narrower: smaller tests)
+  compiler::ScheduleLimits limits{};
+};
+
+enum Register : int64_t { kX = 0, kY = 1, kZ = 2 };
+
+struct Machine {
+  compiler::Compiled compiled;
+  npu::InboxEncoding encoding;  // value tokens at ids [0, encoding.vocab.size())
+  ControlVocab control;
+  int width = 0;
+  int delay_heads = 0;
+  int64_t register_file_heads = 0;
+
+  int64_t hdr() const { return control.id(0); }
+  int64_t nop() const { return control.id(1); }
+  int64_t done() const { return control.id(2); }
+  int64_t write_x(int i) const { return control.id(3 + i); }
+  int64_t mv_a(int i) const { return control.id(3 + width + i); }
+  int64_t mv_b(int i) const { return control.id(3 + 2 * width + i); }
+
+  // HDR, then WX(i), p0, p1, p2 of x_i for every i, then MV(A, 0).
+  std::vector<int64_t> prompt(const std::vector<float>& x) const;
+  // What the machine must generate after the prompt: the parts of y_i then the next
+  // control token, for every i, then the same for z, ending with DONE (8 w tokens).
+  std::vector<int64_t> expected_stream(const std::vector<float>& x, const std::vector<float>& a,
+                                       const std::vector<float>& b) const;
+  // The value tokens of float x (split_parts_reference), 3 ids.
+  std::vector<int64_t> value_tokens(float x) const;
+  // Parts back to the float as the register file adds them: p0 + (p1 + p2), exact.
+  float decode(int64_t t0, int64_t t1, int64_t t2) const;
+};
+
+// Throws qpu::Error for a width outside [1, 64], matrices of the wrong size, or head
+// dims the registers or the delay line do not fit.
+Machine build_machine(const MachineOptions& options);
+
+// run.c's matmul: out[i] = ((0 + w[i n + 0] x[0]) + w[i n + 1] x[1]) + ...
+std::vector<float> matvec_c(const std::vector<float>& w, const std::vector<float>& x);
+
+}  // namespace qpu::machine

@@ -1,0 +1,37 @@
+#pragma once
+// Runs a compiled machine the way a host does: the prompt one token per forward, then
+// the host's greedy argmax fed back one token per forward until DONE (test helper).
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <vector>
+
+#include "machine/machine.h"
+
+namespace qpu::machine::testing {
+
+// One forward: consumes a token, writes the logits (and, if not empty, the residual
+// stream after the last layer).
+using Step = std::function<void(int64_t token, std::span<float> logits, std::span<float> hidden)>;
+
+// A fresh host (empty cache) per call: one engine::Model shared by all, or a HostSim
+// with a new summation-order seed each time (keeps a reference to `weights`).
+using Hosts = std::function<Step()>;
+Hosts engine_hosts(io::Qwen35Weights weights);  // pass a moved-from copy to save memory
+Hosts sim_hosts(const io::Qwen35Weights& weights, uint64_t seed);
+
+struct Run {
+  std::vector<int64_t> generated;
+  std::vector<int64_t> prompt_argmax;  // the host's argmax after each prompt token
+  int64_t ambiguous = 0;    // cycles whose maximum is not 2^20 + 2^10 or not unique
+  int64_t max_nonzero_on_value_cycles = 0;  // nonzero non-rail hidden dims when a generated value token is input
+  double generate_seconds = 0;  // wall time of the forwards of generated tokens (with the test's own checks)
+  int64_t generate_forwards = 0;
+};
+
+Run run_greedy(const Machine& m, const std::vector<int64_t>& prompt, const Step& step, int64_t max_new);
+
+// The floats decoded from a generated stream (groups p0 p1 p2 control): y then z.
+std::vector<float> decode_stream(const Machine& m, const std::vector<int64_t>& generated);
+
+}  // namespace qpu::machine::testing

@@ -5,9 +5,11 @@
 // own embedding rows and runs on the engine or on the order-adversarial HostSim; every
 // output is compared bit for bit with C's result as the NPU delivers it (0.0f + c).
 // Also: the "idle = zero" check after every layer, and the golden records of run.c.
+#include <cmath>
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <random>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -20,6 +22,14 @@
 #include "reference/trace.h"
 
 namespace qpu::npu::unit_testing {
+
+// A random float with a uniform binade in [emin, emax], a uniform mantissa and a random
+// sign (the units' random cases).
+inline float rand_float(std::mt19937_64& rng, int emin, int emax) {
+  const int e = emin + static_cast<int>(rng() % static_cast<uint64_t>(emax - emin + 1));
+  const float x = std::ldexp(1.0f + static_cast<float>(rng() & 0x7fffff) * 0x1p-23f, e);
+  return (rng() & 1) ? -x : x;
+}
 
 struct UnitProgram {
   compiler::Program program;

@@ -16,6 +16,8 @@
 namespace qpu::npu {
 namespace {
 
+using unit_testing::rand_float;
+
 using unit_testing::UnitHarness;
 using unit_testing::UnitProgram;
 using K = reference::TraceKind;
@@ -23,12 +25,6 @@ using compiler::ValueId;
 
 constexpr int64_t kCases = QPU_NPU_CASES;
 constexpr bool kLong = kCases >= 100000;
-
-float rand_float(std::mt19937_64& rng, int emin, int emax) {
-  const int e = emin + static_cast<int>(rng() % static_cast<uint64_t>(emax - emin + 1));
-  const float x = std::ldexp(1.0f + static_cast<float>(rng() & 0x7fffff) * 0x1p-23f, e);
-  return (rng() & 1) ? -x : x;
-}
 
 UnitProgram build(const reference::Llama2Config& c) {
   UnitProgram u;

@@ -17,11 +17,14 @@
 #include "npu/expf_model.h"
 #include "npu/suite.h"
 #include "npu/unit_swiglu.h"
+#include "unit_harness.h"
 #include "reference/generate.h"
 #include "reference/trace.h"
 
 namespace qpu::npu {
 namespace {
+
+using unit_testing::rand_float;
 
 using compiler::ValueId;
 
@@ -32,12 +35,6 @@ void run_c_swiglu(float hb, float hb2, float* silu, float* out) {
   *silu = val;
   val *= hb2;
   *out = val;
-}
-
-float rand_float(std::mt19937_64& rng, int emin, int emax) {
-  const int e = emin + static_cast<int>(rng() % static_cast<uint64_t>(emax - emin + 1));
-  const float x = std::ldexp(1.0f + static_cast<float>(rng() & 0x7fffff) * 0x1p-23f, e);
-  return (rng() & 1) ? -x : x;
 }
 
 bool in_window(float y) { return y == 0.0f || (std::fabs(y) >= 0x1p-78f && std::fabs(y) <= 0x1p36f); }

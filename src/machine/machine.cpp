@@ -8,6 +8,7 @@
 #include "compiler/gdn_layout.h"
 #include "machine/delay_line.h"
 #include "npu/fused_dot.h"
+#include "npu/idle_attention.h"
 #include "npu/unit_enable.h"
 #include "npu/uplink.h"
 
@@ -156,18 +157,7 @@ Machine build_machine(const MachineOptions& o) {
   for (size_t j = 0; j < later.size(); ++j) delayed.push_back({later[j], 3, now[j]});
   m.delay_heads = delay_line(p, delayed, layout.capacity(false), "delay line");
 
-  if (o.idle_attention_layer) {
-    // Never reads (read flag +0): a full-attention layer for stock transformers 5.24.0,
-    // which derives positions and masks from an attention layer's cache.
-    compiler::AttnMemory a;
-    a.key_bits = p.values("idle.key", 1);
-    a.query_bits = p.values("idle.query", 1);
-    a.write_flag = p.value("idle.write");
-    a.read_flag = p.value("idle.read");
-    a.data = p.values("idle.data", 1);
-    a.out = p.values("idle.out", 1);
-    p.memory("idle attention", a);
-  }
+  if (o.idle_attention_layer) npu::add_idle_attention_layer(p);
 
   // Embedding rows.
   compiler::Interface io;

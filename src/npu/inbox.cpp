@@ -8,6 +8,7 @@
 
 #include "common/error.h"
 #include "compiler/gdn_layout.h"
+#include "npu/idle_attention.h"
 #include "npu/neurons.h"
 
 namespace qpu::npu {
@@ -143,19 +144,7 @@ InboxCheckpoint build_inbox_checkpoint(const InboxCheckpointOptions& o) {
   Program p;
   c.values = inbox_values(p, c.encoding, bits, "inbox");
   inbox(p, c.encoding, c.values, "inbox");
-  if (o.idle_attention_layer) {
-    // An attention memory that never reads (read flag +0, gate closed): its layer is
-    // an idle full-attention layer after the GDN layer (the two kinds never share a
-    // mixer), which stock transformers 5.24.0 needs to derive positions and masks.
-    compiler::AttnMemory a;
-    a.key_bits = p.values("idle.key", 1);
-    a.query_bits = p.values("idle.query", 1);
-    a.write_flag = p.value("idle.write");
-    a.read_flag = p.value("idle.read");
-    a.data = p.values("idle.data", 1);
-    a.out = p.values("idle.out", 1);
-    p.memory("idle attention", a);
-  }
+  if (o.idle_attention_layer) add_idle_attention_layer(p);
   compiler::Interface io;
   io.inputs = c.values.inputs();
   io.outputs = {c.values.out};

@@ -2,26 +2,15 @@
 
 #include <cstring>
 
-// The 64-byte vector values below never cross a function boundary (everything is
-// inlined into the kernels), so GCC's note about their calling convention is moot.
-#pragma GCC diagnostic ignored "-Wpsabi"
+#include "engine/simd_lanes.h"
 
 namespace qpu::engine::dot {
 namespace {
 
-// GCC vector extensions: 16 fp32 lanes per value, lowered to one zmm, two ymm or
-// four xmm registers depending on the target of the enclosing function. The
-// arithmetic is lane-wise IEEE mul and add either way (-ffp-contract=off).
-typedef float f32x16 __attribute__((vector_size(64)));
-typedef uint32_t u32x16 __attribute__((vector_size(64)));
-typedef uint16_t u16x16 __attribute__((vector_size(32)));
-
-template <typename T>
-[[gnu::always_inline]] inline T load(const void* p) {
-  T v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
+using simd::f32x16;
+using simd::load;
+using simd::u32x16;
+typedef uint16_t u16x16 __attribute__((vector_size(32)));  // bf16 rows
 
 struct F32Row {
   const float* w;

@@ -3,30 +3,15 @@
 #include <cstring>
 
 #include "engine/numerics.h"
-
-// The 64-byte vector values never cross a function boundary (everything is inlined into
-// the kernels), so GCC's note about their calling convention is moot.
-#pragma GCC diagnostic ignored "-Wpsabi"
+#include "engine/simd_lanes.h"
 
 namespace qpu::engine::elementwise {
 namespace {
 
-// 16 fp32 lanes (GCC vector extensions): one zmm, two ymm or four xmm registers,
-// depending on the target of the enclosing kernel; lane-wise IEEE operations either way.
-typedef float f32x16 __attribute__((vector_size(64)));
-typedef uint32_t u32x16 __attribute__((vector_size(64)));
-
-template <typename T>
-[[gnu::always_inline]] inline T load(const void* p) {
-  T v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
-
-template <typename T>
-[[gnu::always_inline]] inline void store(void* p, T v) {
-  std::memcpy(p, &v, sizeof v);
-}
+using simd::f32x16;
+using simd::load;
+using simd::store;
+using simd::u32x16;
 
 typedef uint64_t u64x8 __attribute__((vector_size(64)));
 typedef uint64_t u64x4 __attribute__((vector_size(32)));

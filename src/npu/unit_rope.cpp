@@ -8,16 +8,13 @@
 #include "common/error.h"
 #include "compiler/enable.h"
 #include "npu/neurons.h"
+#include "npu/table_lookup.h"
 
 namespace qpu::npu {
 
 using compiler::Neuron;
 using compiler::Program;
-using compiler::Term;
 using compiler::ValueId;
-using compiler::kOne;
-using detail::kOn;
-using detail::lin;
 using detail::mul_neurons;
 
 RopeConstants rope_constants(int pos, int head_dim, int head_size) {
@@ -52,38 +49,24 @@ RopeUnit rope_unit(Program& p, const reference::Llama2Config& c, ValueId enable,
   u.first_op = p.ops().size();
   const int pairs = head_size / 2;
 
-  // 1. One-hot of pos: r_m for m = -1..seq feeds H_(m-1), H_m, H_(m+1).
-  u.one_hot = p.values("rope.hot", seq);
-  {
-    std::vector<Neuron> neurons;
-    for (int m = -1; m <= seq; ++m) {
-      Neuron r{lin({{pos, kOn}}), lin({{kOne, 1.0f / kOn}}), {}};
-      if (m != 0) r.gate.terms.push_back({kOne, -kOn * static_cast<float>(m)});
-      for (auto [h, w] : {std::pair{m + 1, 1.0f}, std::pair{m, -2.0f}, std::pair{m - 1, 1.0f}})
-        if (h >= 0 && h < seq) r.down.push_back({u.one_hot[static_cast<size_t>(h)], w});
-      neurons.push_back(std::move(r));
+  // 1.-2. The (fcr, fci) of this position for every head_dim pair: a table lookup by
+  // the integer pos (table_lookup.h), columns fcr(0), fci(0), fcr(1), fci(1), ...
+  std::vector<float> table(static_cast<size_t>(seq) * static_cast<size_t>(2 * pairs));
+  for (int pp = 0; pp < seq; ++pp)
+    for (int t = 0; t < pairs; ++t) {
+      const RopeConstants rc = rope_constants(pp, 2 * t, head_size);
+      for (float v : {rc.fcr, rc.fci})
+        if (!std::isfinite(v) || (v != 0.0f && std::fabs(v) < 0x1p-57f))
+          fail("rope_unit: constant {} at position {} is outside P3's gate window", v, pp);
+      table[static_cast<size_t>(pp * 2 * pairs + 2 * t)] = rc.fcr;
+      table[static_cast<size_t>(pp * 2 * pairs + 2 * t + 1)] = rc.fci;
     }
-    p.mlp("rope.hot", std::move(neurons));
-  }
-  // 2. Select (fcr, fci) of this position for every head_dim pair.
-  const std::vector<ValueId> cr = p.values("rope.fcr", pairs), ci = p.values("rope.fci", pairs);
-  {
-    std::vector<Neuron> neurons;
-    for (int pp = 0; pp < seq; ++pp) {
-      const ValueId h = u.one_hot[static_cast<size_t>(pp)];
-      Neuron sel{lin({{h, kOn}}), lin({{h, 1.0f / kOn}}), {}};
-      for (int t = 0; t < pairs; ++t) {
-        const RopeConstants rc = rope_constants(pp, 2 * t, head_size);
-        for (float v : {rc.fcr, rc.fci})
-          if (!std::isfinite(v) || (v != 0.0f && std::fabs(v) < 0x1p-57f))
-            fail("rope_unit: constant {} at position {} is outside P3's gate window", v, pp);
-        if (rc.fcr != 0.0f) sel.down.push_back({cr[static_cast<size_t>(t)], rc.fcr});
-        if (rc.fci != 0.0f) sel.down.push_back({ci[static_cast<size_t>(t)], rc.fci});
-      }
-      if (sel.down.empty()) sel.down.push_back({cr[0], 0.0f});
-      neurons.push_back(std::move(sel));
-    }
-    p.mlp("rope.select", std::move(neurons));
+  const TableLookup lookup = table_lookup(p, pos, table, seq, 2 * pairs, "rope");
+  u.one_hot = lookup.one_hot;
+  std::vector<ValueId> cr, ci;
+  for (int t = 0; t < pairs; ++t) {
+    cr.push_back(lookup.out[static_cast<size_t>(2 * t)]);
+    ci.push_back(lookup.out[static_cast<size_t>(2 * t + 1)]);
   }
   // 3. Rotate q (every pair) and k (pairs inside kv_dim).
   auto rotate = [&](const std::vector<ValueId>& v, const std::string& name, std::vector<ValueId>& out, std::vector<Neuron>& neurons) {

@@ -42,12 +42,11 @@ DeadClears add_dead_value_clears(const Program& program, const Interface& interf
 
 ReusePlan plan_dim_reuse(const Program& program, const Interface& interface, const ScheduleLimits& limits) {
   program.validate();
-  const Schedule base = schedule(program, limits);
+  Schedule base = schedule(program, limits);
   const int64_t base_sublayers = base.num_sublayers;
   // Clears only take room the MLPs already have: with the neuron limit lowered to the
-  // largest MLP of the plain schedule, every original op is placed exactly as before
-  // (each lands where its neurons fitted under the old limit and its sublayer ends up
-  // holding at most that many), so the intermediate size does not grow either.
+  // largest MLP of the plain schedule, the intermediate size does not grow. The
+  // original ops keep their sublayers (schedule_after places only the clears).
   std::map<int64_t, int64_t> neurons;
   for (size_t i = 0; i < program.ops().size(); ++i)
     if (program.ops()[i].kind == OpKind::Mlp)
@@ -56,24 +55,33 @@ ReusePlan plan_dim_reuse(const Program& program, const Interface& interface, con
   capped.max_neurons_per_mlp = 1;
   for (const auto& [sublayer, count] : neurons) capped.max_neurons_per_mlp = std::max(capped.max_neurons_per_mlp, count);
   DeadClears dc = add_dead_value_clears(program, interface);
-  Schedule s = schedule(dc.program, capped);
-  // Drop the clears placed past the original end. Ops are placed in program order, so
-  // dropping them (they come last, and only compete for room in those late sublayers)
-  // leaves every other op where it was; scheduling again keeps that simple.
+  if (limits.sink) {
+    // Interface inputs live from the embedding on; outputs and values whose final
+    // contents nobody reads live to the end: moving their accesses does not change that.
+    std::vector<bool> fixed(dc.lifetimes.size()), kept(dc.lifetimes.size());
+    for (size_t v = 0; v < dc.lifetimes.size(); ++v) {
+      fixed[v] = dc.lifetimes[v] == Lifetime::Program;
+      kept[v] = dc.lifetimes[v] != Lifetime::ToLastAccess;
+    }
+    base = sink_schedule(program, base, capped, fixed, kept);
+  }
+  Schedule s = schedule_after(dc.program, base, capped);
+  // Drop the clears placed past the original end (their values keep their dims from
+  // the first access on); the others are placed again after the original ops.
   const size_t first_clear = program.ops().size();
   auto& ops = dc.program.mutable_ops();
-  size_t kept = first_clear;
+  size_t kept_ops = first_clear;
   for (size_t i = first_clear; i < ops.size(); ++i) {
     if (s.sublayer[i] >= base_sublayers) {
       dc.lifetimes[static_cast<size_t>(dc.cleared[i - first_clear])] = Lifetime::FromFirstAccess;
       continue;
     }
-    if (kept != i) ops[kept] = std::move(ops[i]);
-    ++kept;
+    if (kept_ops != i) ops[kept_ops] = std::move(ops[i]);
+    ++kept_ops;
   }
-  if (kept != ops.size()) {
-    ops.resize(kept);
-    s = schedule(dc.program, capped);
+  if (kept_ops != ops.size()) {
+    ops.resize(kept_ops);
+    s = schedule_after(dc.program, base, capped);
   }
   ReusePlan r{std::move(dc.program), std::move(dc.lifetimes), std::move(s), {}};
   r.allocation = allocate(r.program, r.schedule, r.lifetimes);

@@ -17,44 +17,179 @@ int64_t op_size(const Op& op) {
   return op.kind == OpKind::Mlp ? static_cast<int64_t>(op.neurons.size()) : 1;
 }
 
+int64_t op_limit(const Op& op, const ScheduleLimits& limits) {
+  return op.kind == OpKind::Mlp          ? limits.max_neurons_per_mlp
+         : op.kind == OpKind::AttnMemory ? limits.max_memories_per_mixer
+                                         : limits.max_gdn_memories_per_mixer;
+}
+
+// What is placed in each sublayer: units used, and the memories per kind (a mixer
+// sublayer holds one kind of memory).
+struct Occupancy {
+  std::map<int64_t, int64_t> used;
+  std::map<int64_t, int64_t> attn, gdn;
+
+  bool fits(const Op& op, int64_t s, const ScheduleLimits& limits) const {
+    if (!fits_kind(op, s)) return false;
+    const auto u = used.find(s);
+    if ((u == used.end() ? 0 : u->second) + op_size(op) > op_limit(op, limits)) return false;
+    if (op.kind == OpKind::Mlp) return true;
+    const auto& other = op.kind == OpKind::AttnMemory ? gdn : attn;
+    const auto o = other.find(s);
+    return o == other.end() || o->second == 0;
+  }
+  void add(const Op& op, int64_t s, int64_t sign) {
+    used[s] += sign * op_size(op);
+    if (op.kind == OpKind::AttnMemory) attn[s] += sign;
+    if (op.kind == OpKind::GdnMemory) gdn[s] += sign;
+  }
+};
+
+// Greedy ASAP placement in program order, from a given prefix.
+class Placer {
+ public:
+  Placer(const Program& program, const ScheduleLimits& limits)
+      : limits_(limits),
+        last_write_(static_cast<size_t>(program.num_values()), -1),
+        last_read_(static_cast<size_t>(program.num_values()), -1) {}
+
+  // The earliest sublayer the rules allow for op (against every op placed so far).
+  int64_t earliest(const Op& op) const {
+    int64_t s = 0;
+    for (ValueId v : op.reads()) s = std::max(s, last_write_[static_cast<size_t>(v)] + 1);  // RAW
+    for (ValueId v : op.writes()) {
+      s = std::max(s, last_write_[static_cast<size_t>(v)] + 1);  // WAW
+      s = std::max(s, last_read_[static_cast<size_t>(v)]);       // WAR
+    }
+    return s;
+  }
+  void place(const Op& op, int64_t s) {
+    occupancy_.add(op, s, 1);
+    for (ValueId v : op.reads()) last_read_[static_cast<size_t>(v)] = std::max(last_read_[static_cast<size_t>(v)], s);
+    for (ValueId v : op.writes()) last_write_[static_cast<size_t>(v)] = s;
+    out_.sublayer.push_back(s);
+    out_.num_sublayers = std::max(out_.num_sublayers, s + 1);
+  }
+  void place_asap(const Op& op) {
+    const int64_t size = op_size(op), limit = op_limit(op, limits_);
+    if (size > limit) fail("schedule: op '{}' needs {} units but a sublayer has {}", op.label, size, limit);
+    int64_t s = earliest(op);
+    while (!occupancy_.fits(op, s, limits_)) ++s;
+    place(op, s);
+  }
+  Schedule take() { return std::move(out_); }
+
+ private:
+  const ScheduleLimits& limits_;
+  std::vector<int64_t> last_write_, last_read_;
+  Occupancy occupancy_;
+  Schedule out_;
+};
+
 }  // namespace
 
 Schedule schedule(const Program& program, const ScheduleLimits& limits) {
-  Schedule out;
-  // For every value: the last sublayer that wrote it and the last that read it.
+  return schedule_after(program, Schedule{}, limits);
+}
+
+Schedule schedule_after(const Program& program, const Schedule& placed, const ScheduleLimits& limits) {
+  const auto& ops = program.ops();
+  if (placed.sublayer.size() > ops.size())
+    fail("schedule: {} ops already placed in a program of {}", placed.sublayer.size(), ops.size());
+  Placer p(program, limits);
+  for (size_t i = 0; i < ops.size(); ++i) {
+    if (i < placed.sublayer.size()) {
+      p.place(ops[i], placed.sublayer[i]);
+    } else {
+      p.place_asap(ops[i]);
+    }
+  }
+  Schedule out = p.take();
+  out.num_sublayers = std::max(out.num_sublayers, placed.num_sublayers);
+  return out;
+}
+
+Schedule sink_schedule(const Program& program, const Schedule& schedule, const ScheduleLimits& limits,
+                       const std::vector<bool>& fixed, const std::vector<bool>& kept) {
+  const auto& ops = program.ops();
+  const auto nv = static_cast<size_t>(program.num_values());
+  if (schedule.sublayer.size() != ops.size() || fixed.size() != nv || kept.size() != nv)
+    fail("sink_schedule: a schedule of {} ops and {}/{} value flags for {} ops and {} values", schedule.sublayer.size(),
+         fixed.size(), kept.size(), ops.size(), nv);
+  Schedule out = schedule;
+  std::vector<std::vector<ValueId>> reads(ops.size()), writes(ops.size());
+  std::vector<std::vector<size_t>> accessors(nv), writers(nv);  // op indices in program order
+  Occupancy occupancy;
+  for (size_t i = 0; i < ops.size(); ++i) {
+    reads[i] = ops[i].reads();
+    writes[i] = ops[i].writes();
+    std::vector<ValueId> all = reads[i];
+    all.insert(all.end(), writes[i].begin(), writes[i].end());
+    std::sort(all.begin(), all.end());
+    all.erase(std::unique(all.begin(), all.end()), all.end());
+    for (ValueId v : all) accessors[static_cast<size_t>(v)].push_back(i);
+    for (ValueId v : writes[i]) writers[static_cast<size_t>(v)].push_back(i);
+    occupancy.add(ops[i], out.sublayer[i], 1);
+  }
+  for (int pass = 0; pass < 2; ++pass)
+    for (size_t o = ops.size(); o-- > 0;) {
+      // Lives this op starts and ends (a value it alone accesses keeps its length).
+      int64_t starts = 0, ends = 0;
+      auto count = [&](ValueId v) {
+        const auto& a = accessors[static_cast<size_t>(v)];
+        const bool first = a.front() == o, last = a.back() == o;
+        if (first && last) return;
+        if (first && !fixed[static_cast<size_t>(v)]) ++starts;
+        if (last && !fixed[static_cast<size_t>(v)] && !kept[static_cast<size_t>(v)]) ++ends;
+      };
+      std::vector<ValueId> all = reads[o];
+      all.insert(all.end(), writes[o].begin(), writes[o].end());
+      std::sort(all.begin(), all.end());
+      all.erase(std::unique(all.begin(), all.end()), all.end());
+      for (ValueId v : all) count(v);
+      if (starts <= ends) continue;
+      // The latest sublayer the later ops allow: before every later access of a value
+      // it writes (RAW, WAW), not after a later write of a value it reads (WAR).
+      int64_t latest = out.num_sublayers - 1;
+      for (ValueId v : writes[o])
+        for (size_t j : accessors[static_cast<size_t>(v)])
+          if (j > o) latest = std::min(latest, out.sublayer[j] - 1);
+      for (ValueId v : reads[o])
+        for (size_t j : writers[static_cast<size_t>(v)])
+          if (j > o) latest = std::min(latest, out.sublayer[j]);
+      for (int64_t s = latest; s > out.sublayer[o]; --s)
+        if (occupancy.fits(ops[o], s, limits)) {
+          occupancy.add(ops[o], out.sublayer[o], -1);
+          occupancy.add(ops[o], s, 1);
+          out.sublayer[o] = s;
+          break;
+        }
+    }
+  return out;
+}
+
+void check_schedule(const Program& program, const Schedule& schedule, const ScheduleLimits& limits) {
+  const auto& ops = program.ops();
+  if (schedule.sublayer.size() != ops.size())
+    fail("check_schedule: {} sublayers for {} ops", schedule.sublayer.size(), ops.size());
   std::vector<int64_t> last_write(static_cast<size_t>(program.num_values()), -1);
   std::vector<int64_t> last_read(static_cast<size_t>(program.num_values()), -1);
-  std::map<int64_t, int64_t> used;  // sublayer -> neurons or memories already placed
-  std::map<int64_t, OpKind> mixer_kind;  // mixer sublayer -> the kind of memory placed there
-
-  for (const Op& op : program.ops()) {
-    const int64_t size = op_size(op);
-    const int64_t limit = op.kind == OpKind::Mlp          ? limits.max_neurons_per_mlp
-                          : op.kind == OpKind::AttnMemory ? limits.max_memories_per_mixer
-                                                          : limits.max_gdn_memories_per_mixer;
-    if (size > limit) fail("schedule: op '{}' needs {} units but a sublayer has {}", op.label, size, limit);
-
-    const auto reads = op.reads();
-    const auto writes = op.writes();
-    int64_t s = 0;
-    for (ValueId v : reads) s = std::max(s, last_write[static_cast<size_t>(v)] + 1);     // RAW
-    for (ValueId v : writes) {
-      s = std::max(s, last_write[static_cast<size_t>(v)] + 1);                           // WAW
-      s = std::max(s, last_read[static_cast<size_t>(v)]);                                // WAR
+  Occupancy occupancy;
+  for (size_t i = 0; i < ops.size(); ++i) {
+    const Op& op = ops[i];
+    const int64_t s = schedule.sublayer[i];
+    if (s < 0 || s >= schedule.num_sublayers) fail("check_schedule: op '{}' in sublayer {} of {}", op.label, s, schedule.num_sublayers);
+    if (!occupancy.fits(op, s, limits)) fail("check_schedule: op '{}' does not fit sublayer {}", op.label, s);
+    for (ValueId v : op.reads())
+      if (s <= last_write[static_cast<size_t>(v)]) fail("check_schedule: op '{}' reads {} before it is written", op.label, program.name(v));
+    for (ValueId v : op.writes()) {
+      if (s <= last_write[static_cast<size_t>(v)]) fail("check_schedule: op '{}' writes {} out of order", op.label, program.name(v));
+      if (s < last_read[static_cast<size_t>(v)]) fail("check_schedule: op '{}' writes {} before an earlier op reads it", op.label, program.name(v));
     }
-    auto kind_clash = [&](int64_t sub) {
-      const auto it = mixer_kind.find(sub);
-      return op.kind != OpKind::Mlp && it != mixer_kind.end() && it->second != op.kind;
-    };
-    while (!fits_kind(op, s) || used[s] + size > limit || kind_clash(s)) ++s;
-    used[s] += size;
-    if (op.kind != OpKind::Mlp) mixer_kind[s] = op.kind;
-    for (ValueId v : reads) last_read[static_cast<size_t>(v)] = std::max(last_read[static_cast<size_t>(v)], s);
-    for (ValueId v : writes) last_write[static_cast<size_t>(v)] = s;
-    out.sublayer.push_back(s);
-    out.num_sublayers = std::max(out.num_sublayers, s + 1);
+    occupancy.add(op, s, 1);
+    for (ValueId v : op.reads()) last_read[static_cast<size_t>(v)] = std::max(last_read[static_cast<size_t>(v)], s);
+    for (ValueId v : op.writes()) last_write[static_cast<size_t>(v)] = std::max(last_write[static_cast<size_t>(v)], s);
   }
-  return out;
 }
 
 int64_t critical_path(const Program& program) {

@@ -15,6 +15,9 @@ struct ScheduleLimits {
   int64_t max_neurons_per_mlp = 9216;  // Qwen3.5-4B intermediate size
   int64_t max_memories_per_mixer = 4;  // KV heads of a Qwen3.5-4B attention layer
   int64_t max_gdn_memories_per_mixer = 16;  // key heads of a Qwen3.5-4B GDN layer
+  // plan_dim_reuse (clear_dead.h) only: sink_schedule() the ops before the clears are
+  // placed, so values start living as late as their first readers allow.
+  bool sink = false;
 };
 
 struct Schedule {
@@ -28,6 +31,25 @@ struct Schedule {
 // Throws qpu::Error when one op alone exceeds a limit.
 Schedule schedule(const Program& program, const ScheduleLimits& limits = {});
 
+// The same greedy placement for the ops from placed.sublayer.size() on; the earlier ops
+// stay where `placed` put them (which must obey the rules and limits). Appending ops to
+// a program and scheduling them this way never moves the original ones.
+Schedule schedule_after(const Program& program, const Schedule& placed, const ScheduleLimits& limits = {});
+
+// As-late-as-useful: moves ops to later sublayers, within the rules of ir.h, the limits
+// and the schedule's length (num_sublayers does not change), when the move shortens the
+// residual lives it touches: an op is sunk when it starts more lives (values whose first
+// access it is, apart from `fixed` ones, e.g. interface inputs) than it ends (values
+// whose last access it is, apart from `fixed` and `kept` ones, e.g. interface outputs
+// that live to the end anyway). ASAP puts a decode or a product as early as its inputs
+// allow, often far above its only reader; sunk, its outputs occupy dims only from just
+// before that reader on. Ops are visited in reverse program order (readers first), twice.
+Schedule sink_schedule(const Program& program, const Schedule& schedule, const ScheduleLimits& limits,
+                       const std::vector<bool>& fixed, const std::vector<bool>& kept);
+
+// Throws qpu::Error naming the op when a schedule breaks a placement rule of ir.h (RAW,
+// WAW and WAR against every earlier op, kinds, mixer kinds) or a limit (tests).
+void check_schedule(const Program& program, const Schedule& schedule, const ScheduleLimits& limits = {});
 // Length of the longest chain of dependent ops (each RAW/WAW edge counts one): the
 // floor on sublayers any schedule needs, ignoring sublayer kinds and resources.
 int64_t critical_path(const Program& program);

@@ -204,6 +204,43 @@ TEST(DimReuse, RandomProgramsComputeTheSameOutputsInFewerDims) {
   EXPECT_GE(broken_without_clears, 50);
 }
 
+// sink_schedule (limits.sink): the same outputs bit for bit, the same length and
+// intermediate size, every rule kept, and fewer dims in all than reuse alone.
+TEST(DimReuse, SinkingKeepsOutputsAndSavesDims) {
+  int64_t hidden_reuse = 0, hidden_sink = 0, moved = 0, compared = 0;
+  ScheduleLimits sink;
+  sink.sink = true;
+  for (uint64_t seed = 100; seed < 160; ++seed) {
+    RandomProgram r = random_program(seed, 6);
+    const Compiled plain = compile(r.p, r.io);
+    const CompiledWithReuse reuse = compile_reusing_dims(r.p, r.io);
+    const CompiledWithReuse sunk = compile_reusing_dims(r.p, r.io, sink);
+    const Compiled& c = sunk.compiled;
+    check_schedule(sunk.program, c.schedule);
+    EXPECT_EQ(c.schedule.num_sublayers, plain.schedule.num_sublayers);
+    EXPECT_LE(c.allocation.intermediate_size, plain.allocation.intermediate_size);
+    for (size_t i = 0; i < r.p.ops().size(); ++i) moved += c.schedule.sublayer[i] != plain.schedule.sublayer[i];
+    DeadClears dc = add_dead_value_clears(r.p, r.io);
+    // Clears dropped past the end change a lifetime: recompute from the plan itself.
+    const ReusePlan plan = plan_dim_reuse(r.p, r.io, sink);
+    expect_disjoint_lives(plan.program, plan.schedule, plan.allocation, plan.lifetimes);
+    hidden_reuse += reuse.compiled.allocation.hidden_size;
+    hidden_sink += c.allocation.hidden_size;
+    const auto want = run(plain.weights, r.io, 3000 * seed);
+    const auto got = run(c.weights, r.io, 3000 * seed + 17);
+    ASSERT_EQ(want.size(), got.size());
+    for (size_t i = 0; i < want.size(); ++i) EXPECT_EQ(want[i], got[i]) << "seed " << seed << " logit " << i;
+    compared += static_cast<int64_t>(want.size());
+  }
+  EXPECT_GT(compared, 1000);
+  EXPECT_GT(moved, 60);  // the pass really moves ops
+  EXPECT_LE(hidden_sink, hidden_reuse);
+  RecordProperty("hidden", std::to_string(hidden_sink) + " sunk vs " + std::to_string(hidden_reuse) + " reuse alone, " +
+                               std::to_string(moved) + " ops moved");
+  std::printf("random programs: hidden %lld with sinking, %lld with reuse alone; %lld ops moved\n",
+              static_cast<long long>(hidden_sink), static_cast<long long>(hidden_reuse), static_cast<long long>(moved));
+}
+
 // The clear neuron alone, on every kind of value: v + (-v) is +0, also for v = -0.
 TEST(DimReuse, ClearNeuronLeavesExactlyPlusZero) {
   Program p;
@@ -289,6 +326,10 @@ TEST(DimReuse, GdnMemoryProgramsComputeTheSameOutputs) {
     eo.gdn_value_head_dim = 16;
     const Compiled plain = compile(p, io, {}, eo);
     const CompiledWithReuse reuse = compile_reusing_dims(p, io, {}, eo);
+    ScheduleLimits sink;  // and with sink_schedule: the memory's conv taps see the same values
+    sink.sink = true;
+    const CompiledWithReuse sunk = compile_reusing_dims(p, io, sink, eo);
+    check_schedule(sunk.program, sunk.compiled.schedule);
     const DeadClears dc = add_dead_value_clears(p, io);
     expect_disjoint_lives(reuse.program, reuse.compiled.schedule, reuse.compiled.allocation, dc.lifetimes);
     // The memory's operands are last read in the mixer: cleared in a later MLP sublayer,
@@ -309,18 +350,22 @@ TEST(DimReuse, GdnMemoryProgramsComputeTheSameOutputs) {
     Schedule sn = reuse.compiled.schedule;
     sn.sublayer.resize(p.ops().size());
     const io::Qwen35Weights bad_w = emit(no_clears, sn, allocate(no_clears, sn, dc.lifetimes), io, eo);
-    HostSim a(plain.weights, seed), b(reuse.compiled.weights, seed + 77), bad(bad_w, seed + 99);
+    HostSim a(plain.weights, seed), b(reuse.compiled.weights, seed + 77), bad(bad_w, seed + 99),
+        c(sunk.compiled.weights, seed + 55);
     const auto V = static_cast<size_t>(io.vocab_size);
     std::vector<float> la(V), lb(V), lbad(V), ha(static_cast<size_t>(plain.weights.config.hidden_size)),
-        hb(static_cast<size_t>(reuse.compiled.weights.config.hidden_size)), hbad(hb.size());
+        hb(static_cast<size_t>(reuse.compiled.weights.config.hidden_size)), hbad(hb.size()),
+        lc(V), hc(static_cast<size_t>(sunk.compiled.weights.config.hidden_size));
     bool differs = false;
     for (int t = 0; t < 80; ++t) {
       const auto token = static_cast<int64_t>(rng() % static_cast<uint64_t>(io.vocab_size));
       a.forward(token, la, ha);
       b.forward(token, lb, hb);
       bad.forward(token, lbad, hbad);
+      c.forward(token, lc, hc);
       for (size_t o = 0; o < 3; ++o) {
         EXPECT_EQ(float_bits(la[o]), float_bits(lb[o])) << "seed " << seed << " token " << t << " out " << o;
+        EXPECT_EQ(float_bits(la[o]), float_bits(lc[o])) << "sunk: seed " << seed << " token " << t << " out " << o;
         nonzero += la[o] != 0.0f;
         differs = differs || float_bits(la[o]) != float_bits(lbad[o]);
       }

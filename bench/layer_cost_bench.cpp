@@ -34,6 +34,28 @@
 //                            keep for transformers), decoding at position ~T: items/s =
 //                            tokens/s. S: 0 = IdleMixers::Compute (the layer runs, its KV
 //                            cache holds T rows), 1 = IdleMixers::Skip (the default).
+//   BM_IdleSublayers/hidden:H/layers:L/skip:S/threads:1   a stack of L idle layers
+//                            (make_idle_stack): RAM-like GDN (4x128 keys / 8x64 values,
+//                            exp(g) = 1) and a CSR MLP (intermediate 1.5 H) that read and
+//                            write only the dims d != 0 mod 20, on tokens live only on the
+//                            dims d = 0 mod 20: every sublayer is idle. S: 0 =
+//                            IdleSublayers::Compute (before), 1 = Skip (the default).
+//                            skipped = sublayers skipped per token. Cost of one idle layer =
+//                            the difference of two depths / the difference in layers (the
+//                            embedding, final norm and head cancel).
+//   BM_IdleStack/layers:L/skip:S/threads:1   hidden 1024 (intermediate 512, GDN 2x128 /
+//                            4x64): L = 201 is 200 idle layers as above and layer 100
+//                            reading and writing the live dims (the NPU machine's depth:
+//                            almost every layer idle on a token); L = 1 is that active
+//                            layer alone. items/s = tokens/s.
+//   BM_Machine/skip:S/threads:1   (built when qpu_machine exists) a real compiled checkpoint:
+//                            the M1 machine skeleton (machine::build_machine, w = 8,
+//                            random A and B) run as a host runs it: the prompt, then its own
+//                            greedy argmax until DONE; one iteration = one whole run.
+//                            items/s = tokens/s; stream_ok = the generated stream is the
+//                            expected one; bits_equal (skip:1) = Skip and Compute gave
+//                            identical logits bits on every token of a run; skipped =
+//                            sublayers skipped per token.
 #include <benchmark/benchmark.h>
 #include <omp.h>
 
@@ -49,6 +71,12 @@
 #include "engine/model.h"
 #include "engine/packed_matrix.h"
 #include "io/qwen35_weights.h"
+#if defined(QPU_BENCH_MACHINE)
+#include <cmath>
+#include <cstring>
+
+#include "machine/machine.h"
+#endif
 
 namespace {
 
@@ -481,6 +509,222 @@ void BM_IdleAttention(benchmark::State& bench) {
   bench.counters["skipped_layers"] = static_cast<double>(model->skipped_mixers().size());
 }
 
+// A stack of RAM-like layers (see BM_IdleSublayers): layer `active` (or none: -1) reads
+// and writes the live dims d = 0 mod 20, every other layer the dims d != 0 mod 20; the
+// embedding rows are nonzero on the live dims only (and -0 on a few others).
+io::Qwen35Weights make_idle_stack(int64_t h, int64_t inter, int64_t k_heads, int64_t v_heads, int64_t layers,
+                                  int64_t active, uint64_t seed) {
+  Rng rng(seed);
+  const Shape s{"idle_stack", h, inter, k_heads, 128, v_heads, 64, Mixer::OneHotGdn, false, layers};
+  io::Qwen35Weights w;
+  io::Qwen35Config& c = w.config;
+  c.architecture = "Qwen3_5ForCausalLM";
+  c.tensor_prefix = "model.";
+  c.vocab_size = kVocab;
+  c.hidden_size = h;
+  c.intermediate_size = inter;
+  c.num_hidden_layers = layers;
+  c.num_attention_heads = 2;
+  c.num_key_value_heads = 1;
+  c.head_dim = 32;
+  c.partial_rotary_factor = 0.25;
+  c.rope_theta = 1e7;
+  c.linear_num_key_heads = s.k_heads;
+  c.linear_num_value_heads = s.v_heads;
+  c.linear_key_head_dim = s.k_dim;
+  c.linear_value_head_dim = s.v_dim;
+  c.linear_conv_kernel_dim = 4;
+  c.rms_norm_eps = 1e-6;
+  c.tie_word_embeddings = false;
+  c.layer_types.assign(static_cast<size_t>(layers), io::LayerType::LinearAttention);
+  std::vector<int64_t> live, quiet;
+  for (int64_t d = 0; d < h; ++d) (d % 20 == 0 ? live : quiet).push_back(d);
+  const auto pick = [&](const std::vector<int64_t>& dims) { return dims[static_cast<size_t>(rng.below(static_cast<int64_t>(dims.size())))]; };
+  const auto zeros = [](int64_t n) { return std::vector<float>(static_cast<size_t>(n), 0.0f); };
+  w.embed_tokens = zeros(kVocab * h);
+  for (int64_t t = 0; t < kVocab; ++t) {
+    for (int64_t d : live) w.embed_tokens[static_cast<size_t>(t * h + d)] = rng.value(1.0f);
+    for (int n = 0; n < 8; ++n) w.embed_tokens[static_cast<size_t>(t * h + pick(quiet))] = -0.0f;
+  }
+  w.lm_head = sparse_rows(rng, kVocab, h, 2, 2, 1.0f);
+  w.norm = zeros(h);
+  const int64_t key_dim = s.k_heads * s.k_dim, value_dim = s.v_heads * s.v_dim, conv_dim = 2 * key_dim + value_dim;
+  for (int64_t l = 0; l < layers; ++l) {
+    const std::vector<int64_t>& dims = l == active ? live : quiet;
+    io::LayerWeights lw;
+    lw.type = io::LayerType::LinearAttention;
+    lw.input_layernorm = zeros(h);
+    lw.post_attention_layernorm = zeros(h);
+    io::LinearAttentionWeights& g = lw.linear;
+    g.in_proj_qkv = zeros(conv_dim * h);
+    for (int64_t m = 0; m < 2 * s.k_heads; ++m) g.in_proj_qkv[(m * s.k_dim + rng.below(s.k_dim)) * h + pick(dims)] = 1.0f;
+    for (int64_t ch = 2 * key_dim; ch < conv_dim; ++ch) {
+      for (int n = 0; n < 2; ++n) g.in_proj_qkv[ch * h + pick(dims)] = rng.value(1.0f);
+    }
+    g.in_proj_z = zeros(value_dim * h);
+    for (int64_t r = 0; r < value_dim; ++r) {
+      for (int n = 0; n < 2; ++n) g.in_proj_z[r * h + pick(dims)] = rng.value(1.0f);
+    }
+    g.in_proj_b = zeros(s.v_heads * h);
+    for (int64_t j = 0; j < s.v_heads; ++j) g.in_proj_b[j * h + pick(dims)] = 1.0f;
+    g.in_proj_a = zeros(s.v_heads * h);
+    g.conv1d = zeros(conv_dim * 4);
+    for (int64_t ch = 0; ch < conv_dim; ++ch) g.conv1d[ch * 4 + 3] = 1.0f;
+    g.dt_bias.assign(static_cast<size_t>(s.v_heads), -200.0f);  // exp(g) = 1: a RAM layer
+    g.A_log = zeros(s.v_heads);
+    g.norm.assign(static_cast<size_t>(s.v_dim), 1.0f);
+    g.out_proj = zeros(h * value_dim);
+    for (int64_t d : dims) {
+      if (rng.below(8) == 0) g.out_proj[d * value_dim + rng.below(value_dim)] = rng.value(0.05f);
+    }
+    lw.gate_proj = zeros(inter * h);
+    lw.up_proj = zeros(inter * h);
+    lw.down_proj = zeros(h * inter);
+    for (int64_t n = 0; n < inter; ++n) {
+      for (std::vector<float>* m : {&lw.gate_proj, &lw.up_proj}) {
+        const int64_t nnz = 3 + rng.below(8);
+        for (int64_t k = 0; k < nnz; ++k) (*m)[n * h + pick(dims)] = rng.value(1.0f);
+      }
+      const int64_t nnz = 3 + rng.below(8);
+      for (int64_t k = 0; k < nnz; ++k) lw.down_proj[pick(dims) * inter + n] = rng.value(0.02f);
+    }
+    w.layers.push_back(std::move(lw));
+  }
+  return w;
+}
+
+void run_idle_stack(benchmark::State& bench, const Model& model, int64_t layers) {
+  const IdleSublayerCounts before = model.skipped_sublayers();
+  run_stack(bench, model, layers);
+  const IdleSublayerCounts after = model.skipped_sublayers();
+  // run_stack's 2 warm-up tokens are counted too.
+  bench.counters["skipped"] = static_cast<double>(after.mlp - before.mlp + after.gdn - before.gdn) /
+                              static_cast<double>(bench.iterations() + 2);
+}
+
+ModelOptions idle_options(bool skip) {
+  ModelOptions o;
+  o.idle_sublayers = skip ? IdleSublayers::Skip : IdleSublayers::Compute;
+  return o;
+}
+
+void BM_IdleSublayers(benchmark::State& bench) {
+  const int64_t h = bench.range(0), layers = bench.range(1);
+  const bool skip = bench.range(2) != 0;
+  omp_set_num_threads(static_cast<int>(bench.range(3)));
+  static std::map<std::tuple<int64_t, int64_t, bool>, std::unique_ptr<Model>> models;
+  const std::tuple<int64_t, int64_t, bool> key{h, layers, skip};
+  if (!models.count(key)) {
+    models.clear();  // one model at a time (6 layers at 4096 are ~2 GB before packing)
+    models[key] = std::make_unique<Model>(make_idle_stack(h, h + h / 2, 4, 8, layers, -1, 4242), idle_options(skip));
+  }
+  run_idle_stack(bench, *models[key], layers);
+}
+
+void BM_IdleStack(benchmark::State& bench) {
+  const int64_t layers = bench.range(0);
+  const bool skip = bench.range(1) != 0;
+  omp_set_num_threads(static_cast<int>(bench.range(2)));
+  static std::map<std::pair<int64_t, bool>, std::unique_ptr<Model>> models;
+  const std::pair<int64_t, bool> key{layers, skip};
+  if (!models.count(key)) {
+    models.clear();  // 201 layers: ~2.2 GB of dense input while building
+    models[key] = std::make_unique<Model>(make_idle_stack(1024, 512, 2, 4, layers, layers / 2, 4343), idle_options(skip));
+  }
+  run_idle_stack(bench, *models[key], layers);
+}
+
+#if defined(QPU_BENCH_MACHINE)
+// The machine tests' inputs (src/machine/tests/machine_test.cpp): floats with a random
+// 24-bit significand in binades [lo, hi), random sign; matrices with one zero in 8.
+float machine_float(std::mt19937_64& rng, int lo, int hi) {
+  const float f = std::ldexp(1.0f + static_cast<float>(rng() & 0x7fffff) * 0x1p-23f,
+                             lo + static_cast<int>(rng() % static_cast<uint64_t>(hi - lo)));
+  return rng() % 2 ? -f : f;
+}
+
+struct MachineRun {
+  std::vector<int64_t> generated;
+  std::vector<std::vector<float>> logits;  // per forward, when kept
+};
+
+// One host run: the prompt, then the greedy argmax fed back until DONE.
+MachineRun run_machine(const machine::Machine& m, const Model& model, const std::vector<int64_t>& prompt,
+                       int64_t max_new, bool keep_logits) {
+  std::vector<float> logits(static_cast<size_t>(model.config().vocab_size));
+  State state = model.new_state();
+  MachineRun r;
+  const auto forward = [&](int64_t token) {
+    model.forward(token, state, logits);
+    if (keep_logits) r.logits.push_back(logits);
+  };
+  for (int64_t t : prompt) forward(t);
+  int64_t next = std::max_element(logits.begin(), logits.end()) - logits.begin();
+  while (static_cast<int64_t>(r.generated.size()) < max_new) {
+    r.generated.push_back(next);
+    if (next == m.done()) break;
+    forward(next);
+    next = std::max_element(logits.begin(), logits.end()) - logits.begin();
+  }
+  return r;
+}
+
+void BM_Machine(benchmark::State& bench) {
+  const bool skip = bench.range(0) != 0;
+  omp_set_num_threads(static_cast<int>(bench.range(1)));
+  struct Setup {
+    machine::Machine m;
+    std::vector<int64_t> prompt, expected;
+    std::unique_ptr<Model> compute, skip;
+    double bits_equal = 0;
+  };
+  static std::unique_ptr<Setup> setup;
+  if (!setup) {
+    setup = std::make_unique<Setup>();
+    std::mt19937_64 rng(100);
+    machine::MachineOptions o;
+    o.width = 8;
+    for (std::vector<float>* v : {&o.a, &o.b}) {
+      v->resize(64);
+      for (float& e : *v) e = rng() % 8 == 0 ? 0.0f : machine_float(rng, -4, 1);
+    }
+    std::vector<float> x(8);
+    for (float& e : x) e = rng() % 16 == 0 ? 0.0f : machine_float(rng, -3, 3);
+    setup->m = machine::build_machine(o);
+    setup->prompt = setup->m.prompt(x);
+    setup->expected = setup->m.expected_stream(x, o.a, o.b);
+    setup->compute = std::make_unique<Model>(setup->m.compiled.weights, idle_options(false));
+    setup->skip = std::make_unique<Model>(setup->m.compiled.weights, idle_options(true));
+    // One run of each, every logit compared bit for bit.
+    const auto limit = static_cast<int64_t>(setup->expected.size()) + 4;
+    const MachineRun a = run_machine(setup->m, *setup->compute, setup->prompt, limit, true);
+    const MachineRun b = run_machine(setup->m, *setup->skip, setup->prompt, limit, true);
+    bool equal = a.generated == b.generated && a.logits.size() == b.logits.size();
+    for (size_t t = 0; equal && t < a.logits.size(); ++t) {
+      equal = std::memcmp(a.logits[t].data(), b.logits[t].data(), a.logits[t].size() * sizeof(float)) == 0;
+    }
+    setup->bits_equal = equal ? 1 : 0;
+  }
+  const Model& model = skip ? *setup->skip : *setup->compute;
+  const IdleSublayerCounts before = model.skipped_sublayers();
+  int64_t tokens = 0;
+  bool stream_ok = true;
+  for (auto _ : bench) {
+    const MachineRun r = run_machine(setup->m, model, setup->prompt, static_cast<int64_t>(setup->expected.size()) + 4, false);
+    stream_ok = stream_ok && r.generated == setup->expected;
+    tokens += static_cast<int64_t>(setup->prompt.size() + r.generated.size()) - 1;  // forwards
+  }
+  const IdleSublayerCounts after = model.skipped_sublayers();
+  bench.SetItemsProcessed(tokens);
+  bench.counters["stream_ok"] = stream_ok ? 1 : 0;
+  bench.counters["bits_equal"] = setup->bits_equal;
+  bench.counters["layers"] = static_cast<double>(model.config().num_hidden_layers);
+  bench.counters["hidden"] = static_cast<double>(model.config().hidden_size);
+  bench.counters["skipped"] =
+      static_cast<double>(after.mlp - before.mlp + after.gdn - before.gdn) / static_cast<double>(std::max<int64_t>(tokens, 1));
+}
+#endif
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -510,6 +754,24 @@ int main(int argc, char** argv) {
       ->ArgsProduct({{10000, 100000}, {0, 1}, {1, 2}})
       ->Unit(benchmark::kMicrosecond)
       ->UseRealTime();
+  benchmark::RegisterBenchmark("BM_IdleSublayers", BM_IdleSublayers)
+      ->ArgNames({"hidden", "layers", "skip", "threads"})
+      ->Args({1024, 4, 0, 1})->Args({1024, 24, 0, 1})->Args({1024, 4, 1, 1})->Args({1024, 24, 1, 1})
+      ->Args({4096, 2, 0, 1})->Args({4096, 6, 0, 1})->Args({4096, 2, 1, 1})->Args({4096, 6, 1, 1})
+      ->Unit(benchmark::kMicrosecond)
+      ->UseRealTime();
+  benchmark::RegisterBenchmark("BM_IdleStack", BM_IdleStack)
+      ->ArgNames({"layers", "skip", "threads"})
+      ->ArgsProduct({{1, 201}, {0, 1}, {1}})
+      ->Unit(benchmark::kMicrosecond)
+      ->UseRealTime();
+#if defined(QPU_BENCH_MACHINE)
+  benchmark::RegisterBenchmark("BM_Machine", BM_Machine)
+      ->ArgNames({"skip", "threads"})
+      ->ArgsProduct({{0, 1}, {1}})
+      ->Unit(benchmark::kMillisecond)
+      ->UseRealTime();
+#endif
   benchmark::Initialize(&argc, argv);
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();

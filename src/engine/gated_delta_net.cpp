@@ -172,6 +172,11 @@ GatedDeltaNet::GatedDeltaNet(io::LinearAttentionWeights&& w, const GatedDeltaNet
   q_divisor_ = static_cast<float>(std::pow(dk, 0.5));
   q_multiplier_ = static_cast<float>(std::pow(dk, -0.5));
 
+  const auto finite_all = [](const std::vector<float>& v) {
+    return std::all_of(v.begin(), v.end(), [](float x) { return std::isfinite(x); });
+  };
+  const bool projections_finite = finite_all(w.in_proj_qkv) && finite_all(w.in_proj_z) &&
+                                  finite_all(w.in_proj_b) && finite_all(w.in_proj_a) && finite_all(w.out_proj);
   in_proj_qkv_ = PackedMatrix::pack(w.in_proj_qkv, s.conv_dim(), s.hidden, options, name + ".in_proj_qkv");
   in_proj_z_ = PackedMatrix::pack(w.in_proj_z, s.value_dim(), s.hidden, options, name + ".in_proj_z");
   in_proj_b_ = PackedMatrix::pack(w.in_proj_b, s.num_v_heads, s.hidden, options, name + ".in_proj_b");
@@ -194,6 +199,20 @@ GatedDeltaNet::GatedDeltaNet(io::LinearAttentionWeights&& w, const GatedDeltaNet
   // transformers: -self.A_log.float().exp(), recomputed each call with the same bits.
   neg_exp_a_.resize(w.A_log.size());
   for (size_t j = 0; j < w.A_log.size(); ++j) neg_exp_a_[j] = -std::exp(w.A_log[j]);
+
+  // An idle step's decay: step() computes exp(neg_exp_a * softplus(a + dt_bias)) with
+  // a = +0 (its product), the same expression as here, so the same bits.
+  bool decays_finite = true;
+  idle_decay_one_ = true;
+  for (int64_t j = 0; j < s.num_v_heads; ++j) {
+    const float a = 0.0f;
+    const float g = neg_exp_a_[j] * numerics::softplus(a + dt_bias_[j]);
+    const float decay = std::exp(g);
+    decays_finite = decays_finite && std::isfinite(decay);
+    idle_decay_one_ = idle_decay_one_ && decay == 1.0f;
+  }
+  idle_output_zero_ = projections_finite && conv_taps_finite_ && finite_all(norm_weight_) && decays_finite &&
+                      std::isfinite(rms_eps) && rms_eps > 0.0f;
 }
 
 void GatedDeltaNet::step(const float* h, std::span<float> conv_state, std::span<float> recurrent_state,

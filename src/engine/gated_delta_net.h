@@ -72,6 +72,15 @@ class GatedDeltaNet {
   // out_proj's product is +0 whatever its input (PackedMatrix::always_zero): step() then
   // writes +0 to `out` for every input and every state (Model skips the mixer).
   bool output_always_zero() const { return out_proj_.always_zero(); }
+  // Idle steps (Model's IdleSublayers, docs/engine.md "Idle sublayers"): a step whose
+  // in_proj_qkv/z/b/a products are all +0 and whose conv history is all +0.
+  // idle_output_zero: then step() writes +0 to every out dim and leaves the conv state's
+  //   bits unchanged, for every finite recurrent state (every weight, conv tap, norm
+  //   weight and the heads' idle decay exp(g) at a = +0 are finite).
+  // idle_decay_one: the idle decay is exactly 1 in every head, so with the SkipZeros
+  //   recurrence such a step does not touch the recurrent state at all.
+  bool idle_output_zero() const { return idle_output_zero_; }
+  bool idle_decay_one() const { return idle_decay_one_; }
 
   // h: the normed input [hidden]; out: the mixer output [hidden].
   // conv_state: [conv_dim, kernel-1], the previous kernel-1 inputs of each channel,
@@ -89,6 +98,8 @@ class GatedDeltaNet {
   bool skip_zeros_ = true;
   bool skip_idle_channels_ = true;
   bool conv_taps_finite_ = true;  // every conv1d weight is finite (elementwise::conv_silu)
+  bool idle_output_zero_ = false;
+  bool idle_decay_one_ = false;
   float q_divisor_ = 0;     // decode: q / float(dk ** 0.5)
   float q_multiplier_ = 0;  // first token (chunked kernel): q * float(dk ** -0.5)
   PackedMatrix in_proj_qkv_, in_proj_z_, in_proj_b_, in_proj_a_, out_proj_;

@@ -1,9 +1,17 @@
 #include "engine/model.h"
 
 #include <algorithm>
+#include <atomic>
+#include <bit>
+#include <cmath>
+#include <cstring>
 #include <string>
 
 #include <fmt/format.h>
+
+#if defined(__SSE2__)
+#include <immintrin.h>
+#endif
 
 #include "common/error.h"
 #include "engine/elementwise.h"
@@ -15,6 +23,74 @@
 namespace qpu::engine {
 namespace {
 
+// What forward needs to know about x to test sublayers for idleness (IdleSublayers,
+// docs/engine.md "Idle sublayers"), computed in one pass when first needed after x
+// changes: whether every value is finite, and one bit per dim: x[d] is not +-0.
+struct ResidualFacts {
+  bool finite = false;
+  std::vector<uint64_t> live;  // bit k of word w: dim 64 w + k
+
+  void compute(const float* x, int64_t d) {
+    int ok = 1;
+#pragma omp simd reduction(& : ok)
+    for (int64_t i = 0; i < d; ++i) ok &= x[i] - x[i] == 0.0f;  // NaN for inf and NaN
+    finite = ok != 0;
+    live.assign(static_cast<size_t>((d + 63) / 64), 0);
+    for (size_t w = 0; w < live.size(); ++w) {
+      const int64_t base = static_cast<int64_t>(w) * 64, n = std::min<int64_t>(64, d - base);
+      uint64_t bits = 0;
+      int64_t k = 0;
+#if defined(__SSE2__)
+      // 4 dims per step: (bits & 0x7fffffff) == 0 exactly for +-0; movemask packs the lanes.
+      const __m128i no_sign = _mm_set1_epi32(0x7fffffff);
+      for (; k + 4 <= n; k += 4) {
+        const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x + base + k));
+        const int zero = _mm_movemask_ps(_mm_castsi128_ps(_mm_cmpeq_epi32(_mm_and_si128(v, no_sign), _mm_setzero_si128())));
+        bits |= static_cast<uint64_t>(~zero & 0xf) << k;
+      }
+#endif
+      for (; k < n; ++k) bits |= static_cast<uint64_t>((std::bit_cast<uint32_t>(x[base + k]) << 1) != 0) << k;
+      live[w] = bits;
+    }
+  }
+};
+
+// The residual dims that a sublayer's input projections read with a nonzero weight, one
+// bit per dim: "every read dim of x is +-0" is "no word of read AND live is nonzero",
+// 16 ANDs per 1,024 dims however the read dims are spread.
+struct ReadDims {
+  // The skip is exact whenever the test holds (the weights, norm scale and eps are
+  // finite; for a GDN also what GatedDeltaNet::idle_output_zero() checks).
+  bool eligible = false;
+  std::vector<uint64_t> read;
+
+  // used[d]: some weight in column d is nonzero.
+  void build(const std::vector<uint8_t>& used) {
+    read.assign((used.size() + 63) / 64, 0);
+    for (size_t i = 0; i < used.size(); ++i) {
+      if (used[i]) read[i / 64] |= uint64_t{1} << (i % 64);
+    }
+  }
+
+  // Every read dim is +0 or -0 in the x that `facts` describe.
+  bool all_zero(const ResidualFacts& facts) const {
+    uint64_t any = 0;
+    for (size_t w = 0; w < read.size(); ++w) any |= read[w] & facts.live[w];
+    return any == 0;
+  }
+};
+
+bool all_finite(const std::vector<float>& v) {
+  return std::all_of(v.begin(), v.end(), [](float x) { return std::isfinite(x); });
+}
+
+// Marks the columns of a row-major [rows, cols] matrix that hold a nonzero weight.
+void mark_columns(const std::vector<float>& m, int64_t cols, std::vector<uint8_t>& used) {
+  for (size_t i = 0; i < m.size(); ++i) {
+    if (m[i] != 0.0f) used[i % static_cast<size_t>(cols)] = 1;
+  }
+}
+
 struct Layer {
   io::LayerType type = io::LayerType::LinearAttention;
   std::vector<float> input_scale;  // 1 + input_layernorm.weight
@@ -25,6 +101,12 @@ struct Layer {
   // The mixer's output projection is always +0 (IdleMixers::Skip): forward adds +0
   // without running it, and the layer keeps no state.
   bool skip_mixer = false;
+  // IdleSublayers: the dims read by the GDN's in_proj_qkv/z/b/a and by gate/up.
+  // mixer_reads is built for GDN layers only (attention sublayers always run).
+  ReadDims mixer_reads, mlp_reads;
+  // An idle GDN step leaves the recurrent state's bits unchanged whatever it holds
+  // (idle decay 1 in every head and the SkipZeros recurrence).
+  bool idle_state_untouched = false;
 };
 
 std::vector<float> one_plus(std::vector<float>&& w, int64_t size, const std::string& name) {
@@ -65,6 +147,8 @@ struct Model::Impl {
   PackedMatrix lm_head;  // unused (empty) when tied to embed
   bool tied = false;
   bool skip_idle_channels = true;  // ModelOptions::elementwise == SkipZeros
+  bool skip_idle_sublayers = true;  // ModelOptions::idle_sublayers == Skip
+  mutable std::atomic<int64_t> skipped_mlp{0}, skipped_gdn{0};
   std::vector<float> final_scale;
   std::vector<Layer> layers;
 
@@ -80,6 +164,9 @@ Model::Model(io::Qwen35Weights weights, const ModelOptions& options) : impl_(std
   m.config = c;
   m.eps = static_cast<float>(c.rms_norm_eps);  // torch adds the python float as fp32
   m.skip_idle_channels = options.elementwise == Elementwise::SkipZeros;
+  m.skip_idle_sublayers = options.idle_sublayers == IdleSublayers::Skip;
+  // The idle proofs need rsqrt(mean(x^2) + eps) finite for a finite x.
+  const bool eps_ok = std::isfinite(m.eps) && m.eps > 0.0f;
   const PackedMatrix::Options pack = packing(options);
   const int64_t hidden = c.hidden_size;
 
@@ -118,6 +205,11 @@ Model::Model(io::Qwen35Weights weights, const ModelOptions& options) : impl_(std
     layer.input_scale = one_plus(std::move(w.input_layernorm), hidden, name + ".input_layernorm.weight");
     layer.post_scale = one_plus(std::move(w.post_attention_layernorm), hidden, name + ".post_attention_layernorm.weight");
     if (layer.type == io::LayerType::LinearAttention) {
+      std::vector<uint8_t> used(static_cast<size_t>(hidden), 0);
+      for (const auto* p : {&w.linear.in_proj_qkv, &w.linear.in_proj_z, &w.linear.in_proj_b, &w.linear.in_proj_a}) {
+        mark_columns(*p, hidden, used);
+      }
+      layer.mixer_reads.build(used);
       layer.linear = GatedDeltaNet(std::move(w.linear), gdn_shape, m.eps, pack, name + ".linear_attn",
                                    options.gdn == GdnRecurrence::SkipZeros, m.skip_idle_channels);
     } else {
@@ -126,6 +218,18 @@ Model::Model(io::Qwen35Weights weights, const ModelOptions& options) : impl_(std
     layer.skip_mixer = options.idle_mixers == IdleMixers::Skip &&
                        (layer.type == io::LayerType::LinearAttention ? layer.linear.output_always_zero()
                                                                      : layer.full.output_always_zero());
+    if (layer.type == io::LayerType::LinearAttention) {
+      layer.mixer_reads.eligible = eps_ok && all_finite(layer.input_scale) && layer.linear.idle_output_zero();
+      layer.idle_state_untouched = layer.linear.idle_decay_one() && options.gdn == GdnRecurrence::SkipZeros;
+    }
+    {
+      std::vector<uint8_t> used(static_cast<size_t>(hidden), 0);
+      mark_columns(w.gate_proj, hidden, used);
+      mark_columns(w.up_proj, hidden, used);
+      layer.mlp_reads.build(used);
+      layer.mlp_reads.eligible = eps_ok && all_finite(layer.post_scale) && all_finite(w.gate_proj) &&
+                                 all_finite(w.up_proj) && all_finite(w.down_proj);
+    }
     layer.gate_proj = PackedMatrix::pack(w.gate_proj, c.intermediate_size, hidden, pack, name + ".mlp.gate_proj");
     layer.up_proj = PackedMatrix::pack(w.up_proj, c.intermediate_size, hidden, pack, name + ".mlp.up_proj");
     layer.down_proj = PackedMatrix::pack(w.down_proj, hidden, c.intermediate_size, pack, name + ".mlp.down_proj");
@@ -147,11 +251,15 @@ State Model::new_state() const {
   s.recurrent_state.resize(n);
   s.key_cache.resize(n);
   s.value_cache.resize(n);
+  s.conv_zero_inputs.assign(n, 0);
+  s.recurrent_zero.assign(n, 0);
   for (size_t l = 0; l < n; ++l) {
     if (m.layers[l].type == io::LayerType::LinearAttention && !m.layers[l].skip_mixer) {
       const GatedDeltaNetShape& shape = m.layers[l].linear.shape();
       s.conv_state[l].assign(static_cast<size_t>(shape.conv_state_size()), 0.0f);
       s.recurrent_state[l].assign(static_cast<size_t>(shape.recurrent_state_size()), 0.0f);
+      s.conv_zero_inputs[l] = static_cast<int32_t>(shape.conv_kernel - 1);  // all +0
+      s.recurrent_zero[l] = 1;
     }
   }
   return s;
@@ -163,6 +271,10 @@ std::vector<int64_t> Model::skipped_mixers() const {
     if (impl_->layers[l].skip_mixer) skipped.push_back(static_cast<int64_t>(l));
   }
   return skipped;
+}
+
+IdleSublayerCounts Model::skipped_sublayers() const {
+  return {impl_->skipped_mlp.load(std::memory_order_relaxed), impl_->skipped_gdn.load(std::memory_order_relaxed)};
 }
 
 StorageStats Model::storage_stats() const {
@@ -199,7 +311,8 @@ void Model::forward(int64_t token, State& state, std::span<float> logits, std::s
   }
   const auto layers = m.layers.size();
   if (state.conv_state.size() != layers || state.recurrent_state.size() != layers ||
-      state.key_cache.size() != layers || state.value_cache.size() != layers || state.position < 0) {
+      state.key_cache.size() != layers || state.value_cache.size() != layers ||
+      state.conv_zero_inputs.size() != layers || state.recurrent_zero.size() != layers || state.position < 0) {
     fail("forward: the state was not made by this model's new_state()");
   }
   for (size_t l = 0; l < layers; ++l) {
@@ -242,23 +355,77 @@ void Model::forward(int64_t token, State& state, std::span<float> logits, std::s
     }
   };
 
+  // What is known about x between sublayers, so that an idle sublayer costs only the
+  // test of its read dims (docs/engine.md, "Idle sublayers"). A skipped sublayer adds +0,
+  // which keeps x finite or not, and leaves no -0 in x once its add has been done.
+  // x_facts: valid while x_facts_known (a skipped sublayer keeps them: x + (+0) changes
+  // no value's finiteness and no block's liveness). Scratch per calling thread.
+  thread_local ResidualFacts x_facts;
+  bool x_facts_known = false;
+  bool x_may_hold_minus_zero = true;
+  const auto x_changed = [&] {
+    x_facts_known = false;
+    x_may_hold_minus_zero = true;
+  };
+  // The sublayer's input projections are all +0 on this token (ReadDims::eligible: given
+  // every read dim +-0 and x finite).
+  const auto idle_input = [&](const ReadDims& reads) {
+    if (!reads.eligible) return false;
+    if (!x_facts_known) {
+      x_facts.compute(x.data(), d);
+      x_facts_known = true;
+    }
+    return x_facts.finite && reads.all_zero(x_facts);
+  };
+  // x = x + (+0) in every dim: only -0 changes (to +0), and only the first time.
+  const auto add_zero = [&] {
+    if (!x_may_hold_minus_zero) return;
+    float* xs = x.data();
+#pragma omp simd
+    for (int64_t i = 0; i < d; ++i) xs[i] = xs[i] + 0.0f;
+    x_may_hold_minus_zero = false;
+  };
+  int64_t skipped_mlp = 0, skipped_gdn = 0;
+  x_changed();
+
   for (size_t l = 0; l < layers; ++l) {
     const Layer& layer = m.layers[l];
     if (layer.skip_mixer) {
       // The output projection holds no stored weight, so the mixer's output is +0 in
       // every dim whatever h, the caches or any NaN/inf inside (PackedMatrix::always_zero).
-      // The add still runs: x + (+0) turns -0 into +0 (docs/engine.md, "Idle mixers").
-      std::fill(mixed, mixed + d, 0.0f);
+      // The add still happens: x + (+0) turns -0 into +0 (docs/engine.md, "Idle mixers").
+      add_zero();
+    } else if (layer.type == io::LayerType::LinearAttention) {
+      const int32_t history = static_cast<int32_t>(layer.linear.shape().conv_kernel - 1);
+      int32_t& zero_inputs = state.conv_zero_inputs[l];
+      uint8_t& recurrent_zero = state.recurrent_zero[l];
+      // idle: the projections are +0, so this step's conv input is +0. fully idle: the
+      // conv history is +0 too, so q, k, v are +0 and the output is +0 (state permitting).
+      const bool idle = idle_input(layer.mixer_reads);
+      const bool fully_idle = idle && zero_inputs >= history;
+      if (m.skip_idle_sublayers && fully_idle && (layer.idle_state_untouched || recurrent_zero != 0)) {
+        add_zero();
+        ++skipped_gdn;
+      } else {
+        rms_norm(layer.input_scale);
+        layer.linear.step(normed, state.conv_state[l], state.recurrent_state[l], first_token, mixed);
+        add_mixed();
+        x_changed();
+      }
+      zero_inputs = idle ? std::min(zero_inputs + 1, history) : 0;
+      recurrent_zero = recurrent_zero != 0 && fully_idle ? 1 : 0;
     } else {
       rms_norm(layer.input_scale);
-      if (layer.type == io::LayerType::LinearAttention) {
-        layer.linear.step(normed, state.conv_state[l], state.recurrent_state[l], first_token, mixed);
-      } else {
-        layer.full.step(normed, state.position, state.key_cache[l], state.value_cache[l], mixed);
-      }
+      layer.full.step(normed, state.position, state.key_cache[l], state.value_cache[l], mixed);
+      add_mixed();
+      x_changed();
     }
-    add_mixed();
 
+    if (m.skip_idle_sublayers && idle_input(layer.mlp_reads)) {
+      add_zero();  // gate = up = +0, silu(+0) * (+0) = +0, down = +0
+      ++skipped_mlp;
+      continue;
+    }
     // MLP: down(silu(gate(h)) * up(h))
     rms_norm(layer.post_scale);
     const PackedMatrix::Job gate_up[] = {{&layer.gate_proj, normed, gate},
@@ -271,7 +438,10 @@ void Model::forward(int64_t token, State& state, std::span<float> logits, std::s
     }
     layer.down_proj.multiply(gate, mixed);
     add_mixed();
+    x_changed();
   }
+  if (skipped_mlp != 0) m.skipped_mlp.fetch_add(skipped_mlp, std::memory_order_relaxed);
+  if (skipped_gdn != 0) m.skipped_gdn.fetch_add(skipped_gdn, std::memory_order_relaxed);
 
   if (!hidden.empty()) std::copy(x.begin(), x.end(), hidden.begin());
   rms_norm(m.final_scale);

@@ -22,6 +22,15 @@ struct State {
   std::vector<std::vector<float>> recurrent_state;     // per GDN layer: [v_heads, dk, dv]
   std::vector<std::vector<float>> key_cache;           // per attention layer: [t, kv_heads, head_dim]
   std::vector<std::vector<float>> value_cache;         // per attention layer: [t, kv_heads, head_dim]
+  // What forward knows about each GDN layer's state without reading it (IdleSublayers,
+  // docs/engine.md "Idle sublayers"); forward keeps both up to date in every mode.
+  // conv_zero_inputs: how many of the layer's last kernel-1 conv inputs are known to be
+  //   +0 (capped at kernel-1; at kernel-1 every conv_state value is +0).
+  // recurrent_zero: 1 while recurrent_state is known to be all +0 (new_state, then only
+  //   steps whose conv and projections were all +0).
+  // Code that writes conv_state or recurrent_state by hand must set these to 0.
+  std::vector<int32_t> conv_zero_inputs;
+  std::vector<uint8_t> recurrent_zero;
 };
 
 // How the weight matrices are stored (the results are identical in every mode; see
@@ -58,6 +67,15 @@ enum class Elementwise { SkipZeros, Dense };
 // token). Compute: run it anyway (tests, benchmarks). Same bits either way.
 enum class IdleMixers { Skip, Compute };
 
+// Sublayers whose result is provably "add +0 to the residual" on this token (docs/engine.md,
+// "Idle sublayers"): every residual dim that the sublayer's input projections read with a
+// nonzero weight is +-0 (and the residual is finite, the layer's weights are finite).
+// Skip: an MLP sublayer, or a GDN mixer whose conv history is known +0 and whose
+// recurrence provably leaves its state unchanged, is replaced by x = x + (+0) (only the
+// -0 -> +0 of that add is done, once). Compute: run it anyway (tests, benchmarks). Same
+// logits, hidden and State bits either way. Attention sublayers always run.
+enum class IdleSublayers { Skip, Compute };
+
 struct ModelOptions {
   WeightStorage storage = WeightStorage::Auto;
   double sparse_min_zero_fraction = 0.9;
@@ -66,6 +84,14 @@ struct ModelOptions {
   SparsePath sparse_path = SparsePath::Auto;
   Elementwise elementwise = Elementwise::SkipZeros;
   IdleMixers idle_mixers = IdleMixers::Skip;
+  IdleSublayers idle_sublayers = IdleSublayers::Skip;
+};
+
+// How many sublayers forward() skipped as idle (IdleSublayers::Skip), summed over every
+// forward of the model since construction (all threads).
+struct IdleSublayerCounts {
+  int64_t mlp = 0;
+  int64_t gdn = 0;
 };
 
 // What the constructor chose, for logs and benchmarks.
@@ -89,6 +115,7 @@ class Model {
   StorageStats storage_stats() const;
   // The layers whose mixer forward() skips (IdleMixers::Skip), ascending.
   std::vector<int64_t> skipped_mixers() const;
+  IdleSublayerCounts skipped_sublayers() const;
 
   // One decode step: consumes `token` at position state.position, advances the
   // state, and writes config().vocab_size logits. If `hidden` is not empty it

@@ -1,0 +1,410 @@
+// Idle sublayers (ModelOptions::idle_sublayers, docs/engine.md "Idle sublayers"): an MLP
+// or GDN sublayer whose read residual dims are all +-0 is replaced by x + (+0), and the
+// model gives the bits of running it: logits, hidden and every State vector after each
+// token, at 1, 2 and 3 threads, on tiny checkpoints whose sublayers read and write a few
+// groups of residual dims, so that they go idle and wake up again: -0 in the residual,
+// conv histories that drain, decays != 1 with a live state (the GDN skip must not fire),
+// every storage format, sparse path, elementwise mode and recurrence. The skip counts are
+// asserted (exactly where the token pattern fixes them), so a skip that never fires fails.
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "common/float_bits.h"
+#include "engine/model.h"
+#include "tiny_model.h"
+
+namespace qpu::engine {
+namespace {
+
+using io::LayerType;
+using testing::TinyRandom;
+using testing::TinySpec;
+
+constexpr int64_t kGroup = 16;  // residual dims per group: hidden 64 = 4 groups
+
+void expect_bits(const std::vector<float>& got, const std::vector<float>& want, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (size_t i = 0; i < got.size(); ++i) {
+    ASSERT_EQ(float_bits(got[i]), float_bits(want[i]))
+        << what << " [" << i << "]: " << describe_float(got[i]) << " vs " << describe_float(want[i]);
+  }
+}
+
+void expect_same_state(const State& got, const State& want, const std::string& what) {
+  ASSERT_EQ(got.position, want.position) << what;
+  for (size_t l = 0; l < want.conv_state.size(); ++l) {
+    const std::string where = what + " layer " + std::to_string(l);
+    expect_bits(got.conv_state[l], want.conv_state[l], where + " conv_state");
+    expect_bits(got.recurrent_state[l], want.recurrent_state[l], where + " recurrent_state");
+    expect_bits(got.key_cache[l], want.key_cache[l], where + " key_cache");
+    expect_bits(got.value_cache[l], want.value_cache[l], where + " value_cache");
+  }
+  // The hints are kept the same way in both modes (a state may move between them).
+  EXPECT_EQ(got.conv_zero_inputs, want.conv_zero_inputs) << what;
+  EXPECT_EQ(got.recurrent_zero, want.recurrent_zero) << what;
+}
+
+// Columns of a row-major [rows, cols] matrix outside `keep` (a group mask) set to 0.
+void keep_columns(std::vector<float>& m, int64_t cols, uint32_t groups) {
+  for (size_t i = 0; i < m.size(); ++i) {
+    const auto col = static_cast<int64_t>(i % static_cast<size_t>(cols));
+    if (!(groups >> (col / kGroup) & 1u)) m[i] = 0.0f;
+  }
+}
+// Rows of a row-major [rows, cols] matrix outside `keep` set to 0.
+void keep_rows(std::vector<float>& m, int64_t cols, uint32_t groups) {
+  for (size_t i = 0; i < m.size(); ++i) {
+    const auto row = static_cast<int64_t>(i / static_cast<size_t>(cols));
+    if (!(groups >> (row / kGroup) & 1u)) m[i] = 0.0f;
+  }
+}
+
+// One sublayer's wiring: which groups of residual dims it reads and writes.
+struct Wiring {
+  uint32_t mixer_reads = 1, mixer_writes = 1, mlp_reads = 1, mlp_writes = 1;
+  bool decay_one = true;  // GDN: dt_bias = -200, so softplus = 0 and exp(g) = 1
+};
+
+// The GDN idle decay is 1 when softplus(0 + dt_bias) is 0: log1p(exp(-200)) = 0.
+void wire(io::Qwen35Weights& w, const std::vector<Wiring>& wiring) {
+  const int64_t h = w.config.hidden_size;
+  for (size_t l = 0; l < wiring.size(); ++l) {
+    io::LayerWeights& lw = w.layers[l];
+    const Wiring& r = wiring[l];
+    if (lw.type == LayerType::LinearAttention) {
+      for (auto* m : {&lw.linear.in_proj_qkv, &lw.linear.in_proj_z, &lw.linear.in_proj_b, &lw.linear.in_proj_a}) {
+        keep_columns(*m, h, r.mixer_reads);
+      }
+      keep_rows(lw.linear.out_proj, w.config.linear_num_value_heads * w.config.linear_value_head_dim, r.mixer_writes);
+      if (r.decay_one) std::fill(lw.linear.dt_bias.begin(), lw.linear.dt_bias.end(), -200.0f);
+    } else {
+      for (auto* m : {&lw.full.q_proj, &lw.full.k_proj, &lw.full.v_proj}) keep_columns(*m, h, r.mixer_reads);
+      keep_rows(lw.full.o_proj, w.config.num_attention_heads * w.config.head_dim, r.mixer_writes);
+    }
+    keep_columns(lw.gate_proj, h, r.mlp_reads);
+    keep_columns(lw.up_proj, h, r.mlp_reads);
+    keep_rows(lw.down_proj, w.config.intermediate_size, r.mlp_writes);
+  }
+}
+
+// Embedding row t: nonzero only in the groups of `active(t)`; the other dims are +0 or
+// -0 (random signs: -0 reaches the idle sublayers and their add).
+template <class Active>
+void embed_groups(io::Qwen35Weights& w, uint64_t seed, Active active) {
+  TinyRandom rng(seed);
+  const int64_t h = w.config.hidden_size;
+  for (int64_t t = 0; t < w.config.vocab_size; ++t) {
+    const uint32_t groups = active(t);
+    for (int64_t i = 0; i < h; ++i) {
+      float& v = w.embed_tokens[static_cast<size_t>(t * h + i)];
+      if (!(groups >> (i / kGroup) & 1u)) v = rng.unit() < 0.5 ? -0.0f : 0.0f;
+    }
+  }
+}
+
+// Runs both models over `tokens` at 1, 2 and 3 threads, comparing logits, hidden and the
+// whole State after every token; returns the skipping model's counts of one run.
+IdleSublayerCounts expect_skip_gives_compute_bits(const io::Qwen35Weights& weights, ModelOptions base,
+                                                  const std::vector<int64_t>& tokens, const std::string& what) {
+  ModelOptions compute = base, skip = base;
+  compute.idle_sublayers = IdleSublayers::Compute;
+  skip.idle_sublayers = IdleSublayers::Skip;
+  const Model a(weights, compute), b(weights, skip);
+  const io::Qwen35Config& c = weights.config;
+  IdleSublayerCounts per_run;
+  for (int threads : {1, 2, 3}) {
+    omp_set_num_threads(threads);
+    const IdleSublayerCounts before = b.skipped_sublayers();
+    State sa = a.new_state(), sb = b.new_state();
+    std::vector<float> la(c.vocab_size), lb(c.vocab_size), ha(c.hidden_size), hb(c.hidden_size);
+    for (size_t step = 0; step < tokens.size(); ++step) {
+      const std::string at = what + " threads " + std::to_string(threads) + " step " + std::to_string(step);
+      a.forward(tokens[step], sa, la, ha);
+      b.forward(tokens[step], sb, lb, hb);
+      expect_bits(lb, la, at + " logits");
+      expect_bits(hb, ha, at + " hidden");
+      expect_same_state(sb, sa, at);
+      if (::testing::Test::HasFatalFailure()) {
+        omp_set_num_threads(1);
+        return per_run;
+      }
+    }
+    const IdleSublayerCounts after = b.skipped_sublayers();
+    const IdleSublayerCounts run{after.mlp - before.mlp, after.gdn - before.gdn};
+    if (threads == 1) per_run = run;
+    EXPECT_EQ(run.mlp, per_run.mlp) << what << " threads " << threads;  // the thread count changes nothing
+    EXPECT_EQ(run.gdn, per_run.gdn) << what << " threads " << threads;
+  }
+  omp_set_num_threads(1);
+  EXPECT_EQ(a.skipped_sublayers().mlp + a.skipped_sublayers().gdn, 0) << what;  // Compute never skips
+  return per_run;
+}
+
+// ---- Exact counts: every sublayer reads group 0 only, the GDN mixers write group 3
+// (read by no sublayer), the MLPs write group 0. An active token (group 0 live) wakes
+// every sublayer; on an idle token every MLP is skipped, and a GDN mixer is skipped once
+// its conv history is +0 (kernel - 1 = 3 idle tokens in a row, or a fresh state) and its
+// recurrence provably keeps the state: exp(g) = 1 with the SkipZeros recurrence, or a
+// state that is still all +0 (no token has woken the layer yet).
+constexpr int64_t kActive = 1, kIdle = 2;  // token 1: group 0 live; token 2: all +-0
+
+std::vector<int64_t> exact_pattern() {
+  // 3 idle (fresh state: skipped), active, 5 idle (the first 3 drain the conv history),
+  // active, 2 idle (still draining).
+  return {kIdle, kIdle, kIdle, kActive, kIdle, kIdle, kIdle, kIdle, kIdle, kActive, kIdle, kIdle};
+}
+
+io::Qwen35Weights exact_checkpoint(uint64_t seed, bool decay_one) {
+  TinySpec spec;
+  spec.seed = seed;
+  spec.layers = {LayerType::LinearAttention, LayerType::LinearAttention, LayerType::LinearAttention};
+  io::Qwen35Weights w = testing::make_tiny_weights(spec);
+  Wiring r;
+  r.mixer_reads = r.mlp_reads = r.mlp_writes = 0b0001;
+  r.mixer_writes = 0b1000;
+  r.decay_one = decay_one;
+  wire(w, std::vector<Wiring>(spec.layers.size(), r));
+  embed_groups(w, seed + 1, [](int64_t t) { return t == kActive ? 0b0001u : t == kIdle ? 0u : 0b1111u; });
+  return w;
+}
+
+TEST(IdleSublayers, ExactCountsWithDecayOne) {
+  const int64_t layers = 3, idle_tokens = 10;
+  for (uint64_t seed = 1; seed <= 4; ++seed) {
+    const io::Qwen35Weights w = exact_checkpoint(seed, true);
+    const IdleSublayerCounts n =
+        expect_skip_gives_compute_bits(w, ModelOptions{}, exact_pattern(), "seed " + std::to_string(seed));
+    if (HasFatalFailure()) return;
+    EXPECT_EQ(n.mlp, layers * idle_tokens);
+    EXPECT_EQ(n.gdn, layers * (3 + 2));  // the 3 fresh ones, the 4th and 5th of the run of 5
+  }
+}
+
+TEST(IdleSublayers, LiveStateWithDecayNotOneIsNeverSkipped) {
+  const int64_t layers = 3, idle_tokens = 10;
+  for (uint64_t seed = 5; seed <= 8; ++seed) {
+    const io::Qwen35Weights w = exact_checkpoint(seed, false);
+    const IdleSublayerCounts n =
+        expect_skip_gives_compute_bits(w, ModelOptions{}, exact_pattern(), "seed " + std::to_string(seed));
+    if (HasFatalFailure()) return;
+    EXPECT_EQ(n.mlp, layers * idle_tokens);
+    EXPECT_EQ(n.gdn, layers * 3);  // only before the first active token: the state is still +0
+  }
+}
+
+// The dense recurrence writes S + 0 * delta into every row (-0 cells become +0; inf
+// gives NaN): with a live state the GDN step is not a no-op there, so it is not skipped.
+TEST(IdleSublayers, DenseRecurrenceSkipsOnlyAllZeroStates) {
+  ModelOptions o;
+  o.gdn = GdnRecurrence::Dense;
+  o.elementwise = Elementwise::Dense;
+  const io::Qwen35Weights w = exact_checkpoint(9, true);
+  const IdleSublayerCounts n = expect_skip_gives_compute_bits(w, o, exact_pattern(), "dense");
+  EXPECT_EQ(n.mlp, 3 * 10);
+  EXPECT_EQ(n.gdn, 3 * 3);
+}
+
+// The add of +0 by a skipped sublayer turns -0 into +0: on an idle token from a fresh
+// state every sublayer is skipped, and the hidden state is the embedding row (+-0 in
+// every dim) plus +0, i.e. +0 in every dim, as the computed adds give.
+TEST(IdleSublayers, SkippedSublayerTurnsMinusZeroIntoPlusZero) {
+  const io::Qwen35Weights w = exact_checkpoint(3, true);
+  const Model skip(w);
+  State s = skip.new_state();
+  const int64_t h = w.config.hidden_size;
+  std::vector<float> logits(w.config.vocab_size), hidden(h);
+  skip.forward(kIdle, s, logits, hidden);
+  int minus_zeros_in = 0;
+  for (int64_t i = 0; i < h; ++i) {
+    minus_zeros_in += float_bits(w.embed_tokens[kIdle * h + i]) == 0x80000000u;
+    EXPECT_EQ(float_bits(hidden[i]), 0u) << i;
+  }
+  EXPECT_GT(minus_zeros_in, 10);
+  EXPECT_EQ(skip.skipped_sublayers().mlp, 3);
+  EXPECT_EQ(skip.skipped_sublayers().gdn, 3);
+}
+
+// Every sublayer reads only the last residual dim, and token 1 is live only there: the
+// liveness test must see it at every width (a partial 64-dim word, a tail of 1-3 dims
+// after the 4-wide steps).
+TEST(IdleSublayers, TheLastDimIsRead) {
+  for (const int64_t hidden : {64, 65, 67, 70, 72, 127}) {
+    TinySpec spec;
+    spec.seed = static_cast<uint64_t>(hidden);
+    spec.hidden = hidden;
+    spec.layers = {LayerType::LinearAttention, LayerType::LinearAttention};
+    io::Qwen35Weights w = testing::make_tiny_weights(spec);
+    const auto only_last = [&](std::vector<float>& m) {
+      for (size_t i = 0; i < m.size(); ++i) {
+        if (static_cast<int64_t>(i % static_cast<size_t>(hidden)) != hidden - 1) m[i] = 0.0f;
+      }
+    };
+    for (io::LayerWeights& l : w.layers) {
+      for (auto* m : {&l.linear.in_proj_qkv, &l.linear.in_proj_z, &l.linear.in_proj_b, &l.linear.in_proj_a,
+                      &l.gate_proj, &l.up_proj}) {
+        only_last(*m);
+      }
+      std::fill(l.linear.dt_bias.begin(), l.linear.dt_bias.end(), -200.0f);
+    }
+    for (int64_t t = 1; t <= 2; ++t) {
+      float* row = w.embed_tokens.data() + t * hidden;
+      for (int64_t i = 0; i + 1 < hidden; ++i) row[i] = i % 2 ? -0.0f : 0.0f;
+      row[hidden - 1] = t == 1 ? 1.5f : -0.0f;
+    }
+    const IdleSublayerCounts n =
+        expect_skip_gives_compute_bits(w, ModelOptions{}, {2, 1, 2}, "hidden " + std::to_string(hidden));
+    if (HasFatalFailure()) return;
+    EXPECT_EQ(n.mlp, 2 * 2) << hidden;  // tokens 0 and 2
+    EXPECT_EQ(n.gdn, 2 * 1) << hidden;  // token 0 (token 2 drains the conv history)
+  }
+}
+
+// ---- Random wiring: 4 groups (5 at hidden 70 and 72), every sublayer reads 1-2 random groups and writes 1 random
+// group; tokens activate 0-2 random groups (a third of them none). Layers of both kinds,
+// random decays, every option; many seeds.
+TinySpec random_spec(uint64_t seed) {
+  TinySpec spec;
+  spec.seed = seed;
+  spec.layers = {LayerType::LinearAttention, LayerType::LinearAttention, LayerType::FullAttention,
+                 LayerType::LinearAttention, LayerType::LinearAttention, LayerType::LinearAttention};
+  spec.tied = seed % 2 == 0;
+  spec.bf16 = seed % 3 == 0;
+  spec.conv_kernel = seed % 4 == 1 ? 2 : 4;
+  // 72 and 70: a fifth group of 8 or 6 dims, a partial 64-dim word (70: not a multiple of 4).
+  spec.hidden = seed % 2 == 0 ? 64 : seed % 4 == 1 ? 72 : 70;
+  return spec;
+}
+
+io::Qwen35Weights random_checkpoint(uint64_t seed) {
+  const TinySpec spec = random_spec(seed);
+  io::Qwen35Weights w = testing::make_tiny_weights(spec);
+  TinyRandom rng(seed * 7919 + 3);
+  const double group_count = static_cast<double>((spec.hidden + kGroup - 1) / kGroup);
+  const auto groups = [&](int max) {
+    uint32_t g = 0;
+    const int n = 1 + static_cast<int>(rng.unit() * max);
+    for (int i = 0; i < n; ++i) g |= 1u << static_cast<int>(rng.unit() * group_count);
+    return g;
+  };
+  std::vector<Wiring> wiring(spec.layers.size());
+  for (Wiring& r : wiring) {
+    r.mixer_reads = groups(2);
+    r.mlp_reads = groups(2);
+    r.mixer_writes = groups(1);
+    r.mlp_writes = groups(1);
+    r.decay_one = rng.unit() < 0.6;
+  }
+  wire(w, wiring);
+  embed_groups(w, seed + 11, [&](int64_t t) { return t % 3 == 0 ? 0u : groups(2); });
+  return w;
+}
+
+std::vector<int64_t> random_tokens(uint64_t seed, int64_t vocab, int steps) {
+  TinyRandom rng(seed * 31 + 1);
+  std::vector<int64_t> tokens;
+  while (static_cast<int>(tokens.size()) < steps) {
+    // Runs of idle tokens (multiples of 3) between single live ones.
+    const int idle_run = static_cast<int>(rng.unit() * 7);
+    for (int i = 0; i < idle_run; ++i) tokens.push_back(3 * static_cast<int64_t>(rng.unit() * static_cast<double>(vocab / 3)));
+    tokens.push_back(1 + 3 * static_cast<int64_t>(rng.unit() * static_cast<double>(vocab / 3 - 1)));
+  }
+  tokens.resize(static_cast<size_t>(steps));
+  return tokens;
+}
+
+TEST(IdleSublayers, RandomWiringGivesTheComputedBits) {
+  IdleSublayerCounts total;
+  for (uint64_t seed = 1; seed <= 12; ++seed) {
+    const io::Qwen35Weights w = random_checkpoint(seed);
+    const IdleSublayerCounts n = expect_skip_gives_compute_bits(
+        w, ModelOptions{}, random_tokens(seed, w.config.vocab_size, 60), "seed " + std::to_string(seed));
+    if (HasFatalFailure()) return;
+    total.mlp += n.mlp;
+    total.gdn += n.gdn;
+  }
+  // 12 seeds x 60 tokens x 6 sublayers of each kind: a good share of them idle.
+  EXPECT_GT(total.mlp, 500);
+  EXPECT_GT(total.gdn, 150);
+}
+
+TEST(IdleSublayers, RandomWiringOnEveryPath) {
+  IdleSublayerCounts total;
+  int run = 0;
+  for (const WeightStorage storage : {WeightStorage::Dense, WeightStorage::Sparse}) {
+    for (const SparsePath path : {SparsePath::Rows, SparsePath::Columns}) {
+      for (const bool plain : {false, true}) {
+        ModelOptions o;
+        o.storage = storage;
+        o.sparse_path = path;
+        o.allow_bf16 = plain;
+        if (plain) {
+          o.elementwise = Elementwise::Dense;
+          o.gdn = GdnRecurrence::Dense;
+          o.idle_mixers = IdleMixers::Compute;
+        }
+        const uint64_t seed = 40 + static_cast<uint64_t>(run++);
+        const io::Qwen35Weights w = random_checkpoint(seed);
+        const IdleSublayerCounts n = expect_skip_gives_compute_bits(
+            w, o, random_tokens(seed, w.config.vocab_size, 40), "options run " + std::to_string(run));
+        if (HasFatalFailure()) return;
+        total.mlp += n.mlp;
+        total.gdn += n.gdn;
+      }
+    }
+  }
+  EXPECT_GT(total.mlp, 200);
+  EXPECT_GT(total.gdn, 30);
+}
+
+// Non-finite residuals never take the skip (rsqrt of a NaN mean, 0 * inf in a dense
+// product): an inf in an unread dim of an otherwise idle token, a NaN, a huge value whose
+// square overflows; the bits still match, NaN payloads included.
+TEST(IdleSublayers, NonFiniteResidualsRunTheSublayer) {
+  constexpr float kInf = std::numeric_limits<float>::infinity();
+  for (uint64_t seed = 1; seed <= 3; ++seed) {
+    io::Qwen35Weights w = exact_checkpoint(seed, true);
+    const int64_t h = w.config.hidden_size;
+    float* e = w.embed_tokens.data();
+    for (int64_t t : {5, 6, 7}) std::copy_n(e + kIdle * h, h, e + t * h);  // idle rows (all +-0) ...
+    e[5 * h + 40] = kInf;                                    // token 5: inf in group 2 (read by nobody)
+    e[6 * h + 50] = std::numeric_limits<float>::quiet_NaN();  // token 6: NaN in group 3
+    e[7 * h + 33] = 3.0e38f;  // token 7: a huge finite value (its square overflows), no inf
+    const std::vector<int64_t> tokens{kIdle, 7, kIdle, kIdle, 5, kIdle, kIdle, kIdle, kIdle, 6, kIdle};
+    const IdleSublayerCounts n = expect_skip_gives_compute_bits(w, ModelOptions{}, tokens, "seed " + std::to_string(seed));
+    if (HasFatalFailure()) return;
+    // Token 7 (finite) is idle for every sublayer; tokens 5 and 6 put inf/NaN into the
+    // residual for the whole step, so none of their sublayers is skipped.
+    EXPECT_GE(n.mlp, 3 * 2);
+    EXPECT_LE(n.mlp, 3 * 9);
+    EXPECT_GT(n.gdn, 0);
+  }
+}
+
+// A state that moves between a skipping and a computing model keeps working: the hints
+// are maintained the same way in both modes.
+TEST(IdleSublayers, StatesMoveBetweenModes) {
+  const io::Qwen35Weights w = random_checkpoint(77);
+  ModelOptions compute;
+  compute.idle_sublayers = IdleSublayers::Compute;
+  const Model skip(w), plain(w, compute);
+  State s1 = plain.new_state(), s2 = plain.new_state();
+  std::vector<float> l1(w.config.vocab_size), l2(w.config.vocab_size);
+  const std::vector<int64_t> tokens = random_tokens(77, w.config.vocab_size, 80);
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    plain.forward(tokens[i], s1, l1);
+    ((i / 5) % 2 == 0 ? skip : plain).forward(tokens[i], s2, l2);
+    expect_bits(l2, l1, "step " + std::to_string(i));
+    if (HasFatalFailure()) return;
+  }
+  expect_same_state(s2, s1, "end");
+  EXPECT_GT(skip.skipped_sublayers().mlp, 0);
+}
+
+}  // namespace
+}  // namespace qpu::engine

@@ -4,12 +4,12 @@
 #include <cmath>
 
 #include "common/error.h"
+#include "compiler/clear_dead.h"
 #include "compiler/enable.h"
 #include "compiler/gdn_layout.h"
 #include "machine/delay_line.h"
-#include "npu/fused_dot.h"
 #include "npu/idle_attention.h"
-#include "npu/unit_enable.h"
+#include "npu/unit_matvec.h"
 #include "npu/uplink.h"
 
 namespace qpu::machine {
@@ -48,6 +48,88 @@ struct TokenInputs {
 
 void put(compiler::Interface& io, int64_t token, const npu::InboxInputs& inputs) {
   npu::set_embedding_row(io, token, inputs);
+}
+
+// Per value: 1 when every op that writes it is in [first, end) (the gated datapath: the
+// matvec unit down to the emission features). Such a value is +0 on every cycle whose
+// enable is 0 (the idle contract; a value starts at +0 and only inputs can be -0).
+std::vector<char> gated_values(const Program& program, size_t first, size_t end) {
+  const auto n = static_cast<size_t>(program.num_values());
+  std::vector<char> gated(n, 0), other(n, 0);
+  const auto& ops = program.ops();
+  for (size_t i = 0; i < ops.size(); ++i)
+    for (ValueId v : ops[i].writes()) (i >= first && i < end ? gated : other)[static_cast<size_t>(v)] = 1;
+  for (size_t v = 0; v < n; ++v) gated[v] = gated[v] && !other[v];
+  return gated;
+}
+
+// npu::matvec_unit clears each rotating product value itself (an exact -v onto v, gated
+// by the unit's enable, in the op that reads v for the last time). clear_dead sees only
+// a last write that nothing reads and keeps the dim to the end (8 values per lane).
+// A value whose last write is such a clear is exactly +0 from that op's residual add
+// on: on an active cycle the neuron adds fl(silu(128) * (v/128)) * -1 = -v and
+// v + -v = +0; on an idle cycle v is a gated value and +0 already. So it may hand its
+// dim on (Lifetime::ToLastAccess). The check is structural: v is gated, the op's only
+// term into v is -1 from one neuron with gate 128 * enable and up v/128, and no op
+// reads v after it.
+void release_self_cleared(const Program& program, const std::vector<char>& gated, ValueId enable,
+                          std::vector<compiler::Lifetime>& lifetimes) {
+  const auto& ops = program.ops();
+  const auto n = static_cast<size_t>(program.num_values());
+  std::vector<int64_t> last_read(n, -1), last_write(n, -1);
+  for (size_t i = 0; i < ops.size(); ++i) {
+    for (ValueId v : ops[i].reads()) last_read[static_cast<size_t>(v)] = static_cast<int64_t>(i);
+    for (ValueId v : ops[i].writes()) last_write[static_cast<size_t>(v)] = static_cast<int64_t>(i);
+  }
+  for (size_t v = 0; v < n; ++v) {
+    if (v >= gated.size() || !gated[v] || lifetimes[v] != compiler::Lifetime::FromFirstAccess || last_write[v] < 0 ||
+        last_read[v] != last_write[v])
+      continue;
+    const compiler::Op& op = ops[static_cast<size_t>(last_write[v])];
+    if (op.kind != compiler::OpKind::Mlp) continue;
+    const auto id = static_cast<ValueId>(v);
+    int terms = 0;
+    bool clear = false;
+    for (const Neuron& nr : op.neurons)
+      for (const compiler::Term& t : nr.down) {
+        if (t.value != id) continue;
+        ++terms;
+        clear = t.weight == -1.0f && nr.gate.terms.size() == 1 && nr.gate.terms[0].value == enable &&
+                nr.gate.terms[0].weight == kOn && nr.up.terms.size() == 1 && nr.up.terms[0].value == id &&
+                nr.up.terms[0].weight == 1.0f / kOn;
+      }
+    if (terms == 1 && clear) lifetimes[v] = compiler::Lifetime::ToLastAccess;
+  }
+}
+
+// clear_dead clears a dead value with a neuron gated by the constant (the rail), so the
+// engine evaluates it on every cycle, busy or idle (silu of a nonzero gate in every
+// layer). A gated value is +0 on every cycle whose enable is 0, so its clear may be
+// gated by the enable instead: on an active cycle the neuron is the same
+// (128 * 1 = 128), on an idle one it adds silu(0) * up = +-0 to a +0 (= +0). The enable
+// must then hold its value until the last such clear: its own clear is removed and it
+// keeps its dim to the end (one dim). The schedule stays valid: the rewritten clears
+// read the enable long after its only write, and removing an op only drops constraints.
+void gate_datapath_clears(size_t original_ops, const std::vector<char>& gated, ValueId enable, compiler::ReusePlan& plan) {
+  auto& all = plan.program.mutable_ops();
+  std::vector<compiler::Op> kept;
+  std::vector<int64_t> sublayer;
+  for (size_t i = 0; i < all.size(); ++i) {
+    compiler::Op& op = all[i];
+    if (i >= original_ops) {  // a clear of clear_dead: one neuron, down +1 onto its value
+      if (op.neurons.size() != 1 || op.neurons[0].down.size() != 1 || op.neurons[0].gate.terms.size() != 1 ||
+          op.neurons[0].gate.terms[0].value != compiler::kOne)
+        fail("machine: op '{}' after the program is not a clear of compiler::add_dead_value_clears", op.label);
+      const ValueId v = op.neurons[0].down[0].value;
+      if (v == enable) continue;
+      if (gated[static_cast<size_t>(v)]) op.neurons[0].gate = Lin{{{enable, kOn}}};
+    }
+    kept.push_back(std::move(op));
+    sublayer.push_back(plan.schedule.sublayer[i]);
+  }
+  all = std::move(kept);
+  plan.schedule.sublayer = std::move(sublayer);
+  plan.lifetimes[static_cast<size_t>(enable)] = compiler::Lifetime::FromFirstAccess;
 }
 
 }  // namespace
@@ -104,30 +186,15 @@ Machine build_machine(const MachineOptions& o) {
   }
   m.register_file_heads = w;
 
-  // Matvec: column j of matrix M is one neuron (gate 128 flag_M, up x_j / 128: x_j
-  // exactly or +-0); its down column puts fl(M[i][j] x_j) into product P[i][j] as the
-  // only live term (the other matrix's neuron gives +-0).
-  const ValueId enable = npu::flags_enable(p, in.matrix_flags, "mv.enable");
-  std::vector<std::vector<ValueId>> products(static_cast<size_t>(w));
-  for (int i = 0; i < w; ++i) products[static_cast<size_t>(i)] = p.values("mv.product", w);
-  std::vector<Neuron> columns;
-  for (int mat = 0; mat < 2; ++mat) {
-    const std::vector<float>& M = mat == 0 ? o.a : o.b;
-    for (int j = 0; j < w; ++j) {
-      Neuron n{Lin{{{in.matrix_flags[static_cast<size_t>(mat)], kOn}}}, Lin{{{x[static_cast<size_t>(j)], 1.0f / kOn}}}, {}};
-      for (int i = 0; i < w; ++i) {
-        const float c = M[static_cast<size_t>(i * w + j)];
-        if (c != 0.0f) n.down.push_back({products[static_cast<size_t>(i)][static_cast<size_t>(j)], c});
-      }
-      if (!n.down.empty()) columns.push_back(std::move(n));
-    }
-  }
-  if (!columns.empty()) p.mlp("mv.columns", std::move(columns));
+  // Matvec (npu/unit_matvec.h): column j of matrix M is one neuron (gate 128 flag_M,
+  // weights in its down column), the products rotate through 10 values per lane and the
+  // lanes add them in C's order. The unit gates its own constants with the matrix flags'
+  // sum; the ops after it get the same enable below.
+  const npu::MatvecUnit mv = npu::matvec_unit(p, {{"A", w, w, o.a}, {"B", w, w, o.b}}, x, in.matrix_flags);
 
   // From here on every constant is the enable value (idle = exact +-0).
   const size_t first_gated = p.ops().size();
-  std::vector<ValueId> y(static_cast<size_t>(w));
-  for (int i = 0; i < w; ++i) y[static_cast<size_t>(i)] = npu::sum_chain_fused(p, products[static_cast<size_t>(i)]);
+  const std::vector<ValueId>& y = mv.y;
   const ValueId result = p.value("mv.result");
   std::vector<Neuron> select;
   for (int i = 0; i < w; ++i)
@@ -137,7 +204,9 @@ Machine build_machine(const MachineOptions& o) {
   const auto parts = npu::split_parts(p, result);
   std::vector<npu::EmitFeatures> f;
   for (int k = 0; k < 3; ++k) f.push_back(npu::emit_features(p, parts[static_cast<size_t>(k)], m.encoding.vocab));
-  compiler::enable_constants(p, first_gated, enable);
+  compiler::enable_constants(p, first_gated, mv.enable);
+
+  const size_t gated_end = p.ops().size();
 
   // Delay line: p1 one cycle, p2 two, the successor three; all into the head features.
   std::vector<DelayColumn> delayed;
@@ -189,7 +258,28 @@ Machine build_machine(const MachineOptions& o) {
   compiler::EmitOptions eo;
   eo.gdn_key_head_dim = o.key_dim;
   eo.gdn_value_head_dim = o.value_dim;
-  m.compiled = compiler::compile(p, io, o.limits, eo);
+  if (o.reuse_dims) {
+    // Dead values share dims (compiler/clear_dead.h). The LM head reads p0's features
+    // and the control features from the final residual stream: their dims must be
+    // theirs to the end. The control features are inputs; p0's features are last
+    // written by the delay line and read by no op, so they keep their dims.
+    compiler::ReusePlan plan = compiler::plan_dim_reuse(p, io, o.limits);
+    const std::vector<char> gated = gated_values(p, mv.first_op, gated_end);
+    gate_datapath_clears(p.ops().size(), gated, mv.enable, plan);
+    release_self_cleared(plan.program, gated, mv.enable, plan.lifetimes);
+    std::vector<ValueId> head = in.successor_now.all();
+    for (const auto* s : {&f[0].positive, &f[0].negative, &f[0].mantissa_hot}) head.insert(head.end(), s->begin(), s->end());
+    head.push_back(f[0].zero);
+    for (ValueId v : head)
+      if (plan.lifetimes[static_cast<size_t>(v)] == compiler::Lifetime::ToLastAccess)
+        fail("machine: LM head feature '{}' would give its dim away before the head", plan.program.name(v));
+    plan.allocation = compiler::allocate(plan.program, plan.schedule, plan.lifetimes);
+    m.compiled.weights = compiler::emit(plan.program, plan.schedule, plan.allocation, io, eo);
+    m.compiled.schedule = std::move(plan.schedule);
+    m.compiled.allocation = std::move(plan.allocation);
+  } else {
+    m.compiled = compiler::compile(p, io, o.limits, eo);
+  }
   npu::install_value_head(m.compiled.weights, m.compiled.allocation, f[0], m.encoding.vocab);
   install_control_head(m.compiled.weights, m.compiled.allocation, in.successor_now, m.control);
   return m;

@@ -13,8 +13,9 @@
 //    row r (npu/inbox.h: a float arrives as C, p0, p1, p2 and is written at the p2
 //    cycle with key tap 3 = C); a micro-op token reads its source register in all heads
 //    at once (query at tap 0);
-//  * matvec: one neuron per (matrix, column) gated by the matrix flag (weights in down
-//    columns), then C's addition chain per lane (npu::sum_chain_fused);
+//  * matvec (npu::matvec_unit): one neuron per (matrix, column) gated by the matrix flag
+//    (weights in down columns), C's addition chain per lane over rotating product sets
+//    (10 values per lane, so the hidden size grows linearly with w);
 //  * lane select (the token's one-hot lane flag), split into 3 parts, the LM head
 //    features of all three parts (npu::emit_features, three copies in parallel);
 //  * delay line (delay_line.h): p1's features one cycle later, p2's two, the successor
@@ -22,7 +23,8 @@
 //  * LM head: value-token rows (npu::install_value_head) on p0's features, control rows
 //    (control_vocab.h) on the control signature features.
 // Every unit above the delay line writes exact +-0 when its micro-op is idle
-// (compiler::enable_constants with the matrix flags' sum).
+// (compiler::enable_constants with the matrix flags' sum). Compiled with dim reuse
+// (compiler/clear_dead.h) unless MachineOptions::reuse_dims is off.
 #include <cstdint>
 #include <vector>
 
@@ -39,6 +41,7 @@ struct MachineOptions {
   int64_t value_dim = 64;
   bool idle_attention_layer = true;  // stock transformers 5.24.0 needs one; HostSim rejects it
   int value_jmin = -70, value_jmax = 20;  // binades of the value tokens (npu::ValueVocab; narrower: smaller tests)
+  bool reuse_dims = true;  // compiler::plan_dim_reuse: dead values share dims (hidden ~ max live values)
   compiler::ScheduleLimits limits{};
 };
 

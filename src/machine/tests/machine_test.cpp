@@ -4,7 +4,7 @@
 // The generated stream must equal the expected one token for token, and y, z decoded
 // from the value tokens must equal run.c's matmul bit for bit. QPU_MACHINE_VECTORS =
 // vectors at w = 8 on the engine (over QPU_MACHINE_MACHINES machines); QPU_MACHINE_WIDE =
-// 32 or 64 adds that width; QPU_MACHINE_SIM_VECTORS > 0 adds HostSim.
+// 32 adds w = 32, 64 adds w = 32 and w = 64; QPU_MACHINE_SIM_VECTORS > 0 adds HostSim.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -133,9 +133,14 @@ TEST(MachineEngine, TwoChainedMatvecsWidth8) {
   Tally t;
   constexpr int kMachines = QPU_MACHINE_MACHINES;
   for (uint64_t s = 0; s < kMachines; ++s) {
-    const MachineOptions o = random_options(8, 100 + s);
-    const Machine m = build_machine(o);
-    run_vectors(m, o, QPU_MACHINE_VECTORS / kMachines, 200 + s, engine_hosts(m.compiled.weights), t);
+    MachineOptions o = random_options(8, 100 + s);
+    // With several machines, the last one is compiled without dim reuse (the option's
+    // other path: every value its own dim); it must generate the same streams.
+    o.reuse_dims = kMachines == 1 || s + 1 < kMachines;
+    Machine m = build_machine(o);
+    io::Qwen35Weights weights = std::move(m.compiled.weights);  // the engine's copy is the only one
+    m.compiled.weights.config = weights.config;                // run_greedy reads the sizes
+    run_vectors(m, o, QPU_MACHINE_VECTORS / kMachines, 200 + s, engine_hosts(std::move(weights)), t);
   }
   expect_clean(t);
   EXPECT_EQ(t.vectors, QPU_MACHINE_VECTORS / kMachines * kMachines);
@@ -200,9 +205,21 @@ TEST(MachineBuild, RejectsBadShapes) {
 }
 
 #if QPU_MACHINE_WIDE > 0
-// This skeleton gives every product M[i][j] x_j its own residual value (w^2 of them), so
-// hidden grows as w^2: w = 64 has hidden ~8K and ~45 dense layers, ~10 GB to compile and
-// load (docs/npu-machine.md "M1 skeleton (built)"), hence one vector there.
+// The matvec unit keeps 10 values per lane (its rotating product sets) and dim reuse
+// hands them on, so a lane costs a few residual dims, not w of them (the w^2 products of
+// the first skeleton): from w = 8 to w = 40, 32 more lanes may add at most the unit's
+// 10 values each (plus the lane and write flags, which the unit's values outlive).
+TEST(MachineEngine, HiddenGrowsLinearlyWithWidth) {
+  const int64_t narrow = build_machine(random_options(8, 700)).compiled.weights.config.hidden_size;
+  const int64_t wide = build_machine(random_options(40, 701)).compiled.weights.config.hidden_size;
+  std::printf("machine hidden: w=8 %lld, w=40 %lld\n", static_cast<long long>(narrow), static_cast<long long>(wide));
+  EXPECT_LE(wide - narrow, 32 * 12);
+  EXPECT_GE(wide, narrow);
+}
+
+// Hidden grows linearly with w (matvec unit + dim reuse); the engine's copy of the
+// weights is the only one (the dense io::Qwen35Weights dominate the peak RSS:
+// docs/npu-machine.md "M1 skeleton (built)").
 void run_wide(int w, int vectors) {
   const MachineOptions o = random_options(w, 500 + static_cast<uint64_t>(w));
   Machine m = build_machine(o);
@@ -220,10 +237,9 @@ void run_wide(int w, int vectors) {
               m.delay_heads);
 }
 
-#if QPU_MACHINE_WIDE == 32
 TEST(MachineEngine, TwoChainedMatvecsWidth32) { run_wide(32, 3); }
-#else
-TEST(MachineEngine, TwoChainedMatvecsWidth64) { run_wide(64, 1); }
+#if QPU_MACHINE_WIDE >= 64
+TEST(MachineEngine, TwoChainedMatvecsWidth64) { run_wide(64, 2); }
 #endif
 #endif
 

@@ -1,0 +1,52 @@
+#pragma once
+// The nested model's FFN half-layer as one idle-safe chain of units (docs/npu-units.md,
+// "FFN block"): run.c's
+//
+//   rmsnorm(xb, x, w->rms_ffn_weight + l*dim, dim);
+//   matmul(hb, xb, w1[l], dim, hidden_dim);  matmul(hb2, xb, w3[l], dim, hidden_dim);
+//   for i: val = hb[i]; val *= (1.0f / (1.0f + expf(-val))); val *= hb2[i]; hb[i] = val;
+//   matmul(xb, hb, w2[l], hidden_dim, dim);
+//   for i: x[i] += xb[i];
+//
+// for the layer l whose one-hot flag is 1, bit for bit. The chain: rmsnorm_unit with the
+// n_layers rms_ffn vectors (one per flag) -> one matvec_unit on stack_rows(w1[l], w3[l])
+// per layer (hb in lanes [0, hidden), hb2 in [hidden, 2 hidden): every row is its own C
+// loop, so stacking only adds lanes sharing xb) -> swiglu_lanes on all hidden lanes ->
+// matvec_unit on w2[l] -> the residual add, one MLP sublayer: per i two copy neurons
+// (x[i] and xb[i]) into a fresh value, whose down sum is C's one rounding of x[i] + xb[i]
+// (the residual add onto +0 is exact).
+//
+// Idle: every unit turns its constants into its enable (compiler::enable_constants):
+// rmsnorm and the matvecs their own flags_enable (the sum of the layer flags), SwiGLU
+// and the residual add the rmsnorm's enable. With every flag 0 and x = 0 the whole
+// block writes only +-0 (each unit's contract applied in order: its operands are the
+// previous unit's +-0 outputs).
+//
+// Windows: those of the units (unit_rmsnorm.h, unit_matvec.h, unit_swiglu.h); the
+// residual add needs x, xb and fl(x + xb) 0 or in the value window [2^-78, 2^36].
+// stories260K (docs/trace-ranges.md) is inside all of them.
+#include <cstddef>
+#include <vector>
+
+#include "compiler/ir.h"
+#include "reference/llama2_checkpoint.h"
+
+namespace qpu::npu {
+
+struct FfnBlock {
+  std::vector<compiler::ValueId> x_out;   // dim values: run.c's x after the FFN
+  compiler::ValueId enable = 0;           // the rmsnorm's enable: sum of the layer flags
+  // The intermediate vectors (for tests; dead once the next unit has read them).
+  std::vector<compiler::ValueId> xb;      // rmsnorm output (dim)
+  std::vector<compiler::ValueId> hb, hb2; // w1 xb, w3 xb (hidden_dim each)
+  std::vector<compiler::ValueId> prod;    // silu(hb) * hb2 (hidden_dim)
+  std::vector<compiler::ValueId> w2_out;  // w2 prod (dim)
+  size_t first_op = 0;                    // the block's first op
+};
+
+// Appends the block. x: dim values; layer_flags: n_layers one-hot values. Dimensions come
+// from the checkpoint's header. Throws qpu::Error on a size mismatch.
+FfnBlock ffn_block(compiler::Program& p, const reference::Llama2Checkpoint& checkpoint,
+                   const std::vector<compiler::ValueId>& x, const std::vector<compiler::ValueId>& layer_flags);
+
+}  // namespace qpu::npu

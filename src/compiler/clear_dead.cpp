@@ -8,15 +8,60 @@
 
 namespace qpu::compiler {
 
-DeadClears add_dead_value_clears(const Program& program, const Interface& interface) {
+namespace {
+
+constexpr float kGate = 128.0f;  // silu(128) == 128 in fp32
+
+// The one neuron of `op` with a down term into v, when the op has exactly one such term
+// and that neuron is an exact clear of v gated by `gate` (kOne or v's enable):
+// gate = 128 * gate, up = s v / 128, down -s onto v, s = +-1 (clear_dead.h).
+bool is_self_clear(const Op& op, ValueId v, ValueId gate) {
+  if (op.kind != OpKind::Mlp) return false;
+  int terms = 0;
+  bool clear = false;
+  for (const Neuron& nr : op.neurons)
+    for (const Term& t : nr.down) {
+      if (t.value != v) continue;
+      ++terms;
+      clear = nr.gate.terms.size() == 1 && nr.gate.terms[0].value == gate && nr.gate.terms[0].weight == kGate &&
+              nr.up.terms.size() == 1 && nr.up.terms[0].value == v &&
+              ((nr.up.terms[0].weight == 1.0f / kGate && t.weight == -1.0f) ||
+               (nr.up.terms[0].weight == -1.0f / kGate && t.weight == 1.0f));
+    }
+  return terms == 1 && clear;
+}
+
+}  // namespace
+
+DeadClears add_dead_value_clears(const Program& program, const Interface& interface, const DeadClearOptions& options) {
   const auto n = static_cast<size_t>(program.num_values());
-  DeadClears out{program, std::vector<Lifetime>(n, Lifetime::ToLastAccess), {}};
-  auto check = [&](ValueId v) {
-    if (v < 0 || static_cast<size_t>(v) >= n) fail("clear_dead: interface value {} out of range", v);
+  DeadClears out{program, std::vector<Lifetime>(n, Lifetime::ToLastAccess), {}, {}};
+  auto check = [&](ValueId v, const char* what) {
+    if (v < 0 || static_cast<size_t>(v) >= n) fail("clear_dead: {} value {} out of range", what, v);
     return static_cast<size_t>(v);
   };
-  for (ValueId v : interface.outputs) out.lifetimes[check(v)] = Lifetime::FromFirstAccess;
-  for (ValueId v : interface.inputs) out.lifetimes[check(v)] = Lifetime::Program;  // set by the embedding
+  for (ValueId v : interface.outputs) out.lifetimes[check(v, "interface")] = Lifetime::FromFirstAccess;
+  for (ValueId v : interface.inputs) out.lifetimes[check(v, "interface")] = Lifetime::Program;  // set by the embedding
+  // The gate of each value's clear: the constant or its unit's enable.
+  std::vector<ValueId> gate(n, kOne);
+  for (const auto& [v, e] : options.enable_of) {
+    check(v, "enable_of");
+    check(e, "enable");
+    gate[static_cast<size_t>(v)] = e;
+  }
+  // Depth along the enable chain (v -> e -> e2 ...; e -> e ends it): clears are emitted
+  // deepest first, so every clear that reads e comes before e's own clear.
+  std::vector<int64_t> depth(n, 0);
+  for (size_t v = 0; v < n; ++v) {
+    size_t u = v;
+    int64_t d = 0;
+    while (gate[u] != kOne && gate[u] != static_cast<ValueId>(u)) {
+      u = static_cast<size_t>(gate[u]);
+      if (++d > static_cast<int64_t>(n))
+        fail("clear_dead: the enables of '{}' form a cycle", program.name(static_cast<ValueId>(v)));
+    }
+    depth[v] = d;
+  }
   // Program order of the last read and the last write of each value (-1: none). The
   // schedule keeps these orders (ir.h), so "read after the last write" in program order
   // means the final value is read by some op, in a later sublayer than its last write.
@@ -26,21 +71,60 @@ DeadClears add_dead_value_clears(const Program& program, const Interface& interf
     for (ValueId v : ops[i].reads()) last_read[static_cast<size_t>(v)] = static_cast<int64_t>(i);
     for (ValueId v : ops[i].writes()) last_write[static_cast<size_t>(v)] = static_cast<int64_t>(i);
   }
-  for (size_t v = 0; v < n; ++v) {
-    if (out.lifetimes[v] != Lifetime::ToLastAccess || last_write[v] < 0) continue;  // interface, or +0 all along
-    if (last_read[v] <= last_write[v]) {
-      out.lifetimes[v] = Lifetime::FromFirstAccess;  // the final value is never read: no window guarantee
-      continue;
+  // Which values get a clear op. A gated clear reads its enable after every op, so the
+  // enable counts as read after its last write: iterate until no enable is added
+  // (monotone: a value only ever moves to "cleared").
+  enum class Fate { Untouched, Cleared, SelfCleared, Kept };
+  std::vector<Fate> fate(n, Fate::Untouched);
+  std::vector<char> gates_a_clear(n, 0), gated_self(n, 0);
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (size_t v = 0; v < n; ++v) {
+      gated_self[v] = 0;
+      if (out.lifetimes[v] != Lifetime::ToLastAccess || last_write[v] < 0) continue;  // interface, or +0 all along
+      Fate f = Fate::Kept;  // the final value is never read: no window guarantee
+      if (last_read[v] > last_write[v] || gates_a_clear[v])
+        f = Fate::Cleared;
+      else if (is_self_clear(ops[static_cast<size_t>(last_write[v])], static_cast<ValueId>(v), kOne))
+        f = Fate::SelfCleared;
+      else if (gate[v] != kOne && is_self_clear(ops[static_cast<size_t>(last_write[v])], static_cast<ValueId>(v), gate[v]) &&
+               (gate[v] == static_cast<ValueId>(v) || last_write[static_cast<size_t>(gate[v])] < last_write[v])) {
+        f = Fate::SelfCleared;  // on the enable's final value, which (a) and (b) are about
+        gated_self[v] = 1;
+      }
+      fate[v] = f;
+      if (f == Fate::Cleared && gate[v] != kOne && gate[v] != static_cast<ValueId>(v) &&
+          !gates_a_clear[static_cast<size_t>(gate[v])]) {
+        gates_a_clear[static_cast<size_t>(gate[v])] = 1;
+        changed = true;
+      }
     }
+  }
+  std::vector<ValueId> order;
+  for (size_t v = 0; v < n; ++v) {
     const auto id = static_cast<ValueId>(v);
+    if (fate[v] == Fate::Kept) out.lifetimes[v] = Lifetime::FromFirstAccess;
+    if (fate[v] == Fate::SelfCleared) out.self_cleared.push_back(id);
+    if (fate[v] == Fate::Cleared) order.push_back(id);
+    // An enable whose last write clears it would read +0 in every clear it gates.
+    const ValueId e = gate[v];
+    if ((fate[v] == Fate::Cleared || gated_self[v]) && e != kOne && e != id && last_write[static_cast<size_t>(e)] >= 0 &&
+        (is_self_clear(ops[static_cast<size_t>(last_write[static_cast<size_t>(e)])], e, kOne) ||
+         is_self_clear(ops[static_cast<size_t>(last_write[static_cast<size_t>(e)])], e, gate[static_cast<size_t>(e)])))
+      fail("clear_dead: enable '{}' of '{}' clears itself: its final value is +0", program.name(e), program.name(id));
+  }
+  std::stable_sort(order.begin(), order.end(),
+                   [&](ValueId a, ValueId b) { return depth[static_cast<size_t>(a)] > depth[static_cast<size_t>(b)]; });
+  for (ValueId id : order) {
     out.program.mlp("clear " + program.name(id),
-                    {Neuron{Lin{{{kOne, 128.0f}}}, Lin{{{id, -1.0f / 128.0f}}}, {{id, 1.0f}}}});
+                    {Neuron{Lin{{{gate[static_cast<size_t>(id)], kGate}}}, Lin{{{id, -1.0f / kGate}}}, {{id, 1.0f}}}});
     out.cleared.push_back(id);
   }
   return out;
 }
 
-ReusePlan plan_dim_reuse(const Program& program, const Interface& interface, const ScheduleLimits& limits) {
+ReusePlan plan_dim_reuse(const Program& program, const Interface& interface, const ScheduleLimits& limits,
+                         const DeadClearOptions& options) {
   program.validate();
   Schedule base = schedule(program, limits);
   const int64_t base_sublayers = base.num_sublayers;
@@ -54,7 +138,7 @@ ReusePlan plan_dim_reuse(const Program& program, const Interface& interface, con
   ScheduleLimits capped = limits;
   capped.max_neurons_per_mlp = 1;
   for (const auto& [sublayer, count] : neurons) capped.max_neurons_per_mlp = std::max(capped.max_neurons_per_mlp, count);
-  DeadClears dc = add_dead_value_clears(program, interface);
+  DeadClears dc = add_dead_value_clears(program, interface, options);
   if (limits.sink) {
     // Interface inputs live from the embedding on; outputs and values whose final
     // contents nobody reads live to the end: moving their accesses does not change that.
@@ -89,8 +173,9 @@ ReusePlan plan_dim_reuse(const Program& program, const Interface& interface, con
 }
 
 CompiledWithReuse compile_reusing_dims(const Program& program, const Interface& interface,
-                                       const ScheduleLimits& limits, const EmitOptions& options) {
-  ReusePlan plan = plan_dim_reuse(program, interface, limits);
+                                       const ScheduleLimits& limits, const EmitOptions& options,
+                                       const DeadClearOptions& clear_options) {
+  ReusePlan plan = plan_dim_reuse(program, interface, limits, clear_options);
   CompiledWithReuse r{std::move(plan.program), {std::move(plan.schedule), std::move(plan.allocation), {}}};
   r.compiled.weights = emit(r.program, r.compiled.schedule, r.compiled.allocation, interface, options);
   return r;

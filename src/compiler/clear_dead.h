@@ -26,12 +26,48 @@
 //    0 there) and +0 + +-0 = +0, until the next value's first write.
 // So the window condition is needed only for v's final value. It holds for every
 // value whose final value some op reads (the op builders' contract), which is why a
-// value is cleared only when its last read comes after its last write. A value whose
-// last write is never read (its final value may be anything) keeps its dim from its
-// first access on; a value that is never written is +0 all along and needs no clear.
-// Interface inputs keep their dims for the whole program, outputs (and values whose
-// last write is never read) from their first access on.
+// value is cleared only when its last read comes after its last write. A value that is
+// never written is +0 all along and needs no clear. Interface inputs keep their dims
+// for the whole program, outputs from their first access on.
+//
+// Self-clearing values. A value whose last write is never read keeps its dim from its
+// first access on (its final value may be anything), unless that last write is an
+// exact clear of itself, recognised structurally: the op (an MLP) has exactly one down
+// term into v, from a neuron with
+//   gate = 128 * c (one term; c the constant, or v's enable below),
+//   up   = s * v / 128 (one term, s = +1 or -1), down = -s onto v,
+// and no op reads v afterwards (every read of v is in that op or earlier). This is the
+// clear neuron above (s = -1) and npu::matvec_unit's "-v onto v" (s = +1). The op reads
+// v, so v is in the window or +-0 there (the builders' contract), and the proof above
+// applies word for word: silu(128) * (s v/128) = s v exactly, times -s is -v, and
+// v + (-v) = +0 (for a gate on an enable, see below). Such a value gets
+// Lifetime::ToLastAccess and no clear op (DeadClears::self_cleared).
+//
+// Enable-gated clears (DeadClearOptions::enable_of). The clear above reads the constant
+// in its gate, so the input-sparse engine evaluates its MLP sublayer on every cycle. A
+// unit under the idle contract (compiler/enable.h) may name, per value v, the unit's
+// enable e; the caller promises: (a) e's final value (after its last write; the clears
+// read that) is exactly 1 or +-0, and (b) on every token where it is +-0, v is +-0
+// wherever a clear reads it (an idle unit writes +-0 only). v's clear then reads e
+// instead of the constant: gate = 128 * e; a self-clear of v gated by e is recognised
+// when e's last write comes before it in program order (it reads e's final value).
+//  * e == 1: the emitter writes the gate term as 128 * 2^k in e's column and e reaches
+//    the projection as exactly 2^-k (enable.h), so the gate is exactly 128: the clear
+//    above, bit for bit.
+//  * e == +-0: the gate is +-0 and silu(+-0) = +-0; by (b) v is +-0, so the up is +-0
+//    and the neuron adds +-0 * +-0 * (+-1) = +-0. v is +0 (inputs are never cleared and
+//    only inputs can be -0), and +0 + +-0 = +0: the dim is +0 afterwards, as the
+//    ordinary clear leaves it.
+// On an idle cycle the clear then reads only +-0 dims and costs nothing. The clears are
+// ordered so that a clear reading e comes before e's own clear (the schedule puts a
+// write no earlier than the reads before it in program order: every gated clear sees e's
+// final value); e may be its own enable (e -> e: its clear reads and writes e, exact by
+// the same two cases). A value that gates a clear counts as read after its last write
+// (so it is cleared too, after its readers; (a) puts it in the window). Throws when an
+// enable chain has a cycle of two or more values, when a value is out of range, or when
+// an enable of a cleared value is itself self-cleared (its final value would be +0).
 #include <cstdint>
+#include <map>
 #include <vector>
 
 #include "compiler/allocate.h"
@@ -41,13 +77,20 @@
 
 namespace qpu::compiler {
 
-struct DeadClears {
-  Program program;                 // the input program, then one clear op per cleared value
-  std::vector<Lifetime> lifetimes;  // per value, for allocate()
-  std::vector<ValueId> cleared;    // the value of each clear op, in op order
+struct DeadClearOptions {
+  // value -> its unit's enable (a value, not kOne), under the promises (a) and (b) above.
+  std::map<ValueId, ValueId> enable_of;
 };
 
-DeadClears add_dead_value_clears(const Program& program, const Interface& interface);
+struct DeadClears {
+  Program program;                   // the input program, then one clear op per cleared value
+  std::vector<Lifetime> lifetimes;   // per value, for allocate()
+  std::vector<ValueId> cleared;      // the value of each clear op, in op order
+  std::vector<ValueId> self_cleared;  // values whose last write clears them (no clear op)
+};
+
+DeadClears add_dead_value_clears(const Program& program, const Interface& interface,
+                                 const DeadClearOptions& options = {});
 
 // Stages 1-3 with dim reuse: validate, add_dead_value_clears, schedule, interval
 // allocation. A clear only takes room the program's MLPs already have (the neuron
@@ -67,7 +110,8 @@ struct ReusePlan {
   Schedule schedule;
   Allocation allocation;
 };
-ReusePlan plan_dim_reuse(const Program& program, const Interface& interface, const ScheduleLimits& limits = {});
+ReusePlan plan_dim_reuse(const Program& program, const Interface& interface, const ScheduleLimits& limits = {},
+                         const DeadClearOptions& options = {});
 
 struct CompiledWithReuse {
   Program program;  // ReusePlan::program
@@ -78,6 +122,7 @@ struct CompiledWithReuse {
 // compile(), bit for bit, in fewer residual dims; values that are dead at the end no
 // longer hold their final contents in the final residual stream.
 CompiledWithReuse compile_reusing_dims(const Program& program, const Interface& interface,
-                                       const ScheduleLimits& limits = {}, const EmitOptions& options = {});
+                                       const ScheduleLimits& limits = {}, const EmitOptions& options = {},
+                                       const DeadClearOptions& clear_options = {});
 
 }  // namespace qpu::compiler

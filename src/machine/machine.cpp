@@ -63,75 +63,6 @@ std::vector<char> gated_values(const Program& program, size_t first, size_t end)
   return gated;
 }
 
-// npu::matvec_unit clears each rotating product value itself (an exact -v onto v, gated
-// by the unit's enable, in the op that reads v for the last time). clear_dead sees only
-// a last write that nothing reads and keeps the dim to the end (8 values per lane).
-// A value whose last write is such a clear is exactly +0 from that op's residual add
-// on: on an active cycle the neuron adds fl(silu(128) * (v/128)) * -1 = -v and
-// v + -v = +0; on an idle cycle v is a gated value and +0 already. So it may hand its
-// dim on (Lifetime::ToLastAccess). The check is structural: v is gated, the op's only
-// term into v is -1 from one neuron with gate 128 * enable and up v/128, and no op
-// reads v after it.
-void release_self_cleared(const Program& program, const std::vector<char>& gated, ValueId enable,
-                          std::vector<compiler::Lifetime>& lifetimes) {
-  const auto& ops = program.ops();
-  const auto n = static_cast<size_t>(program.num_values());
-  std::vector<int64_t> last_read(n, -1), last_write(n, -1);
-  for (size_t i = 0; i < ops.size(); ++i) {
-    for (ValueId v : ops[i].reads()) last_read[static_cast<size_t>(v)] = static_cast<int64_t>(i);
-    for (ValueId v : ops[i].writes()) last_write[static_cast<size_t>(v)] = static_cast<int64_t>(i);
-  }
-  for (size_t v = 0; v < n; ++v) {
-    if (v >= gated.size() || !gated[v] || lifetimes[v] != compiler::Lifetime::FromFirstAccess || last_write[v] < 0 ||
-        last_read[v] != last_write[v])
-      continue;
-    const compiler::Op& op = ops[static_cast<size_t>(last_write[v])];
-    if (op.kind != compiler::OpKind::Mlp) continue;
-    const auto id = static_cast<ValueId>(v);
-    int terms = 0;
-    bool clear = false;
-    for (const Neuron& nr : op.neurons)
-      for (const compiler::Term& t : nr.down) {
-        if (t.value != id) continue;
-        ++terms;
-        clear = t.weight == -1.0f && nr.gate.terms.size() == 1 && nr.gate.terms[0].value == enable &&
-                nr.gate.terms[0].weight == kOn && nr.up.terms.size() == 1 && nr.up.terms[0].value == id &&
-                nr.up.terms[0].weight == 1.0f / kOn;
-      }
-    if (terms == 1 && clear) lifetimes[v] = compiler::Lifetime::ToLastAccess;
-  }
-}
-
-// clear_dead clears a dead value with a neuron gated by the constant (the rail), so the
-// engine evaluates it on every cycle, busy or idle (silu of a nonzero gate in every
-// layer). A gated value is +0 on every cycle whose enable is 0, so its clear may be
-// gated by the enable instead: on an active cycle the neuron is the same
-// (128 * 1 = 128), on an idle one it adds silu(0) * up = +-0 to a +0 (= +0). The enable
-// must then hold its value until the last such clear: its own clear is removed and it
-// keeps its dim to the end (one dim). The schedule stays valid: the rewritten clears
-// read the enable long after its only write, and removing an op only drops constraints.
-void gate_datapath_clears(size_t original_ops, const std::vector<char>& gated, ValueId enable, compiler::ReusePlan& plan) {
-  auto& all = plan.program.mutable_ops();
-  std::vector<compiler::Op> kept;
-  std::vector<int64_t> sublayer;
-  for (size_t i = 0; i < all.size(); ++i) {
-    compiler::Op& op = all[i];
-    if (i >= original_ops) {  // a clear of clear_dead: one neuron, down +1 onto its value
-      if (op.neurons.size() != 1 || op.neurons[0].down.size() != 1 || op.neurons[0].gate.terms.size() != 1 ||
-          op.neurons[0].gate.terms[0].value != compiler::kOne)
-        fail("machine: op '{}' after the program is not a clear of compiler::add_dead_value_clears", op.label);
-      const ValueId v = op.neurons[0].down[0].value;
-      if (v == enable) continue;
-      if (gated[static_cast<size_t>(v)]) op.neurons[0].gate = Lin{{{enable, kOn}}};
-    }
-    kept.push_back(std::move(op));
-    sublayer.push_back(plan.schedule.sublayer[i]);
-  }
-  all = std::move(kept);
-  plan.schedule.sublayer = std::move(sublayer);
-  plan.lifetimes[static_cast<size_t>(enable)] = compiler::Lifetime::FromFirstAccess;
-}
-
 }  // namespace
 
 std::vector<float> matvec_c(const std::vector<float>& w, const std::vector<float>& x) {
@@ -263,17 +194,22 @@ Machine build_machine(const MachineOptions& o) {
     // and the control features from the final residual stream: their dims must be
     // theirs to the end. The control features are inputs; p0's features are last
     // written by the delay line and read by no op, so they keep their dims.
-    compiler::ReusePlan plan = compiler::plan_dim_reuse(p, io, o.limits);
+    // The gated values are +0 on every idle cycle, so their clears read the unit's
+    // enable instead of the constant (compiler::DeadClearOptions: no work on idle
+    // cycles), and the matvec's own clears of its rotating values (gated by the enable)
+    // end their lives. The enable gates its own clear (exactly 0 or 1; +0 when 0).
+    compiler::DeadClearOptions clears;
     const std::vector<char> gated = gated_values(p, mv.first_op, gated_end);
-    gate_datapath_clears(p.ops().size(), gated, mv.enable, plan);
-    release_self_cleared(plan.program, gated, mv.enable, plan.lifetimes);
+    for (size_t v = 0; v < gated.size(); ++v)
+      if (gated[v]) clears.enable_of[static_cast<ValueId>(v)] = mv.enable;
+    clears.enable_of[mv.enable] = mv.enable;
+    compiler::ReusePlan plan = compiler::plan_dim_reuse(p, io, o.limits, clears);
     std::vector<ValueId> head = in.successor_now.all();
     for (const auto* s : {&f[0].positive, &f[0].negative, &f[0].mantissa_hot}) head.insert(head.end(), s->begin(), s->end());
     head.push_back(f[0].zero);
     for (ValueId v : head)
       if (plan.lifetimes[static_cast<size_t>(v)] == compiler::Lifetime::ToLastAccess)
         fail("machine: LM head feature '{}' would give its dim away before the head", plan.program.name(v));
-    plan.allocation = compiler::allocate(plan.program, plan.schedule, plan.lifetimes);
     m.compiled.weights = compiler::emit(plan.program, plan.schedule, plan.allocation, io, eo);
     m.compiled.schedule = std::move(plan.schedule);
     m.compiled.allocation = std::move(plan.allocation);

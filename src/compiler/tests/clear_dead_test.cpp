@@ -65,12 +65,23 @@ float rand_float(std::mt19937_64& rng, int emin, int emax) {
 // Every value stays 0 or inside the value window (k = 48: [2^-78, 2^36]): the generator
 // tracks a bound on |v| and the quantum every nonzero v is a multiple of. Each up form
 // has at most two nonzero terms, so its sum is the same in every order.
+//
+// With `unit`, a functional unit under the idle contract (compiler/enable.h) joins: an
+// input flag (0 or 1 per row) is copied into `enable` by the first op, about half of
+// the values belong to the unit (every neuron that writes them is gated by 128 *
+// enable, so they are +0 on every row whose flag is 0), and about half of the ops also
+// clear one value they read, exactly (gate 128 * enable or the constant, up +-v/128,
+// down -+1: both shapes), like npu::matvec_unit's rotating values. `wrong` is a second,
+// independent flag (for the mutation tests).
 struct RandomProgram {
   Program p;
   Interface io;
+  ValueId enable = -1, wrong = -1;
+  std::map<ValueId, ValueId> enable_of;  // unit values (and the enable itself) -> enable
+  int64_t self_clears = 0;               // clear neurons the generator wrote
 };
 
-RandomProgram random_program(uint64_t seed, int64_t rows) {
+RandomProgram random_program(uint64_t seed, int64_t rows, bool unit = false) {
   std::mt19937_64 rng(seed);
   RandomProgram r;
   Program& p = r.p;
@@ -78,6 +89,16 @@ RandomProgram random_program(uint64_t seed, int64_t rows) {
   const int nv = 30 + static_cast<int>(rng() % 60);
   const auto in = p.values("in", ni);
   const auto v = p.values("v", nv);
+  std::vector<char> in_unit(static_cast<size_t>(ni + nv), 0), dead(static_cast<size_t>(ni + nv), 0);
+  std::vector<ValueId> flags;
+  if (unit) {
+    flags = p.values("flag", 2);
+    r.enable = p.value("enable");
+    r.wrong = p.value("wrong");
+    p.mlp("enable", {copy_into(r.enable, {{flags[0], 1.0f}}), copy_into(r.wrong, {{flags[1], 1.0f}})});
+    for (ValueId x : v) in_unit[static_cast<size_t>(x)] = static_cast<char>(rng() % 2);
+    r.enable_of[r.enable] = r.enable;
+  }
   std::vector<double> hi(static_cast<size_t>(ni + nv), 0.0), quantum(static_cast<size_t>(ni + nv), INFINITY);
   for (ValueId x : in) {
     hi[static_cast<size_t>(x)] = 0x1p9;
@@ -100,7 +121,7 @@ RandomProgram random_program(uint64_t seed, int64_t rows) {
       } else {
         dst = v[next_fresh++];
       }
-      if (std::find(dests.begin(), dests.end(), dst) != dests.end()) continue;
+      if (std::find(dests.begin(), dests.end(), dst) != dests.end() || dead[static_cast<size_t>(dst)]) continue;
       std::vector<Term> up;
       const int terms = 1 + static_cast<int>(rng() % 2);
       double h = written[static_cast<size_t>(dst)] ? hi[static_cast<size_t>(dst)] : 0.0;
@@ -109,18 +130,33 @@ RandomProgram random_program(uint64_t seed, int64_t rows) {
         // Mostly recent values (long chains), sometimes anything (also never written: +0).
         ValueId a = rng() % 8 == 0 ? static_cast<ValueId>(rng() % static_cast<uint64_t>(ni + nv))
                                    : readable[readable.size() - 1 - rng() % std::min<size_t>(readable.size(), 6)];
-        if (!up.empty() && up[0].value == a) continue;
+        if ((!up.empty() && up[0].value == a) || dead[static_cast<size_t>(a)]) continue;  // dead: cleared for good
         const float w = weights[rng() % 7];
         up.push_back({a, w});
         h += std::fabs(static_cast<double>(w)) * hi[static_cast<size_t>(a)];
         q = std::min(q, std::fabs(static_cast<double>(w)) * quantum[static_cast<size_t>(a)]);
       }
-      if (h > 0x1p30 || q < 0x1p-70) continue;  // would leave the window: skip this neuron
+      if (h > 0x1p30 || q < 0x1p-70 || up.empty()) continue;  // would leave the window (or read nothing): skip
       dests.push_back(dst);
       updates.push_back({dst, {h, q}});
       neurons.push_back(copy_into(dst, up));
+      if (in_unit[static_cast<size_t>(dst)]) neurons.back().gate.terms[0].value = r.enable;
     }
     if (neurons.empty()) continue;
+    if (unit && rng() % 2 == 0) {
+      // An exact clear of a value this op reads (not an input, not a destination here).
+      const Neuron& reader = neurons[rng() % neurons.size()];
+      const ValueId a = reader.up.terms[rng() % reader.up.terms.size()].value;
+      if (a >= ni && a < ni + nv && std::find(dests.begin(), dests.end(), a) == dests.end()) {
+        const float sign = rng() % 2 ? 1.0f : -1.0f;
+        const ValueId gate = in_unit[static_cast<size_t>(a)] && rng() % 4 != 0 ? r.enable : kOne;
+        neurons.push_back(Neuron{L({{gate, 128.0f}}), L({{a, sign / 128.0f}}), {{a, -sign}}});
+        dests.push_back(a);
+        updates.push_back({a, {0.0, static_cast<double>(INFINITY)}});
+        dead[static_cast<size_t>(a)] = 1;  // no op reads or writes it again
+        ++r.self_clears;
+      }
+    }
     p.mlp("op" + std::to_string(o), std::move(neurons));
     for (const auto& [dst, hq] : updates) {
       hi[static_cast<size_t>(dst)] = hq.first;
@@ -138,14 +174,24 @@ RandomProgram random_program(uint64_t seed, int64_t rows) {
   if (rng() % 2) r.io.outputs.push_back(v[v.size() - 1]);  // maybe never written: +0
   if (rng() % 3 == 0) r.io.outputs.push_back(in[0]);
   r.io.inputs = in;
+  r.io.inputs.insert(r.io.inputs.end(), flags.begin(), flags.end());
   r.io.vocab_size = std::max<int64_t>(rows, static_cast<int64_t>(r.io.outputs.size()));
-  for (int64_t row = 0; row < r.io.vocab_size; ++row)
+  for (int64_t row = 0; row < r.io.vocab_size; ++row) {
     for (int i = 0; i < ni; ++i) {
       const uint64_t c = rng() % 16;
       r.io.input_rows.push_back(c == 0 ? 0.0f : c == 1 ? -0.0f : rand_float(rng, -8, 8));
     }
+    // Rows 0 and 1: the unit idle and running; then random (the wrong flag independent).
+    if (unit) {
+      r.io.input_rows.push_back(row < 2 ? static_cast<float>(row) : static_cast<float>(rng() % 2));
+      r.io.input_rows.push_back(static_cast<float>(rng() % 2));
+    }
+  }
   // x and -x in one row: exact cancellations to +0 inside the program.
-  if (ni >= 2 && r.io.vocab_size > 1) r.io.input_rows[static_cast<size_t>(ni) + 1] = -r.io.input_rows[static_cast<size_t>(ni)];
+  const auto stride = r.io.inputs.size();
+  if (ni >= 2 && r.io.vocab_size > 1) r.io.input_rows[stride + 1] = -r.io.input_rows[stride];
+  for (size_t x = 0; x < in_unit.size(); ++x)
+    if (in_unit[x]) r.enable_of[static_cast<ValueId>(x)] = r.enable;
   return r;
 }
 
@@ -202,6 +248,206 @@ TEST(DimReuse, RandomProgramsComputeTheSameOutputsInFewerDims) {
   EXPECT_LT(dims_reuse * 3, dims_plain * 2) << dims_reuse << " of " << dims_plain;
   RecordProperty("dims", std::to_string(dims_reuse) + " of " + std::to_string(dims_plain) + ", broken without clears " + std::to_string(broken_without_clears) + " of 60, compared " + std::to_string(compared));
   EXPECT_GE(broken_without_clears, 50);
+}
+
+// Distinct dims an allocation uses for values.
+int64_t distinct_dims(const Allocation& a) {
+  std::vector<int64_t> d = a.dim_of_value;
+  std::sort(d.begin(), d.end());
+  return static_cast<int64_t>(std::unique(d.begin(), d.end()) - d.begin());
+}
+
+bool is_clear_shape(const Neuron& nr) {
+  return nr.gate.terms.size() == 1 && nr.gate.terms[0].weight == 128.0f && nr.up.terms.size() == 1 &&
+         nr.down.size() == 1 && nr.down[0].value == nr.up.terms[0].value &&
+         std::fabs(nr.down[0].weight) == 1.0f && nr.up.terms[0].weight == -nr.down[0].weight / 128.0f;
+}
+
+// Self-clearing values (their last write is an exact clear of themselves) give their
+// dims back, and a unit's clears read its enable (DeadClearOptions): the same outputs
+// bit for bit as compile() on idle and running rows, with and without sinking, in no
+// more dims than without the options. Mutations: clears gated by a wrong flag, and
+// self-clears that leave half of v (not recognised; forcing them breaks the outputs).
+TEST(DimReuse, SelfClearsAndEnableGatedClearsKeepOutputs) {
+  int64_t compared = 0, self_cleared = 0, generated = 0, gated_clears = 0, dims_base = 0, dims_gated = 0,
+          broken_wrong_gate = 0, broken_forced = 0, idle_rows = 0;
+  ScheduleLimits sink;
+  sink.sink = true;
+  for (uint64_t seed = 200; seed < 260; ++seed) {
+    RandomProgram r = random_program(seed, 6, true);
+    generated += r.self_clears;
+    const DeadClearOptions opt{r.enable_of};
+    const Compiled plain = compile(r.p, r.io);
+    const CompiledWithReuse base = compile_reusing_dims(r.p, r.io);
+    const CompiledWithReuse gated = compile_reusing_dims(r.p, r.io, {}, {}, opt);
+    const CompiledWithReuse sunk = compile_reusing_dims(r.p, r.io, sink, {}, opt);
+    const Compiled& c = gated.compiled;
+    for (size_t i = 0; i < r.p.ops().size(); ++i) ASSERT_EQ(c.schedule.sublayer[i], plain.schedule.sublayer[i]);
+    EXPECT_EQ(c.schedule.num_sublayers, plain.schedule.num_sublayers);
+    EXPECT_EQ(c.allocation.intermediate_size, plain.allocation.intermediate_size);
+    check_schedule(sunk.program, sunk.compiled.schedule);
+    const ReusePlan plan = plan_dim_reuse(r.p, r.io, {}, opt);
+    expect_disjoint_lives(plan.program, plan.schedule, plan.allocation, plan.lifetimes);
+    const ReusePlan sunk_plan = plan_dim_reuse(r.p, r.io, sink, opt);
+    expect_disjoint_lives(sunk_plan.program, sunk_plan.schedule, sunk_plan.allocation, sunk_plan.lifetimes);
+    // Every clear of a unit value reads the enable, every other one the constant; the
+    // enable's own clear (if any) comes after all of them.
+    for (size_t i = r.p.ops().size(); i < gated.program.ops().size(); ++i) {
+      const Neuron& nr = gated.program.ops()[i].neurons.at(0);
+      const ValueId v = nr.down.at(0).value;
+      ASSERT_TRUE(is_clear_shape(nr));
+      EXPECT_EQ(nr.gate.terms[0].value, r.enable_of.count(v) ? r.enable : kOne) << "seed " << seed;
+      gated_clears += nr.gate.terms[0].value == r.enable;
+      if (v == r.enable) {
+        EXPECT_EQ(i + 1, gated.program.ops().size()) << "seed " << seed;
+      }
+    }
+    const DeadClears dc = add_dead_value_clears(r.p, r.io, opt);
+    self_cleared += static_cast<int64_t>(dc.self_cleared.size());
+    for (ValueId v : dc.self_cleared) EXPECT_EQ(dc.lifetimes[static_cast<size_t>(v)], Lifetime::ToLastAccess);
+    dims_base += distinct_dims(base.compiled.allocation);
+    dims_gated += distinct_dims(c.allocation);
+    EXPECT_LE(c.allocation.hidden_size, base.compiled.allocation.hidden_size) << "seed " << seed;
+    const auto want = run(plain.weights, r.io, 5000 * seed);
+    for (const Compiled* x : {&base.compiled, &c, &sunk.compiled}) {
+      const auto got = run(x->weights, r.io, 5000 * seed + 31);
+      ASSERT_EQ(want.size(), got.size());
+      for (size_t i = 0; i < want.size(); ++i) EXPECT_EQ(want[i], got[i]) << "seed " << seed << " logit " << i;
+      compared += static_cast<int64_t>(want.size());
+    }
+    idle_rows += r.io.input_rows[r.io.inputs.size() - 2] == 0.0f;  // row 0: the unit idle
+    // Mutation 1: the unit's clears gated by an independent flag.
+    DeadClearOptions wrong;
+    for (const auto& [v, e] : r.enable_of) wrong.enable_of[v == r.enable ? r.wrong : v] = r.wrong;
+    const CompiledWithReuse bad = compile_reusing_dims(r.p, r.io, {}, {}, wrong);
+    broken_wrong_gate += run(bad.compiled.weights, r.io, 9) != want;
+    // Mutation 2: every exact self-clear now leaves v/2. Not recognised (the compiler
+    // still matches the plain compile of the mutant); forced to end their lives (as a
+    // loose check would), the outputs go wrong.
+    Program half = r.p;
+    for (Op& op : half.mutable_ops())
+      for (Neuron& nr : op.neurons)
+        if (is_clear_shape(nr)) nr.down[0].weight *= 0.5f;
+    const DeadClears hdc = add_dead_value_clears(half, r.io, opt);
+    EXPECT_TRUE(hdc.self_cleared.empty()) << "seed " << seed;
+    const auto half_want = run(compile(half, r.io).weights, r.io, 11);
+    ReusePlan hp = plan_dim_reuse(half, r.io, {}, opt);
+    EXPECT_EQ(run(emit(hp.program, hp.schedule, hp.allocation, r.io), r.io, 12), half_want) << "seed " << seed;
+    for (ValueId v : dc.self_cleared) hp.lifetimes[static_cast<size_t>(v)] = Lifetime::ToLastAccess;
+    hp.allocation = allocate(hp.program, hp.schedule, hp.lifetimes);
+    broken_forced += run(emit(hp.program, hp.schedule, hp.allocation, r.io), r.io, 13) != half_want;
+  }
+  EXPECT_GT(compared, 3000);
+  EXPECT_EQ(idle_rows, 60);
+  EXPECT_GT(generated, 300);
+  EXPECT_GT(self_cleared, 200);
+  EXPECT_GT(gated_clears, 300);
+  EXPECT_LT(dims_gated, dims_base);
+  std::printf("self-clears: %lld generated, %lld values self-cleared, %lld enable-gated clears; dims %lld with the "
+              "options, %lld without; broken: wrong gate %lld of 60, forced half clears %lld of 60\n",
+              static_cast<long long>(generated), static_cast<long long>(self_cleared), static_cast<long long>(gated_clears),
+              static_cast<long long>(dims_gated), static_cast<long long>(dims_base), static_cast<long long>(broken_wrong_gate),
+              static_cast<long long>(broken_forced));
+  EXPECT_GE(broken_wrong_gate, 30);
+  EXPECT_GE(broken_forced, 30);
+}
+
+// The self-clear is recognised structurally and conservatively: both exact shapes, on
+// the constant or (with the option only) on v's enable, when the enable's final value
+// is what it reads; anything else keeps v's dim to the end, and a read afterwards gets
+// an ordinary clear.
+TEST(DimReuse, SelfClearRecognitionIsStructural) {
+  struct Case {
+    const char* name;
+    ValueId gate_of;  // 0: the constant, 1: the enable e
+    float gate, up, down;
+    bool with_option, extra_term, read_after, late_enable, expect;
+  };
+  const Case cases[] = {
+      {"kOne, up +v/128, down -1", 0, 128.0f, 1.0f / 128, -1.0f, false, false, false, false, true},
+      {"kOne, up -v/128, down +1", 0, 128.0f, -1.0f / 128, 1.0f, false, false, false, false, true},
+      {"enable, with the option", 1, 128.0f, 1.0f / 128, -1.0f, true, false, false, false, true},
+      {"enable, without the option", 1, 128.0f, 1.0f / 128, -1.0f, false, false, false, false, false},
+      {"enable written after the clear", 1, 128.0f, 1.0f / 128, -1.0f, true, false, false, true, false},
+      {"kOne, option given", 0, 128.0f, -1.0f / 128, 1.0f, true, false, false, false, true},
+      {"gate 64", 0, 64.0f, 1.0f / 128, -1.0f, false, false, false, false, false},
+      {"up v/64", 0, 128.0f, 1.0f / 64, -1.0f, false, false, false, false, false},
+      {"down -0.5", 0, 128.0f, 1.0f / 128, -0.5f, false, false, false, false, false},
+      {"down +1 with up +v/128", 0, 128.0f, 1.0f / 128, 1.0f, false, false, false, false, false},
+      {"a second term into v", 0, 128.0f, 1.0f / 128, -1.0f, false, true, false, false, false},
+      {"read afterwards", 0, 128.0f, 1.0f / 128, -1.0f, false, false, true, false, false},
+  };
+  for (const Case& k : cases) {
+    Program p;
+    const ValueId x = p.value("x"), f = p.value("f"), e = p.value("e"), v = p.value("v"), out = p.value("out"),
+                  late = p.value("late");
+    p.mlp("e", {copy_into(e, {{f, 1.0f}})});
+    p.mlp("v", {copy_into(v, {{x, 1.0f}})});
+    std::vector<Neuron> ns = {copy_into(out, {{v, 1.0f}}),
+                              Neuron{L({{k.gate_of ? e : kOne, k.gate}}), L({{v, k.up}}), {{v, k.down}}}};
+    if (k.extra_term) ns.push_back(copy_into(v, {{x, 0.0f}}));  // a term of weight 0, still a term
+    p.mlp("read and clear v", std::move(ns));
+    if (k.read_after) p.mlp("late", {copy_into(late, {{v, 1.0f}})});
+    if (k.late_enable) p.mlp("e again", {copy_into(e, {{f, 0.0f}})});
+    Interface io;
+    io.inputs = {x, f};
+    io.outputs = {out};
+    DeadClearOptions opt;
+    if (k.with_option) opt.enable_of = {{v, e}};
+    const DeadClears dc = add_dead_value_clears(p, io, opt);
+    const bool self = std::find(dc.self_cleared.begin(), dc.self_cleared.end(), v) != dc.self_cleared.end();
+    EXPECT_EQ(self, k.expect) << k.name;
+    const bool cleared = std::find(dc.cleared.begin(), dc.cleared.end(), v) != dc.cleared.end();
+    EXPECT_EQ(cleared, k.read_after) << k.name;
+    const Lifetime want = k.expect || k.read_after ? Lifetime::ToLastAccess : Lifetime::FromFirstAccess;
+    EXPECT_EQ(dc.lifetimes[static_cast<size_t>(v)], want) << k.name;
+  }
+}
+
+// Enable chains: a clear that reads an enable comes before the enable's own clear (also
+// along v -> e1 -> e2), an enable read only by clears is cleared too, and the options
+// are checked.
+TEST(DimReuse, EnableGatedClearsAreOrderedAndChecked) {
+  Program p;
+  const ValueId x = p.value("x"), f = p.value("f"), e2 = p.value("e2"), e1 = p.value("e1"), v = p.value("v"),
+                w = p.value("w"), out = p.value("out");
+  p.mlp("e2", {copy_into(e2, {{f, 1.0f}})});
+  p.mlp("e1", {copy_into(e1, {{e2, 1.0f}})});  // e2's last read (by an op)
+  p.mlp("v", {copy_into(v, {{x, 1.0f}}), copy_into(w, {{x, 2.0f}})});
+  p.mlp("out", {copy_into(out, {{v, 1.0f}, {w, 1.0f}})});
+  Interface io;
+  io.inputs = {x, f};
+  io.outputs = {out};
+  DeadClearOptions opt;
+  opt.enable_of = {{v, e1}, {w, e1}, {e1, e2}, {e2, e2}};
+  const DeadClears dc = add_dead_value_clears(p, io, opt);
+  // e1's final value is read by no op, but by the clears of v and w: cleared too.
+  EXPECT_EQ(dc.cleared, (std::vector<ValueId>{v, w, e1, e2}));
+  const auto& ops = dc.program.ops();
+  const std::vector<ValueId> gates = {e1, e1, e2, e2};
+  for (size_t i = 0; i < 4; ++i) EXPECT_EQ(ops[p.ops().size() + i].neurons[0].gate.terms[0].value, gates[i]) << i;
+  const Schedule s = schedule(dc.program);
+  check_schedule(dc.program, s);
+  for (size_t i = p.ops().size(); i + 1 < ops.size(); ++i) EXPECT_LE(s.sublayer[i], s.sublayer[i + 1]);
+  // Without the option: e1 is written and never read, so it keeps its dim.
+  const DeadClears plain = add_dead_value_clears(p, io);
+  EXPECT_EQ(plain.cleared, (std::vector<ValueId>{e2, v, w}));
+  EXPECT_EQ(plain.lifetimes[static_cast<size_t>(e1)], Lifetime::FromFirstAccess);
+  // Checks: a cycle, values out of range, an enable whose last write clears it.
+  DeadClearOptions cycle;
+  cycle.enable_of = {{v, e1}, {e1, v}};
+  EXPECT_THROW(add_dead_value_clears(p, io, cycle), Error);
+  DeadClearOptions range;
+  range.enable_of = {{v, 99}};
+  EXPECT_THROW(add_dead_value_clears(p, io, range), Error);
+  range.enable_of = {{v, kOne}};
+  EXPECT_THROW(add_dead_value_clears(p, io, range), Error);
+  Program q = p;
+  q.mlp("clear e1", {Neuron{L({{kOne, 128.0f}}), L({{e1, -1.0f / 128}}), {{e1, 1.0f}}}});
+  DeadClearOptions self;
+  self.enable_of = {{v, e1}};
+  EXPECT_THROW(add_dead_value_clears(q, io, self), Error);
+  EXPECT_NO_THROW(add_dead_value_clears(q, io));  // e1 self-clears, no clear reads it
 }
 
 // sink_schedule (limits.sink): the same outputs bit for bit, the same length and

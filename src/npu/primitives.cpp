@@ -141,29 +141,37 @@ ValueId max_step(Program& p, ValueId m, ValueId x) {
 }
 
 ArgMax argmax(Program& p, const std::vector<ValueId>& x) {
-  std::vector<ArgMax> level;
-  for (size_t i = 0; i < x.size(); ++i) {
-    const ValueId idx = p.value("argmax.i" + std::to_string(i));
-    if (i > 0) const_acc(p, idx, static_cast<float>(i), "argmax.index");
-    level.push_back({x[i], idx});
-  }
+  // A node's index is one up term: the leaves' indices are the constants i (kOne terms,
+  // exact: i/128 is), read by the first level's select neurons directly. Materialised
+  // as values they would be written by constant-only ops, which the scheduler puts in
+  // the program's first sublayer, live (one dim each) until the first level reads them.
+  struct Node {
+    ValueId max;
+    Term index;
+  };
+  std::vector<Node> level;
+  for (size_t i = 0; i < x.size(); ++i) level.push_back({x[i], Term{kOne, static_cast<float>(i)}});
   while (level.size() > 1) {
-    std::vector<ArgMax> next;
+    std::vector<Node> next;
     for (size_t i = 0; i + 1 < level.size(); i += 2) {
-      const ArgMax l = level[i], r = level[i + 1];
+      const Node l = level[i], r = level[i + 1];
       // The right one wins only if strictly greater: the first maximum wins, as in run.c.
       const ValueId bit = greater(p, r.max, l.max);
       const ValueId m = p.value("argmax.m"), idx = p.value("argmax.idx");
-      p.mlp("argmax.select", {Neuron{lin({{bit, kOn}}), lin({{r.max, 1.0f / kOn}}), {{m, 1.0f}}},
+      std::vector<Neuron> sel{Neuron{lin({{bit, kOn}}), lin({{r.max, 1.0f / kOn}}), {{m, 1.0f}}},
                               Neuron{lin({{bit, -kOn}, {kOne, kOn}}), lin({{l.max, 1.0f / kOn}}), {{m, 1.0f}}},
-                              Neuron{lin({{bit, kOn}}), lin({{r.index, 1.0f / kOn}}), {{idx, 1.0f}}},
-                              Neuron{lin({{bit, -kOn}, {kOne, kOn}}), lin({{l.index, 1.0f / kOn}}), {{idx, 1.0f}}}});
-      next.push_back({m, idx});
+                              Neuron{lin({{bit, kOn}}), lin({{r.index.value, r.index.weight / kOn}}), {{idx, 1.0f}}}};
+      // The constant index 0 would only add +0.
+      if (l.index.weight != 0.0f)
+        sel.push_back(Neuron{lin({{bit, -kOn}, {kOne, kOn}}), lin({{l.index.value, l.index.weight / kOn}}), {{idx, 1.0f}}});
+      p.mlp("argmax.select", std::move(sel));
+      next.push_back({m, Term{idx, 1.0f}});
     }
     if (level.size() % 2) next.push_back(level.back());
     level = std::move(next);
   }
-  return level[0];
+  // One input: its index is the constant 0, a value that is never written.
+  return {level[0].max, level[0].index.value == kOne ? p.value("argmax.i0") : level[0].index.value};
 }
 
 ValueId floor_div_pow2(Program& p, const Lin& F, int m, const char* label) {

@@ -1,102 +1,35 @@
 #include "npu/unit_greedy_head.h"
 
 #include <string>
+#include <utility>
 
 #include "common/error.h"
 #include "compiler/enable.h"
 #include "npu/neurons.h"
 #include "npu/primitives.h"
+#include "npu/unit_matvec.h"
 
 namespace qpu::npu {
 
 using compiler::Neuron;
 using compiler::Program;
-using compiler::Term;
 using compiler::ValueId;
 using namespace detail;
 
-namespace {
-
-// Copy neuron of column j: h = silu(128) * x_j / 128 = x_j exactly, so the down term of
-// row i is fl(wcls[i][j] * x_j), C's product. `dst[i]` receives it (zero weights are
-// left out: C's product is then +-0, and adding it changes nothing, as in C).
-Neuron column_neuron(ValueId xj, std::span<const float> wcls, int vocab, size_t dim, size_t j,
-                     const std::vector<ValueId>& dst) {
-  Neuron n{lin({{kOne, kOn}}), lin({{xj, 1.0f / kOn}}), {}};
-  for (int i = 0; i < vocab; ++i) {
-    const float w = wcls[static_cast<size_t>(i) * dim + j];
-    if (w != 0.0f) n.down.push_back(Term{dst[static_cast<size_t>(i)], w});
-  }
-  return n;
-}
-
-}  // namespace
-
-std::vector<ValueId> classifier_fused(Program& p, const std::vector<ValueId>& x, std::span<const float> wcls, int vocab) {
-  const size_t n = x.size();
-  if (vocab <= 0 || wcls.size() != static_cast<size_t>(vocab) * n)
-    fail("classifier_fused: {} weights for a {} x {} classifier", wcls.size(), vocab, n);
-  const auto rows = static_cast<size_t>(vocab);
-  if (n == 0) return p.values("head.logit", vocab);
-
-  // Which products live in their own values (the others come straight from their column
-  // neuron inside the chain), in the chain's order; see the file comment of the header.
-  std::vector<bool> held(n, false);
-  held[0] = true;
-  for (size_t j = 1; j < n;) {
-    const size_t left = n - j;
-    if (left >= 3) {
-      held[j] = held[j + 2] = true;
-      j += 3;
-    } else if (left == 2) {
-      held[j + 1] = true;
-      j += 2;
-    } else {
-      j += 1;
-    }
-  }
-  std::vector<std::vector<ValueId>> prod(n);  // [j][i]
-  std::vector<Neuron> products;
-  for (size_t j = 0; j < n; ++j) {
-    if (!held[j]) continue;
-    for (size_t i = 0; i < rows; ++i) prod[j].push_back(p.value("head.p" + std::to_string(i) + "." + std::to_string(j)));
-    Neuron c = column_neuron(x[j], wcls, vocab, n, j, prod[j]);
-    if (!c.down.empty()) products.push_back(std::move(c));
-  }
-  if (!products.empty()) p.mlp("head.products", std::move(products));
-
-  std::vector<ValueId> acc = prod[0];
-  for (size_t j = 1; j < n;) {
-    const size_t left = n - j;
-    std::vector<Neuron> step;
-    if (left >= 3) {
-      // fl(fl(fl(acc + p_j) + p_{j+1}) + p_{j+2}) into p_{j+2}'s value.
-      for (size_t i = 0; i < rows; ++i)
-        step.push_back(Neuron{lin({{kOne, kOn}}), lin({{acc[i], 1.0f / kOn}, {prod[j][i], 1.0f / kOn}}), {{prod[j + 2][i], 1.0f}}});
-      step.push_back(column_neuron(x[j + 1], wcls, vocab, n, j + 1, prod[j + 2]));
-      acc = prod[j + 2];
-      j += 3;
-    } else if (left == 2) {
-      // fl(fl(acc + p_j) + p_{j+1}): down sum, then the residual add onto p_{j+1}.
-      for (size_t i = 0; i < rows; ++i) step.push_back(copy_neuron(prod[j + 1][i], acc[i]));
-      step.push_back(column_neuron(x[j], wcls, vocab, n, j, prod[j + 1]));
-      acc = prod[j + 1];
-      j += 2;
-    } else {
-      // fl(acc + p_j): the residual add onto acc.
-      step.push_back(column_neuron(x[j], wcls, vocab, n, j, acc));
-      j += 1;
-    }
-    if (step.back().down.empty()) step.pop_back();  // an all-zero column adds nothing
-    if (!step.empty()) p.mlp("head.sum", std::move(step));
-  }
-  return acc;
-}
-
 GreedyHead greedy_head(Program& p, const std::vector<ValueId>& x, std::span<const float> wcls, int vocab, ValueId enable) {
-  const size_t first = p.ops().size();
+  const size_t dim = x.size();
+  if (vocab <= 0 || dim == 0 || wcls.size() != static_cast<size_t>(vocab) * dim)
+    fail("greedy_head: {} weights for a {} x {} classifier", wcls.size(), vocab, dim);
   GreedyHead h;
-  h.logits = classifier_fused(p, x, wcls, vocab);
+  h.first_value = static_cast<ValueId>(p.num_values());
+  // The classifier is the matvec unit with one matrix whose flag is the head's enable:
+  // its column neurons output x_j when enable = 1 and +-0 when 0, and it turns its own
+  // constants into that enable (unit_matvec.h). Its lanes are exactly the vocab rows.
+  const NestedMatrix m{"wcls", vocab, static_cast<int>(dim), std::vector<float>(wcls.begin(), wcls.end())};
+  const MatvecUnit classifier = matvec_unit(p, {m}, x, {enable});
+  h.logits = classifier.y;
+  h.unit_enable = classifier.enable;
+  const size_t first = p.ops().size();
   const ArgMax best = argmax(p, h.logits);
   h.token = best.index;
   h.max = best.max;
@@ -112,7 +45,12 @@ GreedyHead greedy_head(Program& p, const std::vector<ValueId>& x, std::span<cons
   }
   p.mlp("head.onehot", std::move(hot));
   if (enable != kOne) compiler::enable_constants(p, first, enable);
+  h.end_value = static_cast<ValueId>(p.num_values());
   return h;
+}
+
+void add_dead_clear_enables(const GreedyHead& h, compiler::DeadClearOptions& options) {
+  for (ValueId v = h.first_value; v < h.end_value; ++v) options.enable_of[v] = h.unit_enable;
 }
 
 }  // namespace qpu::npu

@@ -4,24 +4,28 @@
 // rmsnorm's output) followed by sample_argmax (strict >, so the first index of the
 // maximum wins). docs/npu-units.md, "Greedy head".
 //
-// Classifier, the machine's way (docs/npu-machine.md §3.2/§3.3): one copy neuron per
-// column j (gate 128, up x_j / 128, down column = wcls[:, j]) delivers fl(wcls[i][j] x_j)
-// into every row at once. Products are materialised into their own values by such
-// neurons in the first sublayer, except every third one, which the chain takes straight
-// from its column neuron's down column: per row and sublayer, the row's neuron A
-// (up = acc + p_{3s+1}: one rounding) and the column neuron of 3s+2 (one product term)
-// meet in the down sum (second rounding) and the residual add onto the value holding
-// p_{3s+3} is the third: C's three `+=` in C's order. 1 + ceil((dim - 1)/3) sublayers.
-// Argmax: npu::argmax's pairwise tree (5 sublayers per level). One-hot: three ramp
-// neurons per token reading the index (exact small integers).
+// Classifier: npu::matvec_unit with wcls as its one matrix and the head's enable as its
+// flag (unit_matvec.h): one column neuron per j delivers fl(wcls[i][j] x_j) into all
+// rows, one sublayer before the chain adds it; three of C's additions per sublayer in
+// C's order; the products rotate through three sets of three values per row, each
+// cleared by the op that reads it last. So the head needs ~10 values per vocab row
+// instead of one per stored product (~2 dim / 3 before): the widest point of a
+// dim-reusing allocation (compiler::compile_reusing_dims with the options of
+// add_dead_clear_enables) is the classifier's 10 * vocab values; the argmax tree needs
+// fewer. 1 + ceil((dim - 1)/3) sublayers, as the previous form that stored products.
+// Argmax: npu::argmax's pairwise tree (5 sublayers per level; the leaves' indices are
+// constants, not values). One-hot: three ramp neurons per token reading the index
+// (exact small integers).
 //
-// Window: every product fl(wcls[i][j] x_j) and every partial sum 0 or in the value
-// window [2^-78, 2^36] (products are read again); logits pairwise equal or differing by
-// at least 2^-70 (argmax's compare window). stories260K: x = final_rms_out in
-// [2^-24, 19.9], logits in [2^-23, 24.6] (docs/trace-ranges.md).
+// Window: x_j 0 or in the value window, every product fl(wcls[i][j] x_j) and every
+// partial sum 0 or in [2^-78, 2^36] (they are read again), wcls entries 0 or normal;
+// logits pairwise equal or differing by at least 2^-70 (argmax's compare window).
+// stories260K: x = final_rms_out in [2^-24, 19.9], logits in [2^-23, 24.6]
+// (docs/trace-ranges.md).
 #include <span>
 #include <vector>
 
+#include "compiler/clear_dead.h"
 #include "compiler/ir.h"
 
 namespace qpu::npu {
@@ -31,15 +35,25 @@ struct GreedyHead {
   std::vector<compiler::ValueId> onehot;  // [vocab], exactly 1 at the chosen token, 0 elsewhere
   compiler::ValueId token;                // the chosen token as an exact integer value
   compiler::ValueId max;                  // logits[token]
+  compiler::ValueId unit_enable = 0;  // the classifier's enable value: exactly `enable`
+  compiler::ValueId first_value = 0, end_value = 0;  // the values the head created
 };
 
 // wcls is [vocab][x.size()] row-major. `enable` as in swiglu(): exactly 1 when the head
-// runs, 0 when idle (then every value the head owns receives only +-0).
+// runs, 0 when idle (then every value the head owns receives only +-0). Throws for an
+// empty x, a weight count other than vocab * x.size(), and weights matvec_unit refuses
+// (not finite, subnormal).
 GreedyHead greedy_head(compiler::Program& p, const std::vector<compiler::ValueId>& x, std::span<const float> wcls,
                        int vocab, compiler::ValueId enable = compiler::kOne);
 
-// The classifier part alone (the head's first 1 + ceil((dim - 1)/3) sublayers).
-std::vector<compiler::ValueId> classifier_fused(compiler::Program& p, const std::vector<compiler::ValueId>& x,
-                                                std::span<const float> wcls, int vocab);
+// Dim reuse for a program holding the head: maps every value the head created to
+// unit_enable in options.enable_of (compiler/clear_dead.h). The promises hold: the
+// enable is exactly 1 or 0 (flags_enable of one flag) and, when it is 0, every value of
+// the head is +-0 (the idle contract). Then the matvec's own clears of its rotating
+// values (gate 128 * enable, -v onto v) end their lives, which compile_reusing_dims
+// without the map cannot see (the clear's gate reads the enable, not the constant):
+// the rotating values would keep their dims through the whole argmax. The head's other
+// clears read the enable too, so an idle head costs nothing there.
+void add_dead_clear_enables(const GreedyHead& h, compiler::DeadClearOptions& options);
 
 }  // namespace qpu::npu

@@ -1,19 +1,23 @@
 // The greedy head (npu/unit_greedy_head.h) against run.c: the classifier matmul and
-// sample_argmax. The head is one straight program of ~25K neurons over ~28K values; as a
+// sample_argmax. The head is one straight program of ~56K neurons over ~11K values; as a
 // single dense checkpoint that is tens of GB, so the tests run it in segments of
 // consecutive ops, each compiled alone, the values crossing between segments through the
 // token embedding (exact: a value is a float). Program order is the IR's meaning and the
-// scheduler keeps it, so this is the same computation op for op.
+// scheduler keeps it, so this is the same computation op for op. A wide op (a chain
+// step: 4 neurons per row) is first cut into independent parts (split_op).
 // Cases: every position of the greedy "Once upon a time" story with the real
 // stories260K classifier (final x -> the trace's logits and token), random x vectors,
 // small classifiers with duplicated rows (exact ties), HostSim orders, and idle.
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <memory>
 
 #include <gtest/gtest.h>
 
+#include "common/error.h"
 #include "common/float_bits.h"
+#include "compiler/clear_dead.h"
 #include "compiler/host_sim.h"
 #include "npu/engine_host.h"
 #include "npu/unit_greedy_head.h"
@@ -29,14 +33,55 @@ using compiler::ValueId;
 
 constexpr bool kLong = QPU_NPU_CASES >= 100000;
 
+// The neurons of an MLP op in groups of about `max_neurons` that may run as consecutive
+// ops: neurons writing one value, or reading a value the op writes and its writers, stay
+// in one group (union-find), so every value's down sum keeps all its live terms in one
+// group and every group reads only values no other group writes: each sees the values
+// as they were at the start of the op, as the one op does. (A group then lacks the +-0
+// terms of the other groups' neurons, as any segment lacks those of other ops.)
+std::vector<std::vector<compiler::Neuron>> split_op(const compiler::Op& op, size_t max_neurons) {
+  if (op.kind != compiler::OpKind::Mlp) fail("split_op: '{}' is not an MLP op", op.label);
+  const size_t n = op.neurons.size();
+  std::vector<size_t> parent(n);
+  for (size_t i = 0; i < n; ++i) parent[i] = i;
+  auto root = [&](size_t i) {
+    while (parent[i] != i) i = parent[i] = parent[parent[i]];
+    return i;
+  };
+  std::map<ValueId, size_t> writer;
+  for (size_t i = 0; i < n; ++i)
+    for (const compiler::Term& t : op.neurons[i].down)
+      if (const auto [it, fresh] = writer.emplace(t.value, i); !fresh) parent[root(i)] = root(it->second);
+  for (size_t i = 0; i < n; ++i)
+    for (const compiler::Lin* form : {&op.neurons[i].gate, &op.neurons[i].up})
+      for (const compiler::Term& t : form->terms)
+        if (const auto it = writer.find(t.value); it != writer.end()) parent[root(i)] = root(it->second);
+  std::map<size_t, std::vector<compiler::Neuron>> parts;  // by root; a root is its part's first neuron
+  for (size_t i = 0; i < n; ++i) parts[root(i)].push_back(op.neurons[i]);
+  std::vector<std::vector<compiler::Neuron>> groups(1);
+  for (auto& [r, part] : parts) {
+    if (!groups.back().empty() && groups.back().size() + part.size() > max_neurons) groups.emplace_back();
+    groups.back().insert(groups.back().end(), part.begin(), part.end());
+  }
+  return groups;
+}
+
+// A segment's size: a dense checkpoint costs ~ neurons x touched values to build.
+constexpr int64_t kSegmentNeurons = 384;
+constexpr size_t kSegmentValues = 1024;
+
 // Runs `prog` for every case (values of `inputs`) and returns every value per case.
-std::vector<std::vector<float>> run_segmented(const Program& prog, const std::vector<ValueId>& inputs,
+std::vector<std::vector<float>> run_segmented(const Program& whole, const std::vector<ValueId>& inputs,
                                               const std::vector<std::vector<float>>& cases, const HostFactory& host,
                                               int64_t max_rows = 1024) {
-  const auto nv = static_cast<size_t>(prog.num_values());
+  const auto nv = static_cast<size_t>(whole.num_values());
   std::vector<std::vector<float>> state(cases.size(), std::vector<float>(nv, 0.0f));
   for (size_t c = 0; c < cases.size(); ++c)
     for (size_t k = 0; k < inputs.size(); ++k) state[c][static_cast<size_t>(inputs[k])] = cases[c][k];
+  Program prog = whole;  // the same values; wide ops cut by split_op
+  prog.mutable_ops().clear();
+  for (const compiler::Op& op : whole.ops())
+    for (auto& group : split_op(op, static_cast<size_t>(kSegmentNeurons))) prog.mlp(op.label, std::move(group));
   const auto& ops = prog.ops();
   std::vector<int64_t> local(nv, -1);
   size_t a = 0;
@@ -52,7 +97,7 @@ std::vector<std::vector<float>> run_segmented(const Program& prog, const std::ve
       std::sort(t.begin(), t.end());
       t.erase(std::unique(t.begin(), t.end()), t.end());
       const auto n = static_cast<int64_t>(ops[b].neurons.size());
-      if (b > a && (neurons + n > 768 || t.size() > 2048)) break;
+      if (b > a && (neurons + n > kSegmentNeurons || t.size() > kSegmentValues)) break;
       touched = std::move(t);
       neurons += n;
       ++b;
@@ -312,10 +357,55 @@ TEST(UnitGreedyHead, Cost) {
   }
   const int64_t widest = *std::max_element(per_sub.begin(), per_sub.end());
   const int64_t depth = compiler::critical_path(hd->p);
-  EXPECT_EQ(depth, 1 + 21 + 45 + 1);  // products, 21 fused steps, 9 argmax levels, one-hot
+  EXPECT_EQ(depth, 1 + 21 + 45 + 1);  // products (+ enable), 21 fused steps, 9 argmax levels, one-hot
+  EXPECT_EQ(sc.num_sublayers / 2, depth);
   std::printf("greedy head: %lld MLP sublayers (critical path %lld), %lld neurons (widest sublayer %lld), %lld down terms, %lld values\n",
-              static_cast<long long>((sc.num_sublayers) / 2), static_cast<long long>(depth), static_cast<long long>(neurons),
+              static_cast<long long>(sc.num_sublayers / 2), static_cast<long long>(depth), static_cast<long long>(neurons),
               static_cast<long long>(widest), static_cast<long long>(down_terms), static_cast<long long>(hd->p.num_values()));
+}
+
+// Width with dim reuse (schedule + allocation of compile_reusing_dims; the weights would
+// be tens of GB). The allocation's hidden size is 64 q for the smallest q with
+// live + q <= 64 q, live = the most values live in one sublayer.
+int64_t hidden_for(int64_t live) { return 64 * ((live + 62) / 63); }
+
+TEST(UnitGreedyHead, HiddenSizeWithDimReuse) {
+  const Story& s = story();
+  const auto& cfg = s.ckpt.config();
+  const auto hd = build_head(s.ckpt.weights().wcls, cfg.vocab_size, cfg.dim);
+  compiler::Interface io;  // inputs x and enable; outputs every GreedyHead value
+  io.inputs = hd->inputs;
+  io.outputs = hd->h.logits;
+  io.outputs.insert(io.outputs.end(), hd->h.onehot.begin(), hd->h.onehot.end());
+  io.outputs.push_back(hd->h.token);
+  io.outputs.push_back(hd->h.max);
+  io.vocab_size = static_cast<int64_t>(io.outputs.size());
+  const int64_t plain = compiler::allocate(hd->p, compiler::schedule(hd->p)).hidden_size;
+  const compiler::ReusePlan bare = compiler::plan_dim_reuse(hd->p, io);
+  compiler::DeadClearOptions options;
+  add_dead_clear_enables(hd->h, options);
+  const compiler::ReusePlan plan = compiler::plan_dim_reuse(hd->p, io, {}, options);
+  const int64_t narrow = plan.allocation.hidden_size, V = cfg.vocab_size, D = cfg.dim;
+  // The widest point is the classifier: per row p0 and 3 sets of 3 rotating values
+  // (10 V), then x, the enable and the matvec's enable. The argmax tree needs less: its
+  // first level holds at most 7 values per pair of rows at once (the difference, the 5
+  // scale values and their sum: 3.5 V) besides the logits.
+  EXPECT_LE(narrow, hidden_for(10 * V + D + 2));
+  // Without the enables, the matvec's own clears (gated by its enable) are not seen: its
+  // 9 V rotating values keep their dims to the end, through the argmax's peak.
+  EXPECT_LE(bare.allocation.hidden_size, hidden_for(9 * V + 7 * V / 2 + D + 2));
+  EXPECT_EQ(plan.allocation.num_layers, 68);  // dim reuse adds no layer
+  // Sinking the ops first (schedule.h) writes each product set just before its first
+  // reader: p0 is dead before the third set is written, so 9 values per row at most.
+  compiler::ScheduleLimits sink;
+  sink.sink = true;
+  const compiler::ReusePlan sunk = compiler::plan_dim_reuse(hd->p, io, sink, options);
+  EXPECT_LE(sunk.allocation.hidden_size, hidden_for(9 * V + D + 2));
+  EXPECT_EQ(sunk.allocation.num_layers, 68);
+  std::printf("greedy head hidden: %lld one dim per value, %lld compile_reusing_dims, %lld with add_dead_clear_enables, "
+              "%lld also sunk\n",
+              static_cast<long long>(plain), static_cast<long long>(bare.allocation.hidden_size), static_cast<long long>(narrow),
+              static_cast<long long>(sunk.allocation.hidden_size));
 }
 
 }  // namespace

@@ -363,42 +363,46 @@ float attn_exp_sum_block_reference(const float* scaled, int rows, float max, flo
   return attn_sum_block_reference(mant, exponent, rows, acc_in);
 }
 
-WeightedSumModel attn_weighted_sum_fast_model(const float* prob, const float* v, int rows, int v_stride) {
+void attn_wsum_lane_step(WsumLane& lane, float prob, float v) {
   // The fast path scales each probability into the tier once, p' = pm 2^(exponent + 26)
   // (one gated neuron per exponent), and flushes p < 2^-80: then, with |v| in [2^-24, 2^5)
   // or 0 (the traced v: binades -24..4), every kept product fl(p' v) = fl(p v) 2^26 is a
   // normal C product >= 2^-104, inside the tier [2^-104, 2^10] (value window at scale 2^26).
-  constexpr float kFlushP = 0x1p-80f;
-  constexpr float kTiny = 0x1p-104f;  // partial sums below this leave the tier
-  constexpr float kSafe = 0x1p-40f;   // |xb| >= this absorbs any sum of <= 512 flushed products (< 2^-66)
-  WeightedSumModel m;
-  bool pending = false;  // C holds a nonzero xb (sum of flushed products) that the fast path holds as 0
-  for (int t = 0; t < rows; ++t) {
-    const float prod = prob[t] * v[t * v_stride];  // run.c: a * v[i]
-    if (prob[t] < kFlushP) {                       // flushed
-      if (prod == 0.0f) continue;                  // C adds +-0: no change either
-      if (m.xb == 0.0f) pending = true;
-      else if (std::fabs(m.xb) < kSafe) m.unsafe = true;
-      continue;
-    }
-    m.xb += prod;  // run.c: xb[i] += a * v[i]
-    if (pending && std::fabs(m.xb) < kSafe) m.unsafe = true;
-    pending = false;
-    if (m.xb != 0.0f && std::fabs(m.xb) < kTiny) m.unsafe = true;  // left the tier by cancellation
+  if (prob == 0.0f) return;  // C adds +-0: no change either
+  if (prob < kWsumFlushP) {  // flushed (its product counted as nonzero: conservative)
+    if (lane.xb == 0.0f) lane.pending = true;
+    else if (std::fabs(lane.xb) < kWsumSafe) lane.unsafe = true;
+    return;
   }
-  if (pending) m.unsafe = true;
-  return m;
+  lane.xb += prob * v;  // run.c: xb[i] += a * v[i]
+  if (lane.pending && std::fabs(lane.xb) < kWsumSafe) lane.unsafe = true;
+  lane.pending = false;
+  if (lane.xb != 0.0f && std::fabs(lane.xb) < kWsumTiny) lane.unsafe = true;  // left the tier by cancellation
 }
 
-std::vector<ValueId> attn_wsum_block(Program& p, const std::vector<ValueId>& pm, const std::vector<ValueId>& exponent,
-                                     const std::vector<std::vector<ValueId>>& v, const std::vector<ValueId>& xb_in) {
-  if (pm.size() != exponent.size() || pm.size() != v.size()) fail("attn_wsum_block: {} pm, {} exponents, {} v rows", pm.size(), exponent.size(), v.size());
+WeightedSumModel attn_weighted_sum_fast_model(const float* prob, const float* v, int rows, int v_stride) {
+  WsumLane lane;
+  for (int t = 0; t < rows; ++t) attn_wsum_lane_step(lane, prob[t], v[t * v_stride]);
+  return {lane.xb, lane.unsafe || lane.pending};
+}
+
+namespace {
+
+// Per row of a weighted-sum block: p' = p 2^26 (0 for p < 2^-80) and the kept bit
+// kept = [p >= 2^-80] as a 0/1 form (keep AND exponent in the one-hot's range).
+struct WsumRows {
+  std::vector<ValueId> pp;
+  std::vector<Lin> kept_parts;  // keep + any: kept iff the form is 2
+};
+
+WsumRows wsum_rows(Program& p, const std::vector<ValueId>& pm, const std::vector<ValueId>& exponent) {
   constexpr int kEmin = -80, kEmax = 2;  // p = pm 2^E >= 2^-80 needs E >= -80 - 2 (pm < 4); p <= 1
-  std::vector<ValueId> pp;               // p' = p 2^26, or 0 for p < 2^-80
+  WsumRows r;
   for (size_t t = 0; t < pm.size(); ++t) {
     const OneHot h = one_hot(p, exponent[t], kEmin - 2, kEmax, "attn.wte");
     // keep = [pm >= 2^(-80 - E)]: pm 2^20 > pred(threshold) 2^20, the threshold selected by
     // E's one-hot. The 2^20 keeps the difference (a multiple of 2^-58) in greater's window.
+    // (Below the one-hot's range thr is 0 and keep is [pm > 0]: `any` masks it.)
     const ValueId thr = selected_constant(p, h, [](int i) { return std::ldexp(0x1.fffffep-1f, -60 - i); }, "attn.wthr");
     const ValueId pm20 = p.value("attn.pm20");
     scale_acc(p, pm20, pm[t], 0x1p20f, "attn.pm20");
@@ -409,16 +413,43 @@ std::vector<ValueId> attn_wsum_block(Program& p, const std::vector<ValueId>& pm,
       n.push_back(Neuron{gate128(plus(h.at(i), lin({{keep, 1.0f}, {compiler::kOne, -1.0f}}))),
                          lin({{pm[t], std::ldexp(1.0f, i + 26) / kOn}}), {{v1, 1.0f}}});
     p.mlp("attn.pprime", std::move(n));
-    pp.push_back(v1);
+    r.pp.push_back(v1);
+    r.kept_parts.push_back(plus(lin({{keep, 1.0f}}), h.any()));
   }
+  return r;
+}
+
+void check_wsum_shapes(const std::vector<ValueId>& pm, const std::vector<ValueId>& exponent,
+                       const std::vector<std::vector<ValueId>>& v, const std::vector<ValueId>& xb_in) {
+  if (pm.empty() || pm.size() != exponent.size() || pm.size() != v.size())
+    fail("attn_wsum_block: {} pm, {} exponents, {} v rows", pm.size(), exponent.size(), v.size());
+  for (size_t t = 0; t < v.size(); ++t)
+    if (v[t].size() != xb_in.size()) fail("attn_wsum_block: v row {} has {} values, xb has {}", t, v[t].size(), xb_in.size());
+}
+
+// |x| into a fresh value: gates +-x 2^64 (silu's identity or zero window for |x| >= 2^-57),
+// up 1, down 2^-64: one live term, exact for |x| >= 2^-57; for smaller |x| the result is
+// within [-2^-65, |x|] (silu between -0.28 and its argument), which the callers tolerate.
+ValueId abs_value(Program& p, ValueId x, const char* label) {
+  const ValueId r = p.value(label);
+  p.mlp(label, {Neuron{lin({{x, detail::kS}}), lin({{compiler::kOne, 1.0f}}), {{r, 1.0f / detail::kS}}},
+                Neuron{lin({{x, -detail::kS}}), lin({{compiler::kOne, 1.0f}}), {{r, 1.0f / detail::kS}}}});
+  return r;
+}
+
+}  // namespace
+
+std::vector<ValueId> attn_wsum_block(Program& p, const std::vector<ValueId>& pm, const std::vector<ValueId>& exponent,
+                                     const std::vector<std::vector<ValueId>>& v, const std::vector<ValueId>& xb_in) {
+  check_wsum_shapes(pm, exponent, v, xb_in);
+  const WsumRows rows = wsum_rows(p, pm, exponent);
   std::vector<ValueId> out;
   for (size_t i = 0; i < xb_in.size(); ++i) {
     std::vector<ValueId> terms{xb_in[i]};
     std::vector<Neuron> n;
     for (size_t t = 0; t < pm.size(); ++t) {
-      if (v[t].size() != xb_in.size()) fail("attn_wsum_block: v row {} has {} values, xb has {}", t, v[t].size(), xb_in.size());
       terms.push_back(p.value("attn.prod"));
-      detail::mul_neurons(n, terms.back(), pp[t], v[t][i]);  // fl(p' v) = fl(p v) 2^26: one rounding
+      detail::mul_neurons(n, terms.back(), rows.pp[t], v[t][i]);  // fl(p' v) = fl(p v) 2^26: one rounding
     }
     p.mlp("attn.prod", std::move(n));
     // xb_in is read, not written: the chain's first addition lands in the first product's value.
@@ -427,11 +458,276 @@ std::vector<ValueId> attn_wsum_block(Program& p, const std::vector<ValueId>& pm,
   return out;
 }
 
+WsumChecked attn_wsum_block_checked(Program& p, const std::vector<ValueId>& pm, const std::vector<ValueId>& exponent,
+                                    const std::vector<std::vector<ValueId>>& v, const std::vector<ValueId>& xb_in,
+                                    const std::vector<ValueId>& unsafe_in, const std::vector<ValueId>& pending_in) {
+  check_wsum_shapes(pm, exponent, v, xb_in);
+  if (unsafe_in.size() != xb_in.size() || pending_in.size() != xb_in.size())
+    fail("attn_wsum_block_checked: {} xb, {} unsafe, {} pending", xb_in.size(), unsafe_in.size(), pending_in.size());
+  const size_t rows_n = pm.size();
+  const WsumRows rows = wsum_rows(p, pm, exponent);
+  const ValueId zero = p.value("attn.zero");
+  // Per row: kept_t = [p >= 2^-80], nzp_t = [p != 0] (pm is 0 or >= 2^-54), and the
+  // flushed-and-nonzero bit f_t = nzp_t - kept_t (kept implies nonzero).
+  std::vector<ValueId> kept, nzp;
+  for (size_t t = 0; t < rows_n; ++t) {
+    kept.push_back(step(p, rows.kept_parts[t], 2.0f, "attn.kept"));
+    nzp.push_back(greater(p, pm[t], zero));
+  }
+  // Thresholds at the chain's scale: |xb| < 2^-40 is |S| < 2^-14; |xb| < 2^-104 is
+  // |V| < 2^-28 with V = S 2^50 (defined below).
+  const ValueId c_safe = constant(p, kWsumSafe * kWsumScale, "attn.csafe");
+  const ValueId c_tiny = constant(p, kWsumTiny * kWsumScale * 0x1p50f, "attn.ctiny");
+  WsumChecked out;
+  for (size_t i = 0; i < xb_in.size(); ++i) {
+    // Products, twice: the fused chain overwrites some of its operands with partial sums,
+    // and the checks below read every product and every partial sum.
+    std::vector<ValueId> terms{xb_in[i]}, prod;
+    std::vector<Neuron> n;
+    for (size_t t = 0; t < rows_n; ++t) {
+      terms.push_back(p.value("attn.prod"));
+      prod.push_back(p.value("attn.prod2"));
+      detail::mul_neurons(n, terms.back(), rows.pp[t], v[t][i]);
+      n[n.size() - 2].down.push_back({prod.back(), 1.0f / detail::kS});
+      n[n.size() - 1].down.push_back({prod.back(), 1.0f / detail::kS});
+    }
+    p.mlp("attn.prod", std::move(n));
+    const ValueId xb = sum_chain_fused(p, terms);
+    // Every partial sum S_t (S_-1 = xb_in): the fused chain materialises every third one
+    // (S_2, S_5, ... in the values of terms), the others are recomputed alongside, each
+    // one C addition (fl(S_(t-1) + P_t): the same rounding as the chain's).
+    std::vector<ValueId> S(rows_n + 1);  // S[t + 1] = S_t
+    S[0] = xb_in[i];
+    for (size_t t = 0; t < rows_n; ++t) {
+      const bool in_chain = (t % 3 == 2) || t + 1 == rows_n;  // sum_chain_fused's groups of 3, the tail
+      S[t + 1] = in_chain ? terms[t + 1] : add(p, S[t], prod[t], "attn.wpart");
+    }
+    // Per partial sum: small = [|S| < 2^-14] (exact for any S: |S| near the threshold is
+    // a float with ulp >= 2^-38, and a tiny or out-of-window S gives |d| ~ 2^-14);
+    // V = small ? S 2^50 : 0 computed from the operands S_(t-1) + P_t (one rounding, the
+    // chain's), so it is exact when the operands are in the window even if S itself has
+    // left it; S is a multiple of 2^-101, so V is 0 or in [2^-51, 2^36]: nz = [V != 0]
+    // and tiny = [|V| < 2^-28] are in greater's window.
+    std::vector<ValueId> small, nz, tiny;
+    for (size_t j = 0; j <= rows_n; ++j) {
+      small.push_back(greater(p, c_safe, abs_value(p, S[j], "attn.wabs")));
+      const ValueId V = p.value("attn.wV");
+      Lin up = j == 0 ? lin({{S[0], 0x1p50f / kOn}}) : lin({{S[j - 1], 0x1p50f / kOn}, {prod[j - 1], 0x1p50f / kOn}});
+      p.mlp("attn.wV", {Neuron{lin({{small.back(), kOn}}), std::move(up), {{V, 1.0f}}}});
+      const ValueId aV = abs_value(p, V, "attn.wabsV");
+      nz.push_back(greater(p, aV, zero));
+      tiny.push_back(greater(p, c_tiny, aV));
+    }
+    // zero_j = small_j - nz_j (S_j == 0); pending after row t: the last flushed-nonzero
+    // row (or the incoming pending, at weight 1) comes after the last kept row, which
+    // X_t = pending_in + sum_(r <= t) 2^(r+1) (f_r - kept_r) >= 1 says (the highest set
+    // row decides), and S_t == 0 (unchanged since that flushed row).
+    std::vector<ValueId> pend{pending_in[i]};  // pend[t + 1]: after row t
+    {
+      std::vector<Neuron> nn;
+      Lin X = lin({{pending_in[i], 1.0f}});
+      for (size_t t = 0; t < rows_n; ++t) {
+        const float w = std::ldexp(1.0f, static_cast<int>(t) + 1);
+        X.terms.push_back({nzp[t], w});
+        X.terms.push_back({kept[t], -2.0f * w});
+        const ValueId pv = p.value("attn.wpend");
+        step_neurons(nn, pv, plus(X, lin({{small[t + 1], 1024.0f}, {nz[t + 1], -1024.0f}})), 1025.0f);
+        pend.push_back(pv);
+      }
+      p.mlp("attn.wpend", std::move(nn));
+    }
+    // The unsafe terms of row t: u1 = f_t AND nz_(t-1) (a flushed nonzero product meets
+    // 0 < |xb| < 2^-40); u2 = kept_t AND pending_(t-1) AND small_t; tl = kept_t AND nz_t
+    // AND tiny_t (0 < |xb| < 2^-104 after an addition).
+    Lin any = lin({{unsafe_in[i], 1.0f}});
+    {
+      std::vector<Neuron> nn;
+      for (size_t t = 0; t < rows_n; ++t) {
+        const ValueId u1 = p.value("attn.wu"), u2 = p.value("attn.wu"), tl = p.value("attn.wu");
+        step_neurons(nn, u1, lin({{nzp[t], 1.0f}, {kept[t], -1.0f}, {nz[t], 1.0f}}), 2.0f);
+        step_neurons(nn, u2, lin({{kept[t], 1.0f}, {pend[t], 1.0f}, {small[t + 1], 1.0f}}), 3.0f);
+        step_neurons(nn, tl, lin({{kept[t], 1.0f}, {nz[t + 1], 1.0f}, {tiny[t + 1], 1.0f}}), 3.0f);
+        for (ValueId u : {u1, u2, tl}) any.terms.push_back({u, 1.0f});
+      }
+      p.mlp("attn.wu", std::move(nn));
+    }
+    out.xb.push_back(xb);
+    out.unsafe.push_back(step(p, any, 1.0f, "attn.wunsafe"));
+    out.pending.push_back(pend.back());
+  }
+  return out;
+}
+
 void attn_wsum_block_reference(const float* prob, const float* v, int rows, int dims, float* xb) {
   for (int t = 0; t < rows; ++t) {
-    if (prob[t] < 0x1p-80f) continue;  // flushed
+    if (prob[t] < kWsumFlushP) continue;  // flushed
     for (int i = 0; i < dims; ++i) xb[i] += prob[t] * v[t * dims + i];  // run.c: xb[i] += a * v[i]
   }
+}
+
+void attn_two_tier_encode(float x, float* hi, float* lo, float* big) {
+  const float m = std::fabs(x);
+  *hi = m >= kWsumTiny ? x * kWsumScale : 0.0f;
+  *lo = m <= kWsumLowMax ? x * kWsumLowScale : 0.0f;
+  *big = m > kWsumLowMax ? 1.0f : 0.0f;
+}
+
+TwoTier attn_two_tier_add(Program& p, const TwoTier& a, const TwoTier& b) {
+  // Both candidates at once. Low: both operands are at most 2^-36, so both lo are exact,
+  // the sum is at most 2^-35 (2^36 scaled), C's subnormal sums are exact and so are the
+  // scaled ones (multiples of 2^-78 below 2^-55 have < 24 bits), and at and above 2^-126 both
+  // round to 24 bits alike. High (some operand above 2^-36, so its hi is exact): with the
+  // other operand's hi exact too it is C's addition, and the sum is 0 or >= 2^-104 (a
+  // nonzero sum below 2^-104 is a multiple of the smaller operand's ulp, so both operands
+  // would be below 2^-80); with the other below 2^-104 (hi = 0) C absorbs it (the big
+  // operand's ulp is >= 2^-59).
+  const ValueId cL = add(p, a.lo, b.lo, "wsl.cL"), cH = add(p, a.hi, b.hi, "wsl.cH");
+  const ValueId useL = step(p, lin({{a.big, -1.0f}, {b.big, -1.0f}}), 0.0f, "wsl.useL");  // neither big
+  // The result's tier bits from its candidate: |cL| > 2^35 (|r| > 2^-36), |cL| < 2^-33
+  // (|r| < 2^-104), |cH| > 2^-10 (|r| > 2^-36). Near each threshold the candidate is a
+  // float with ulp >= 2^-57, elsewhere the difference is large: greater's window. |c| is
+  // exact above 2^-57 and harmlessly inexact below (far from every threshold).
+  const ValueId aL = abs_value(p, cL, "wsl.absL"), aH = abs_value(p, cH, "wsl.absH");
+  const ValueId gLl = greater(p, aL, constant(p, kWsumLowMax * kWsumLowScale, "wsl.c1"));
+  const ValueId gLh = greater(p, constant(p, kWsumTiny * kWsumLowScale, "wsl.c2"), aL);
+  const ValueId gHl = greater(p, aH, constant(p, kWsumLowMax * kWsumScale, "wsl.c3"));
+  // One live term per output: gates 128 (useL, bit) combinations that are 128, 0 or <= -128.
+  const float u = 1.0f / kOn, up45 = 0x1p45f / kOn, dn45 = 0x1p-45f / kOn;
+  const Lin low_small = lin({{useL, kOn}, {gLl, -kOn}});                         // useL and not big
+  const Lin high_small = lin({{compiler::kOne, kOn}, {useL, -kOn}, {gHl, -kOn}});  // high and not big
+  TwoTier r{p.value("wsl.hi"), p.value("wsl.lo"), p.value("wsl.big")};
+  p.mlp("wsl.out",
+        {Neuron{low_small, lin({{cL, u}}), {{r.lo, 1.0f}}},
+         Neuron{high_small, lin({{cH, up45}}), {{r.lo, 1.0f}}},
+         Neuron{lin({{useL, kOn}, {gLh, -kOn}}), lin({{cL, dn45}}), {{r.hi, 1.0f}}},
+         Neuron{lin({{compiler::kOne, kOn}, {useL, -kOn}}), lin({{cH, u}}), {{r.hi, 1.0f}}},
+         Neuron{lin({{useL, kOn}, {gLl, kOn}, {compiler::kOne, -kOn}}), lin({{compiler::kOne, u}}), {{r.big, 1.0f}}},
+         Neuron{lin({{useL, -kOn}, {gHl, kOn}}), lin({{compiler::kOne, u}}), {{r.big, 1.0f}}}});
+  return r;
+}
+
+std::vector<TwoTier> attn_two_tier_products(Program& p, ValueId pm, ValueId exponent, const std::vector<ValueId>& v) {
+  // Three ranges of p, one live per row:
+  //  R1 p >= 2^-80: p' = p 2^26 >= 2^-54, P = fl(p' v) 2^-26, a normal product >= 2^-104;
+  //  R2 2^-102 <= p < 2^-80: p 2^71 in [2^-31, 2^-9), P = fl(v p 2^71) 2^-71, normal (|v| >= 2^-24);
+  //  R3 p < 2^-102: p 2^110 in [2^-39, 2^8); C may round P on the 2^-149 grid (2^-39 here).
+  constexpr int kEmin = -151, kEmax = 2;
+  const OneHot h = one_hot(p, exponent, kEmin, kEmax, "wsp.te");
+  const ValueId pm20 = p.value("wsp.pm20");
+  scale_acc(p, pm20, pm, 0x1p20f, "wsp.pm20");
+  // [p >= 2^-b] = [pm 2^20 > pred(2^(-b - E)) 2^20]: the threshold is 0 where pm > 0 decides
+  // (and the constant would leave the window), 2^30 where pm < 4 can never reach it.
+  auto at_least = [&](int b, const char* label) {
+    const ValueId thr = selected_constant(p, h, [b](int i) {
+      const int e = -b - i + 20;
+      return e < -34 ? 0.0f : e > 22 ? 0x1p30f : std::ldexp(0x1.fffffep-1f, e);
+    }, label);
+    return greater(p, pm20, thr);
+  };
+  const ValueId k80 = at_least(80, "wsp.t80"), k102 = at_least(102, "wsp.t102");
+  // p' = p 2^k for the exponents a range can have (pm in [2^-54, 4)): R1 E in [-82, 2],
+  // R2 [-104, -27], R3 [-151, -49]; one live neuron (gate: E's one-hot AND the range).
+  auto scaled = [&](int k, int lo, int hi, const Lin& in_range, const char* label) {
+    const ValueId r = p.value(label);
+    std::vector<Neuron> n;
+    for (int i = lo; i <= hi; ++i)
+      n.push_back(Neuron{gate128(plus(h.at(i), in_range)), lin({{pm, std::ldexp(1.0f, i + k) / kOn}}), {{r, 1.0f}}});
+    p.mlp(label, std::move(n));
+    return r;
+  };
+  const ValueId p26 = scaled(26, -82, 2, lin({{k80, 1.0f}, {compiler::kOne, -1.0f}}), "wsp.p26");
+  const ValueId p71 = scaled(71, -104, -27, lin({{k102, 1.0f}, {k80, -1.0f}, {compiler::kOne, -1.0f}}), "wsp.p71");
+  const ValueId p110 = scaled(110, -151, -49, lin({{k102, -1.0f}}), "wsp.p110");
+  const ValueId zero = p.value("wsp.zero");
+  const ValueId c16 = constant(p, 0x1p-16f, "wsp.c16"), c10 = constant(p, 0x1p-10f, "wsp.c10");
+  const ValueId c33 = constant(p, 0x1p-33f, "wsp.c33");
+  const ValueId cmid_hi = constant(p, 0x1.fffffep-1f, "wsp.cmid1"), cmid_lo = constant(p, -0x1.fffffep-1f, "wsp.cmid2");
+  const ValueId negT = constant(p, -0x1p-16f, "wsp.negT");
+  constexpr float kG = 0x1p-39f;  // C's subnormal grid 2^-149 at scale 2^110
+  constexpr float kR = 0x1p40f;   // Dekker's error term carried times 2^40 (in the window)
+  const Split ps = split12(p, p110);
+  std::vector<TwoTier> out;
+  for (ValueId vi : v) {
+    // The products, one rounding each (R1: p' on P3's gate side, R2/R3: v on it, |v| >= 2^-24).
+    const ValueId q26 = p.value("wsp.q26"), q71 = p.value("wsp.q71"), q = p.value("wsp.q110");
+    {
+      std::vector<Neuron> n;
+      detail::mul_neurons(n, q26, p26, vi);
+      detail::mul_neurons(n, q71, vi, p71);
+      detail::mul_neurons(n, q, vi, p110);
+      p.mlp("wsp.prod", std::move(n));
+    }
+    // R3: u = RN(q, 2^-39) by P5 on T = +-2^-16 (q + T stays in one binade of ulp 2^-39 for
+    // |q| < 2^-16, i.e. C products below 2^-126; larger ones are normal: q itself).
+    const ValueId sq = greater(p, q, zero);
+    const ValueId T = p.value("wsp.T");
+    p.mlp("wsp.T", {copy_neuron(T, negT), Neuron{lin({{sq, kOn}}), lin({{compiler::kOne, 0x1p-15f / kOn}}), {{T, 1.0f}}}});
+    const ValueId uu = sub(p, add(p, q, T, "wsp.t1"), T, "wsp.u");
+    // Rounding q instead of the exact product differs only where q sits on a midpoint of the
+    // grid (2^-39 >= 2 ulp(q) there): m = (q - u) / 2^-40 is then +-1, and |m| <= 1 - 2^-23
+    // otherwise (q - u is a multiple of ulp(q) >= 2^-63).
+    const ValueId d = sub(p, q, uu, "wsp.d");
+    const ValueId m = p.value("wsp.m");
+    scale_acc(p, m, d, 0x1p40f, "wsp.m");
+    const ValueId tie_up = greater(p, m, cmid_hi), tie_dn = greater(p, cmid_lo, m);
+    // The sign of the exact residual p110 v - q (Dekker: 12-bit halves, every step exact),
+    // computed only where q is small (v gated to 0 elsewhere, so every term stays in the window).
+    const ValueId small = greater(p, c16, abs_value(p, q, "wsp.absq"));
+    const ValueId vg = p.value("wsp.vg"), qg = p.value("wsp.qg");
+    p.mlp("wsp.gate", {Neuron{lin({{small, kOn}}), lin({{vi, 1.0f / kOn}}), {{vg, 1.0f}}},
+                       Neuron{lin({{small, kOn}}), lin({{q, 1.0f / kOn}}), {{qg, 1.0f}}}});
+    const Split vs = split12(p, vg);
+    const ValueId res = p.value("wsp.res");
+    {
+      std::vector<Neuron> n;
+      detail::mul_neurons(n, res, vs.hi, ps.hi, kR);  // ph vh - q: a two-term sum, exact
+      n.push_back(copy_neuron(res, qg, -kR));
+      p.mlp("wsp.res", std::move(n));
+    }
+    for (auto [g, u] : {std::pair{vs.lo, ps.hi}, std::pair{vs.hi, ps.lo}, std::pair{vs.lo, ps.lo}}) {
+      std::vector<Neuron> n;
+      detail::mul_neurons(n, res, g, u, kR);
+      p.mlp("wsp.res", std::move(n));
+    }
+    const ValueId up = bit_and(p, lin({{tie_up, 1.0f}}), lin({{greater(p, res, zero), 1.0f}}));
+    const ValueId dn = bit_and(p, lin({{tie_dn, 1.0f}}), lin({{greater(p, zero, res), 1.0f}}));
+    const ValueId uc = p.value("wsp.uc");  // RN(p110 v, 2^-39): u moved by one grid step on a broken tie
+    p.mlp("wsp.uc", {copy_neuron(uc, uu), Neuron{lin({{up, kOn}}), lin({{compiler::kOne, kG / kOn}}), {{uc, 1.0f}}},
+                     Neuron{lin({{dn, kOn}}), lin({{compiler::kOne, -kG / kOn}}), {{uc, 1.0f}}}});
+    // lo of R2 / R3 (one of the two is 0): q71, or the R3 product at scale 2^71.
+    const ValueId lo23 = p.value("wsp.lo23");
+    p.mlp("wsp.lo23", {copy_neuron(lo23, q71), Neuron{lin({{small, kOn}}), lin({{uc, 0x1p-39f / kOn}}), {{lo23, 1.0f}}},
+                       Neuron{lin({{small, -kOn}, {compiler::kOne, kOn}}), lin({{q, 0x1p-39f / kOn}}), {{lo23, 1.0f}}}});
+    // The tier bits: R1 big = [|q26| > 2^-10]; R2/R3 hi valid = [|lo23| >= 2^-33].
+    const ValueId big = greater(p, abs_value(p, q26, "wsp.abs26"), c10);
+    const ValueId tiny = greater(p, c33, abs_value(p, lo23, "wsp.abs23"));
+    TwoTier r{p.value("wsp.hi"), p.value("wsp.lo"), big};
+    const float u1 = 1.0f / kOn;
+    p.mlp("wsp.out", {copy_neuron(r.hi, q26),
+                      Neuron{lin({{compiler::kOne, kOn}, {tiny, -kOn}}), lin({{lo23, 0x1p-45f * u1}}), {{r.hi, 1.0f}}},
+                      copy_neuron(r.lo, lo23),
+                      Neuron{lin({{compiler::kOne, kOn}, {big, -kOn}}), lin({{q26, 0x1p45f * u1}}), {{r.lo, 1.0f}}}});
+    out.push_back(r);
+  }
+  return out;
+}
+
+std::vector<TwoTier> attn_wsum_slow_block(Program& p, const std::vector<ValueId>& pm, const std::vector<ValueId>& exponent,
+                                          const std::vector<std::vector<ValueId>>& v, const std::vector<TwoTier>& xb_in) {
+  if (pm.empty() || pm.size() != exponent.size() || pm.size() != v.size())
+    fail("attn_wsum_slow_block: {} pm, {} exponents, {} v rows", pm.size(), exponent.size(), v.size());
+  std::vector<std::vector<TwoTier>> prod;  // [row][dim]: all products in parallel, off the chain
+  for (size_t t = 0; t < pm.size(); ++t) {
+    if (v[t].size() != xb_in.size()) fail("attn_wsum_slow_block: v row {} has {} values, xb has {}", t, v[t].size(), xb_in.size());
+    prod.push_back(attn_two_tier_products(p, pm[t], exponent[t], v[t]));
+  }
+  std::vector<TwoTier> out;
+  for (size_t i = 0; i < xb_in.size(); ++i) {
+    TwoTier acc = xb_in[i];
+    for (size_t t = 0; t < pm.size(); ++t) acc = attn_two_tier_add(p, acc, prod[t][i]);  // run.c: xb[i] += a * v[i]
+    out.push_back(acc);
+  }
+  return out;
 }
 
 }  // namespace qpu::npu

@@ -88,30 +88,91 @@ float attn_sum_block_reference(const float* mant, const float* exponent, int row
 float attn_sum_encode(float sum, bool high);
 float attn_sum_decode(float acc, bool* high);
 
-// ---- (d) the weighted sum: design model only (docs/npu-attention.md, "not built").
+// ---- (d) the weighted sum: fast path with its runtime "unsafe" bit (docs/npu-attention.md 6).
 
-// The planned fast path of xb[i] = sum_t p_t v_t[i] (C's order, from xb = 0), in C: one
-// tier (values 0 or >= 2^-104, scale 2^26), probabilities below 2^-80 flushed. `unsafe` is the runtime
-// condition under which flushing could differ from C (then the machine must take the exact
-// slow path); when it is false the returned xb equals C's bit for bit (the tests check
-// this claim on random and real values).
+// The fast path of xb[i] = sum_t p_t v_t[i] (C's order, from xb = 0) keeps one tier (values
+// 0 or >= 2^-104, scale 2^26) and flushes probabilities below 2^-80. Its C model runs one
+// lane (one dim i) through this state; `unsafe` is the runtime condition under which
+// flushing could differ from C (then the machine must take the exact slow path); when it
+// is false at the end (and `pending` too) the fast xb equals C's bit for bit (the tests
+// check this claim on random and real values). Per row t (prob = p_t, v = v_t[i]):
+//  * prob == 0: nothing (C adds +-0);
+//  * 0 < prob < 2^-80 (flushed; its product is treated as nonzero whatever v is, a
+//    conservative choice: the unit does not test v != 0 or C's underflow of the product):
+//    xb == 0 -> pending (C holds a nonzero xb that the fast path holds as 0);
+//    0 < |xb| < 2^-40 -> unsafe (the flushed product might not be absorbed);
+//  * prob >= 2^-80 (kept): xb += fl(prob v); pending and |xb| < 2^-40 -> unsafe;
+//    pending cleared; 0 < |xb| < 2^-104 (the chain left the tier) -> unsafe.
+// At the end of the head: pending -> unsafe.
+inline constexpr float kWsumFlushP = 0x1p-80f;  // probabilities below are flushed
+inline constexpr float kWsumSafe = 0x1p-40f;    // |xb| >= this absorbs <= 512 flushed products (< 2^-66)
+inline constexpr float kWsumTiny = 0x1p-104f;   // nonzero partial sums below this leave the tier
+struct WsumLane {
+  float xb = 0.0f;  // unscaled C value of the fast chain
+  bool pending = false, unsafe = false;
+};
+void attn_wsum_lane_step(WsumLane& lane, float prob, float v);
+
 struct WeightedSumModel {
   float xb = 0.0f;
-  bool unsafe = false;
+  bool unsafe = false;  // includes a pending state at the end
 };
 WeightedSumModel attn_weighted_sum_fast_model(const float* prob, const float* v, int rows, int v_stride);
 
-// The fast path's block unit (built; the unsafe bit and the slow path are not): xb is
-// carried times kWsumScale; probabilities (pm, exponent) below 2^-80 are flushed, the
-// others scaled into the tier, p' = pm 2^(exponent + 26); then xb_i += fl(p' v_t[i]) in
-// C's order (three additions per sublayer). Equals C's chain with those probabilities
-// flushed (attn_wsum_block_reference) when every |v| is 0 or in [2^-24, 2^5) and no
-// partial sum lands in (0, 2^-104) (then every product is a normal C product >= 2^-104
-// and every value lies in the window at scale 2^26).
+// The fast path's block unit: xb is carried times kWsumScale; probabilities (pm, exponent)
+// below 2^-80 are flushed, the others scaled into the tier, p' = pm 2^(exponent + 26);
+// then xb_i += fl(p' v_t[i]) in C's order (three additions per sublayer). Equals C's chain
+// with those probabilities flushed (attn_wsum_block_reference) when every |v| is 0 or in
+// [2^-24, 2^5) and no partial sum lands in (0, 2^-104) (then every product is a normal C
+// product >= 2^-104 and every value lies in the window at scale 2^26).
 inline constexpr float kWsumScale = 0x1p26f;
 std::vector<ValueId> attn_wsum_block(Program& p, const std::vector<ValueId>& pm, const std::vector<ValueId>& exponent,
                                      const std::vector<std::vector<ValueId>>& v, const std::vector<ValueId>& xb_in);
 // C of the same, on unscaled floats: xb[i] += p_t * v_t[i] for p_t >= 2^-80.
 void attn_wsum_block_reference(const float* prob, const float* v, int rows, int dims, float* xb);
+
+// The same block with the unsafe bit computed inside the unit, per lane (dim i), exactly
+// as attn_wsum_lane_step defines it: unsafe and pending (exactly 0 or 1) cross from block
+// to block with xb; the machine takes the slow path for a head when a lane ends with
+// unsafe or pending set after its last block. The first block gets +0 for all three.
+// Idle (every input 0): every output +0.
+struct WsumChecked {
+  std::vector<ValueId> xb, unsafe, pending;  // one per dim
+};
+WsumChecked attn_wsum_block_checked(Program& p, const std::vector<ValueId>& pm, const std::vector<ValueId>& exponent,
+                                    const std::vector<std::vector<ValueId>>& v, const std::vector<ValueId>& xb_in,
+                                    const std::vector<ValueId>& unsafe_in, const std::vector<ValueId>& pending_in);
+
+// ---- (d) the exact slow path (docs/npu-attention.md 6.4): C's chain with no flush, for the
+// heads whose lanes the unsafe bit sends there. Two-tier values, C's products, the block.
+
+// A value x of the weighted sum (a partial sum or a product, |x| <= 2^9) in both tiers at
+// once: hi = x 2^26 if |x| >= 2^-104 (else 0), lo = x 2^71 if |x| <= 2^-36 (else 0), and
+// big = [|x| > 2^-36] (0/1). x = 0 is (0, 0, 0), so an idle unit holds C's 0.
+inline constexpr float kWsumLowScale = 0x1p71f;
+inline constexpr float kWsumLowMax = 0x1p-36f;  // the low tier holds |x| <= this
+struct TwoTier {
+  ValueId hi, lo, big;
+};
+void attn_two_tier_encode(float x, float* hi, float* lo, float* big);
+
+// fl(a + b), C's float addition, for any a, b in two-tier form with |a|, |b| <= 2^9 (C's
+// subnormal results included): in the low tier when both operands are there, else in the
+// high tier, then re-encoded. 7 MLP sublayers, 76 neurons.
+TwoTier attn_two_tier_add(Program& p, const TwoTier& a, const TwoTier& b);
+
+// C's product fl(p v) in two-tier form for one probability p = pm 2^exponent
+// (attn_probability's output: a float in [0, 1], subnormal included) and each v (0 or |v|
+// in [2^-24, 2^5)), including C's rounding of a subnormal product on the 2^-149 grid
+// (a 24-bit product rounded again on that grid, corrected by the sign of Dekker's exact
+// residual where it sits on a grid midpoint). 34 MLP sublayers.
+std::vector<TwoTier> attn_two_tier_products(Program& p, ValueId pm, ValueId exponent, const std::vector<ValueId>& v);
+
+// The slow path's block: xb_i = fl(xb_i + fl(p_t v_t[i])) for the rows in order, C's own
+// chain for every input of the window (no flush), xb carried in two-tier form from block
+// to block (the first block gets (0, 0, 0)). At the end of a head xb = hi 2^-26 if big or
+// |xb| >= 2^-104 (hi != 0), else lo 2^-71. 90 MLP sublayers per block of 8 rows.
+std::vector<TwoTier> attn_wsum_slow_block(Program& p, const std::vector<ValueId>& pm, const std::vector<ValueId>& exponent,
+                                          const std::vector<std::vector<ValueId>>& v, const std::vector<TwoTier>& xb_in);
 
 }  // namespace qpu::npu

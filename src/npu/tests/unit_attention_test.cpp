@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include "common/error.h"
+#include "compiler/schedule.h"
 #include "npu/engine_host.h"
 #include "npu/expf.h"
 #include "npu/expf_model.h"
@@ -725,6 +726,633 @@ TEST(AttnWsumBlock, EngineMatchesGoldenRecords) {
               list->size(), static_cast<long long>(heads), static_cast<long long>(safe_heads));
 }
 
+// ---------------------------------------------------------------- (d) the unsafe bit in the block unit
+
+// Inputs: pm[8], exponent[8], v[8 x 8], xb_in[8] (times 2^26), unsafe_in[8], pending_in[8].
+// Outputs: xb[8] (times 2^26, only with `with_xb`), unsafe[8], pending[8], each lane run
+// through attn_wsum_lane_step (the C model).
+constexpr int kWIn = 2 * kBlock + kBlock * kDims + 3 * kDims;
+constexpr int kWv = 2 * kBlock, kWxb = kWv + kBlock * kDims, kWun = kWxb + kDims, kWpe = kWun + kDims;
+
+void wsum_checked_reference(const float* in, float* out, bool with_xb) {
+  for (int i = 0; i < kDims; ++i) {
+    WsumLane lane{in[kWxb + i] / kWsumScale, in[kWpe + i] != 0.0f, in[kWun + i] != 0.0f};
+    for (int t = 0; t < kBlock; ++t)
+      attn_wsum_lane_step(lane, std::ldexp(in[t], static_cast<int>(in[kBlock + t])), in[kWv + t * kDims + i]);
+    const int o = with_xb ? kDims : 0;
+    if (with_xb) out[i] = lane.xb * kWsumScale;
+    out[o + i] = lane.unsafe ? 1.0f : 0.0f;
+    out[o + kDims + i] = lane.pending ? 1.0f : 0.0f;
+  }
+}
+
+// Does C's chain (flushed, from xb_in) leave the tier in some lane?
+bool leaves_tier(const float* in) {
+  for (int i = 0; i < kDims; ++i) {
+    float xb = in[kWxb + i] / kWsumScale;
+    for (int t = 0; t < kBlock; ++t) {
+      const float prob = std::ldexp(in[t], static_cast<int>(in[kBlock + t]));
+      if (prob < kWsumFlushP) continue;
+      xb += prob * in[kWv + t * kDims + i];
+      if (xb != 0.0f && std::fabs(xb) < kWsumTiny) return true;
+    }
+  }
+  return false;
+}
+
+// One adversarial block: probabilities of every kind (0, flushed normal and subnormal,
+// both sides of 2^-80, mid, large; realistic (pm, exponent) from expf parts and C's
+// division), rows repeating the previous probability with v negated (exact cancellation
+// back to the earlier partial sum, so xb returns to 0 and flushed rows then set pending)
+// or negated and nudged by a few ulps (cancellation to a tiny partial sum: the tier is
+// left when `tier_left`), xb_in 0 / small (< 2^-40) / at the 2^-40 edge / large, pending_in
+// only with xb_in = 0 (the model's invariant), unsafe_in sometimes set.
+void random_wsum_checked(std::mt19937_64& rng, float* in, bool tier_left) {
+  const int style = static_cast<int>(rng() % 4);  // 0: mixed, 1: mostly flushed, 2: mostly cancelling, 3: near 2^-80
+  for (int t = 0; t < kBlock; ++t) {
+    const bool repeat = t > 0 && rng() % (style == 2 ? 2 : 5) == 0;
+    if (repeat) {
+      in[t] = in[t - 1];
+      in[kBlock + t] = in[kBlock + t - 1];
+    } else {
+      float x = 0.0f;
+      int kind = static_cast<int>(rng() % 6);
+      if (style == 1 && rng() % 2) kind = 3;
+      if (style == 3 && rng() % 2) kind = 1;
+      switch (kind) {
+        case 0: x = -static_cast<float>(rng() % 110000000) * 1e-6f; break;                 // any
+        case 1: x = -47.0f - static_cast<float>(rng() % 12000000) * 1e-6f; break;          // p near 2^-80
+        case 2: x = -static_cast<float>(rng() % 8000000) * 1e-6f; break;                   // large
+        case 3: x = -60.0f - static_cast<float>(rng() % 44000000) * 1e-6f; break;          // flushed, down to subnormal
+        case 4: x = -100.0f - static_cast<float>(rng() % 4000000) * 1e-6f; break;          // subnormal / 0
+        default: x = -1000.0f; break;                                                       // exp 0: p = 0
+      }
+      const ExpfParts e = expf_reference_parts(x);
+      const float sum = 1.0f + static_cast<float>(rng() % 512);
+      in[t] = e.mant == 0.0f ? 0.0f : attn_probability_reference(e.mant, e.exponent, sum);
+      in[kBlock + t] = static_cast<float>(e.exponent);
+    }
+    for (int i = 0; i < kDims; ++i) {
+      float& v = in[kWv + t * kDims + i];
+      v = (rng() % 16) ? rand_float(rng, -24, 4) : 0.0f;
+      if (repeat && rng() % 4 != 0) {
+        const float prev = in[kWv + (t - 1) * kDims + i];
+        v = -prev;
+        if (tier_left && prev != 0.0f && rng() % 2) {  // a few ulps off: a tiny difference of products
+          const int k = 1 + static_cast<int>(rng() % 3);
+          for (int j = 0; j < k; ++j) v = std::nextafter(v, (rng() % 2) ? 32.0f : -32.0f);
+        }
+      }
+    }
+  }
+  for (int i = 0; i < kDims; ++i) {
+    float xb = 0.0f;
+    switch (rng() % 6) {
+      case 0: case 1: xb = 0.0f; break;
+      case 2: xb = rand_float(rng, -104, -41); break;                                     // small, in the tier
+      case 3: xb = (rng() % 2 ? 1.0f : -1.0f) * ((rng() % 2) ? kWsumSafe : std::nextafter(kWsumSafe, 0.0f)); break;
+      default: xb = rand_float(rng, -40, 3); break;
+    }
+    in[kWxb + i] = xb * kWsumScale;
+    in[kWpe + i] = (xb == 0.0f && rng() % 2) ? 1.0f : 0.0f;
+    in[kWun + i] = (rng() % 4 == 0) ? 1.0f : 0.0f;
+  }
+}
+
+PrimitiveSpec wsum_checked_spec(bool with_xb) {
+  PrimitiveSpec s;
+  s.name = with_xb ? "attn_wsum_block_checked" : "attn_wsum_block_checked(bits)";
+  s.inputs = kWIn;
+  s.outputs = (with_xb ? 3 : 2) * kDims;
+  s.build = [with_xb](Program& p, const std::vector<ValueId>& in) {
+    const std::vector<ValueId> pm(in.begin(), in.begin() + kBlock), ex(in.begin() + kBlock, in.begin() + 2 * kBlock);
+    std::vector<std::vector<ValueId>> v;
+    for (int t = 0; t < kBlock; ++t) v.emplace_back(in.begin() + kWv + t * kDims, in.begin() + kWv + (t + 1) * kDims);
+    auto part = [&](int at) { return std::vector<ValueId>(in.begin() + at, in.begin() + at + kDims); };
+    const WsumChecked w = attn_wsum_block_checked(p, pm, ex, v, part(kWxb), part(kWun), part(kWpe));
+    std::vector<ValueId> out = with_xb ? w.xb : std::vector<ValueId>{};
+    out.insert(out.end(), w.unsafe.begin(), w.unsafe.end());
+    out.insert(out.end(), w.pending.begin(), w.pending.end());
+    return out;
+  };
+  s.reference = [with_xb](const float* in, float* out) { wsum_checked_reference(in, out, with_xb); };
+  // With xb: cases whose chain leaves the tier are drawn again (the engine's xb is exact
+  // only inside the window); bits only: those cases are the point.
+  s.random_case = [with_xb](std::mt19937_64& rng, float* in) {
+    for (;;) {
+      random_wsum_checked(rng, in, !with_xb);
+      if (!with_xb || !leaves_tier(in)) return;
+    }
+  };
+  // Idle: all zero (every output +0). Forced cases, one per lane pattern:
+  //  A: xb_in 0, row 0 flushed nonzero (t = 0 tiny probability), rows 1..7 zero: pending out;
+  //  B: xb_in 0, row 0 flushed, row 1 kept with a large product: pending cleared, safe;
+  //  C: xb_in 0, row 0 flushed, row 1 kept with a small product (|xb| < 2^-40): unsafe;
+  //  D: xb_in small nonzero, a flushed row: unsafe; xb_in = 2^-40 exactly: safe;
+  //  E: kept products that cancel exactly to 0, then a flushed row: pending.
+  std::vector<float> zero(static_cast<size_t>(kWIn), 0.0f);
+  s.edge_cases = {zero};
+  auto set_row = [](std::vector<float>& c, int t, float pm, int ex) {
+    c[static_cast<size_t>(t)] = pm;
+    c[static_cast<size_t>(kBlock + t)] = static_cast<float>(ex);
+  };
+  auto set_v = [](std::vector<float>& c, int t, float v) {
+    for (int i = 0; i < kDims; ++i) c[static_cast<size_t>(kWv + t * kDims + i)] = v;
+  };
+  {
+    std::vector<float> a = zero;  // A
+    set_row(a, 0, 1.0f, -120);
+    set_v(a, 0, 0.5f);
+    s.edge_cases.push_back(a);
+    std::vector<float> b = a;  // B
+    set_row(b, 1, 1.0f, -3);
+    set_v(b, 1, 1.5f);
+    s.edge_cases.push_back(b);
+    std::vector<float> c = a;  // C
+    set_row(c, 1, 1.0f, -70);
+    set_v(c, 1, 0x1p-20f);
+    s.edge_cases.push_back(c);
+    std::vector<float> d = zero;  // D: lanes alternate 2^-40 (safe) and 2^-50 (unsafe), and both signs
+    set_row(d, 3, 3.0f, -100);
+    set_v(d, 3, -2.0f);
+    for (int i = 0; i < kDims; ++i)
+      d[static_cast<size_t>(kWxb + i)] = ((i % 2) ? kWsumSafe : 0x1p-50f) * ((i / 2) % 2 ? -1.0f : 1.0f) * kWsumScale;
+    s.edge_cases.push_back(d);
+    std::vector<float> e = zero;  // E
+    set_row(e, 0, 1.25f, -30);
+    set_v(e, 0, 0.75f);
+    set_row(e, 1, 1.25f, -30);
+    set_v(e, 1, -0.75f);
+    set_row(e, 2, 2.0f, -90);
+    set_v(e, 2, 1.0f);
+    s.edge_cases.push_back(e);
+  }
+  if (!with_xb) {
+    // F: cancellation to 2^-110: products p v and -p v' with v' one ulp off.
+    std::vector<float> f = zero;
+    set_row(f, 0, 1.0f, -80);
+    set_v(f, 0, 0x1p-24f);
+    set_row(f, 1, 1.0f, -80);
+    set_v(f, 1, -0x1.000002p-24f);  // xb = -2^-127 after row 1
+    s.edge_cases.push_back(f);
+    // G: the same, then tiny (flushed) products after the cancelled partial sum.
+    std::vector<float> g = f;
+    set_row(g, 2, 1.0f, -110);
+    set_v(g, 2, 1.0f);
+    s.edge_cases.push_back(g);
+  }
+  return s;
+}
+
+TEST(AttnWsumChecked, EngineMatchesModel) {
+  for (bool with_xb : {true, false}) {
+    const PrimitiveSpec s = wsum_checked_spec(with_xb);
+    const SuiteResult r = run_spec(s, kCases / 2);
+    EXPECT_EQ(r.mismatches, 0) << r.first_mismatch;
+    std::printf("%s: %lld cases, %lld sublayers, %lld neurons/lane\n", s.name.c_str(), static_cast<long long>(r.cases),
+                static_cast<long long>(r.sublayers), static_cast<long long>(r.neurons_per_lane));
+  }
+}
+
+// The random generator really reaches every branch of the model (so the test above can
+// fail): count the lanes where each condition decides.
+TEST(AttnWsumChecked, RandomCasesReachEveryBranch) {
+  std::mt19937_64 rng(5);
+  int64_t pend_out = 0, unsafe_new = 0, tier = 0, tried = 0;
+  std::vector<float> in(static_cast<size_t>(kWIn)), out(static_cast<size_t>(2 * kDims));
+  for (int c = 0; c < 2000; ++c) {
+    random_wsum_checked(rng, in.data(), true);
+    tier += leaves_tier(in.data());
+    wsum_checked_reference(in.data(), out.data(), false);
+    for (int i = 0; i < kDims; ++i) {
+      ++tried;
+      unsafe_new += out[static_cast<size_t>(i)] != 0.0f && in[static_cast<size_t>(kWun + i)] == 0.0f;
+      pend_out += out[static_cast<size_t>(kDims + i)] != 0.0f;
+    }
+  }
+  EXPECT_GT(pend_out, tried / 100);
+  EXPECT_GT(unsafe_new, tried / 100);
+  EXPECT_GT(tier, 20);
+  std::printf("wsum checked generator: %lld lanes, %lld newly unsafe, %lld pending out; %lld blocks leave the tier\n",
+              static_cast<long long>(tried), static_cast<long long>(unsafe_new), static_cast<long long>(pend_out),
+              static_cast<long long>(tier));
+}
+
+// Every real head, block by block from xb = unsafe = pending = 0 (the model's state crossing
+// between blocks): the engine's xb, unsafe and pending equal the model's, and after the
+// last block unsafe OR pending is attn_weighted_sum_fast_model's bit. The short slice takes
+// positions 7 and 31 and every head up to position 31 with an unsafe lane.
+TEST(AttnWsumChecked, EngineMatchesGoldenRecords) {
+  const Golden& g = golden();
+  auto list = std::make_shared<std::vector<std::vector<float>>>();
+  int64_t heads = 0, unsafe_lanes = 0, unsafe_heads = 0, checked_unsafe = 0;
+  for (const auto& [key, h] : g.heads) {
+    const auto [pos, layer, head] = key;
+    const int kh = head / g.kv_mul;
+    std::vector<float> vs(static_cast<size_t>((pos + 1) * kDims));
+    for (int t = 0; t <= pos; ++t) {
+      const auto& vt = g.v.at({t, layer});
+      std::copy(vt.begin() + kh * kDims, vt.begin() + (kh + 1) * kDims, vs.begin() + t * kDims);
+    }
+    bool any_unsafe = false;
+    std::vector<bool> lane_unsafe(kDims);
+    for (int i = 0; i < kDims; ++i) {
+      lane_unsafe[static_cast<size_t>(i)] =
+          attn_weighted_sum_fast_model(h.prob.data(), vs.data() + i, pos + 1, kDims).unsafe;
+      any_unsafe |= lane_unsafe[static_cast<size_t>(i)];
+      unsafe_lanes += lane_unsafe[static_cast<size_t>(i)];
+    }
+    ++heads;
+    unsafe_heads += any_unsafe;
+    if (!golden_position(pos) && !(any_unsafe && pos <= 31)) continue;
+    checked_unsafe += any_unsafe;
+    std::vector<float> state(static_cast<size_t>(3 * kDims), 0.0f);  // xb (scaled), unsafe, pending
+    for (int t0 = 0; t0 <= pos; t0 += kBlock) {
+      std::vector<float> c(static_cast<size_t>(kWIn), 0.0f);
+      for (int r = 0; r < kBlock && t0 + r <= pos; ++r) {
+        const auto t = static_cast<size_t>(t0 + r);
+        const ExpfParts e = expf_reference_parts(h.shifted[t]);
+        const float pm = attn_probability_reference(e.mant, e.exponent, h.sum);
+        ASSERT_EQ(std::bit_cast<uint32_t>(std::ldexp(pm, e.exponent)), std::bit_cast<uint32_t>(h.prob[t]));
+        c[static_cast<size_t>(r)] = pm;
+        c[static_cast<size_t>(kBlock + r)] = static_cast<float>(e.exponent);
+        for (int i = 0; i < kDims; ++i) c[static_cast<size_t>(kWv + r * kDims + i)] = vs[t * kDims + static_cast<size_t>(i)];
+      }
+      std::copy(state.begin(), state.end(), c.begin() + kWxb);
+      wsum_checked_reference(c.data(), state.data(), true);
+      list->push_back(c);
+    }
+    for (int i = 0; i < kDims; ++i) {
+      const bool end_unsafe = state[static_cast<size_t>(kDims + i)] != 0.0f || state[static_cast<size_t>(2 * kDims + i)] != 0.0f;
+      ASSERT_EQ(end_unsafe, lane_unsafe[static_cast<size_t>(i)]);
+      if (!end_unsafe) {  // the fast path's claim on the real values
+        ASSERT_EQ(std::bit_cast<uint32_t>(0.0f + state[static_cast<size_t>(i)] / kWsumScale),
+                  std::bit_cast<uint32_t>(0.0f + h.out[static_cast<size_t>(i)]));
+      }
+    }
+  }
+  EXPECT_GT(checked_unsafe, 0);
+  PrimitiveSpec s = wsum_checked_spec(true);
+  s.edge_cases.clear();
+  use_case_list(s, list);
+  const SuiteResult r = run_spec(s, static_cast<int64_t>(list->size()));
+  EXPECT_EQ(r.mismatches, 0) << r.first_mismatch;
+  std::printf("golden checked weighted-sum blocks on the engine: %zu; heads %lld, with an unsafe lane %lld (%lld lanes), "
+              "checked %lld of them\n",
+              list->size(), static_cast<long long>(heads), static_cast<long long>(unsafe_heads),
+              static_cast<long long>(unsafe_lanes), static_cast<long long>(checked_unsafe));
+}
+
+// ---------------------------------------------------------------- (d) slow path: two-tier addition
+
+float two_tier_decode(const float* x) { return x[2] != 0.0f ? x[0] / kWsumScale : x[1] / kWsumLowScale; }
+
+// A float of the weighted sum's range (|x| <= 2^9) of a random kind: 0, subnormal, tiny
+// normal, the overlap of the tiers, large, or a tier edge (2^-104, 2^-36 and neighbours).
+float random_wsum_value(std::mt19937_64& rng) {
+  switch (rng() % 7) {
+    case 0: return 0.0f;
+    case 1: return ((rng() & 1) ? -1.0f : 1.0f) * std::ldexp(static_cast<float>(1 + rng() % (1u << 23)), -149);
+    case 2: return rand_float(rng, -126, -100);
+    case 3: return rand_float(rng, -106, -34);
+    case 4: return rand_float(rng, -40, 9);
+    default: {
+      float e = (rng() & 1) ? kWsumTiny : kWsumLowMax;
+      if (rng() % 3 == 0) e = std::nextafter(e, 0.0f);
+      else if (rng() % 2 == 0) e = std::nextafter(e, 1.0f);
+      return (rng() & 1) ? -e : e;
+    }
+  }
+}
+
+// Inputs: a (hi, lo, big), b (hi, lo, big). Output: fl(a + b) in two-tier form.
+PrimitiveSpec two_tier_add_spec() {
+  PrimitiveSpec s;
+  s.name = "attn_two_tier_add";
+  s.inputs = 6;
+  s.outputs = 3;
+  s.build = [](Program& p, const std::vector<ValueId>& in) {
+    const TwoTier r = attn_two_tier_add(p, TwoTier{in[0], in[1], in[2]}, TwoTier{in[3], in[4], in[5]});
+    return std::vector<ValueId>{r.hi, r.lo, r.big};
+  };
+  s.reference = [](const float* in, float* out) {
+    const float r = two_tier_decode(in) + two_tier_decode(in + 3);  // run.c: xb[i] += product
+    attn_two_tier_encode(r, &out[0], &out[1], &out[2]);
+  };
+  // b independent, or cancelling a: exactly (-a: C gives +0), to a few ulps (tiny sums, on
+  // the subnormal grid for small a), or to land next to a tier edge.
+  s.random_case = [](std::mt19937_64& rng, float* in) {
+    const float a = random_wsum_value(rng);
+    float b = random_wsum_value(rng);
+    switch (rng() % 5) {
+      case 0: b = -a; break;
+      case 1: {
+        b = -a;
+        for (int k = 1 + static_cast<int>(rng() % 4); k > 0; --k) b = std::nextafter(b, (rng() & 1) ? 1e3f : -1e3f);
+        break;
+      }
+      case 2: {
+        const double edge = (rng() & 1) ? 0x1p-104 : 0x1p-36;
+        b = static_cast<float>(((rng() & 1) ? edge : -edge) - static_cast<double>(a));
+        break;
+      }
+      default: break;
+    }
+    attn_two_tier_encode(a, &in[0], &in[1], &in[2]);
+    attn_two_tier_encode(b, &in[3], &in[4], &in[5]);
+  };
+  auto pair = [](float a, float b) {
+    std::vector<float> c(6);
+    attn_two_tier_encode(a, &c[0], &c[1], &c[2]);
+    attn_two_tier_encode(b, &c[3], &c[4], &c[5]);
+    return c;
+  };
+  // Idle (all 0); subnormal sums (exact) and a cancellation to 2^-149; 2^-104 and 2^-36 sums
+  // from both sides; a tiny operand absorbed by a large one and one not absorbed (overlap);
+  // cancellation of large values to 0 and to 2^-110.
+  s.edge_cases = {std::vector<float>(6, 0.0f),
+                  pair(0x1p-149f, 0x1p-149f),
+                  pair(0x1.000002p-125f, -0x1p-125f),
+                  pair(0x1p-105f, 0x1p-105f),
+                  pair(0x1.fffffep-37f, 0x1p-60f),
+                  pair(0x1p-37f, 0x1p-37f),
+                  pair(1.5f, 0x1p-120f),
+                  pair(0x1p-100f, 0x1p-110f),
+                  pair(0.75f, -0.75f),
+                  pair(0x1.000002p-87f, -0x1p-87f),
+                  pair(-0x1p-36f, 0x1p-104f),
+                  pair(0x1p9f, 0x1p9f)};
+  return s;
+}
+
+TEST(AttnTwoTierAdd, EngineMatchesC) {
+  const PrimitiveSpec s = two_tier_add_spec();
+  const SuiteResult r = run_spec(s, 4 * kCases);
+  EXPECT_EQ(r.mismatches, 0) << r.first_mismatch;
+  std::printf("%s: %lld cases, %lld sublayers, %lld neurons/lane\n", s.name.c_str(), static_cast<long long>(r.cases),
+              static_cast<long long>(r.sublayers), static_cast<long long>(r.neurons_per_lane));
+}
+
+// The generator reaches the interesting sums: subnormal results, results in (0, 2^-104)
+// from larger operands, and results that leave or enter the low tier.
+TEST(AttnTwoTierAdd, RandomCasesReachEveryBranch) {
+  const PrimitiveSpec s = two_tier_add_spec();
+  std::mt19937_64 rng(9);
+  int64_t subnormal = 0, cancelled_tiny = 0, up = 0, down = 0;
+  float in[6];
+  for (int c = 0; c < 10000; ++c) {
+    s.random_case(rng, in);
+    const float a = two_tier_decode(in), b = two_tier_decode(in + 3), r = a + b;
+    subnormal += std::fpclassify(r) == FP_SUBNORMAL;
+    cancelled_tiny += r != 0.0f && std::fabs(r) < kWsumTiny && std::fabs(a) >= kWsumTiny;
+    up += std::fabs(r) > kWsumLowMax && in[2] == 0.0f && in[5] == 0.0f;
+    down += std::fabs(r) <= kWsumLowMax && (in[2] != 0.0f || in[5] != 0.0f);
+  }
+  EXPECT_GT(subnormal, 100);
+  EXPECT_GT(cancelled_tiny, 20);
+  EXPECT_GT(up, 20);
+  EXPECT_GT(down, 100);
+  std::printf("two-tier add generator: %lld subnormal sums, %lld cancelled below 2^-104, %lld low->high, %lld high->low\n",
+              static_cast<long long>(subnormal), static_cast<long long>(cancelled_tiny), static_cast<long long>(up),
+              static_cast<long long>(down));
+}
+
+// ---------------------------------------------------------------- (d) slow path: products
+
+// A probability as (pm, exponent) of a random kind: 0; realistic (expf parts divided by a
+// sum, all ranges); any float in [2^-149, 1] in one of its (pm, exponent) forms; a
+// subnormal j 2^-149 or a power of two there (for exact ties).
+void random_prob(std::mt19937_64& rng, float* pm, float* ex) {
+  switch (rng() % 5) {
+    case 0: *pm = 0.0f; *ex = 0.0f; return;
+    case 1: {
+      const ExpfParts e = expf_reference_parts(-static_cast<float>(rng() % 110000000) * 1e-6f);
+      *pm = e.mant == 0.0f ? 0.0f : attn_probability_reference(e.mant, e.exponent, 1.0f + static_cast<float>(rng() % 512));
+      *ex = static_cast<float>(e.exponent);
+      return;
+    }
+    default: {
+      float x = 0.0f;
+      if (rng() % 3 == 0) x = std::ldexp(static_cast<float>(1 + rng() % (1u << 23)), -149);
+      else if (rng() % 2 == 0) x = std::ldexp(1.0f, -149 + static_cast<int>(rng() % 60));
+      else x = std::fabs(rand_float(rng, -126, -1));
+      int e = std::max(std::ilogb(x) - static_cast<int>(rng() % 3), -151);
+      if (std::ldexp(x, -e) >= 4.0f) e += 1;
+      if (std::ldexp(x, -e) < 0x1p-54f) e = std::ilogb(x);
+      *pm = std::ldexp(x, -e);
+      *ex = static_cast<float>(e);
+      return;
+    }
+  }
+}
+
+// v for a probability p: any (traced binades, 0), or forcing p v next to / onto a midpoint
+// of C's subnormal grid (v ~ (k + 1/2) 2^-149 / p: exact ties when p is a power of two).
+float random_v_for(std::mt19937_64& rng, float prob) {
+  if (rng() % 3 != 0 || prob == 0.0f || prob >= 0x1p-102f) return (rng() % 12) ? rand_float(rng, -24, 4) : 0.0f;
+  const double P = std::ldexp(static_cast<double>(prob), 149);  // p on the subnormal grid
+  const double kmin = std::ceil(P * 0x1p-24), kmax = std::min(std::floor(32.0 * P) - 1.0, 0x1p22);
+  if (kmin > kmax) return rand_float(rng, -24, 4);
+  const double k = kmin + static_cast<double>(rng() % static_cast<uint64_t>(kmax - kmin + 1.0)) + 0.5;
+  float v = static_cast<float>(k * 0x1p-149 / static_cast<double>(prob));
+  if (!(std::fabs(v) >= 0x1p-24f && std::fabs(v) < 32.0f)) return rand_float(rng, -24, 4);
+  if (rng() % 2) v = std::nextafter(v, (rng() & 1) ? 32.0f : 0.0f);
+  return (rng() & 1) ? -v : v;
+}
+
+// Inputs: pm, exponent, v. Output: C's fl(p v) in two-tier form.
+PrimitiveSpec two_tier_product_spec() {
+  PrimitiveSpec s;
+  s.name = "attn_two_tier_products";
+  s.inputs = 3;
+  s.outputs = 3;
+  s.build = [](Program& p, const std::vector<ValueId>& in) {
+    const TwoTier r = attn_two_tier_products(p, in[0], in[1], {in[2]})[0];
+    return std::vector<ValueId>{r.hi, r.lo, r.big};
+  };
+  s.reference = [](const float* in, float* out) {
+    const float prod = std::ldexp(in[0], static_cast<int>(in[1])) * in[2];  // run.c: a * v[i]
+    attn_two_tier_encode(prod, &out[0], &out[1], &out[2]);
+  };
+  s.random_case = [](std::mt19937_64& rng, float* in) {
+    random_prob(rng, &in[0], &in[1]);
+    in[2] = random_v_for(rng, std::ldexp(in[0], static_cast<int>(in[1])));
+  };
+  // Idle; exact ties on the subnormal grid (2^-149 * 0.5 -> 0; 2^-148 * 0.75 and
+  // 2^-140 * 1.5 2^-9, both 1.5 2^-149 -> 2^-148, to even); p = 1, 2^-80, pred(2^-80),
+  // 2^-102, pred(2^-102), the smallest p with the largest and smallest v (0.75 2^-149 -> 2^-149).
+  s.edge_cases = {{0.0f, 0.0f, 0.0f},          {1.0f, -149.0f, 0.5f},        {1.0f, -148.0f, 0.75f},
+                  {1.0f, -140.0f, 0x1.8p-9f},  {1.0f, 0.0f, -0x1.fffffep4f}, {1.0f, -80.0f, 0x1p-24f},
+                  {0x1.fffffep-1f, -80.0f, -3.0f}, {1.0f, -102.0f, 0x1p-24f}, {0x1.fffffep-1f, -102.0f, 0x1p-24f},
+                  {1.0f, -149.0f, 0x1.fffffep4f}, {1.0f, -149.0f, 0x1p-24f}, {2.0f, -150.0f, -0.75f}};
+  return s;
+}
+
+TEST(AttnTwoTierProducts, EngineMatchesC) {
+  const PrimitiveSpec s = two_tier_product_spec();
+  const SuiteResult r = run_spec(s, kCases);
+  EXPECT_EQ(r.mismatches, 0) << r.first_mismatch;
+  std::printf("%s: %lld cases, %lld sublayers, %lld neurons/lane\n", s.name.c_str(), static_cast<long long>(r.cases),
+              static_cast<long long>(r.sublayers), static_cast<long long>(r.neurons_per_lane));
+}
+
+TEST(AttnTwoTierProducts, RandomCasesReachEveryBranch) {
+  const PrimitiveSpec s = two_tier_product_spec();
+  std::mt19937_64 rng(11);
+  int64_t subnormal = 0, midpoint = 0, r2 = 0, r1 = 0;
+  float in[3];
+  for (int c = 0; c < 10000; ++c) {
+    s.random_case(rng, in);
+    const float prob = std::ldexp(in[0], static_cast<int>(in[1]));
+    const float prod = prob * in[2];
+    subnormal += std::fpclassify(prod) == FP_SUBNORMAL;
+    // the double-rounding trap: the 24-bit product of p 2^110 and v is a grid midpoint
+    const float q = std::ldexp(prob, 110) * in[2];
+    midpoint += prob < 0x1p-102f && std::fabs(q) < 0x1p-16f && std::fmod(std::ldexp(q, 40), 2.0f) != 0.0f &&
+                std::ldexp(q, 40) == std::trunc(std::ldexp(q, 40));
+    r2 += prob >= 0x1p-102f && prob < 0x1p-80f;
+    r1 += prob >= 0x1p-80f;
+  }
+  EXPECT_GT(subnormal, 500);
+  EXPECT_GT(midpoint, 50);
+  EXPECT_GT(r2, 200);
+  EXPECT_GT(r1, 1000);
+  std::printf("two-tier product generator: %lld subnormal products, %lld on a grid midpoint, %lld in [2^-102, 2^-80), %lld kept\n",
+              static_cast<long long>(subnormal), static_cast<long long>(midpoint), static_cast<long long>(r2),
+              static_cast<long long>(r1));
+}
+
+// ---------------------------------------------------------------- (d) slow path: the block
+
+// The slow block is products (above) + C's chain of two-tier additions. A whole block
+// compiled as one test checkpoint exceeds the test machine's memory (> 10 GB for one dim:
+// the harness holds dense layer matrices, 90 MLP sublayers deep), so the engine runs it in
+// its two stages, each compared bit for bit: the products, and the chain below with C's
+// products as inputs. Inputs: xb_in (hi, lo, big), then 8 products (hi, lo, big). Output:
+// xb after the 8 additions.
+constexpr int kCIn = 3 + 3 * kBlock;
+
+void slow_chain_reference(const float* in, float* out) {
+  float xb = two_tier_decode(in);
+  for (int t = 0; t < kBlock; ++t) xb += two_tier_decode(in + 3 + 3 * t);  // run.c: xb[i] += a * v[i]
+  attn_two_tier_encode(xb, &out[0], &out[1], &out[2]);
+}
+
+PrimitiveSpec slow_chain_spec() {
+  PrimitiveSpec s;
+  s.name = "attn_two_tier_add x 8";
+  s.inputs = kCIn;
+  s.outputs = 3;
+  s.build = [](Program& p, const std::vector<ValueId>& in) {
+    TwoTier acc{in[0], in[1], in[2]};
+    for (int t = 0; t < kBlock; ++t) acc = attn_two_tier_add(p, acc, TwoTier{in[3 + 3 * t], in[4 + 3 * t], in[5 + 3 * t]});
+    return std::vector<ValueId>{acc.hi, acc.lo, acc.big};
+  };
+  s.reference = slow_chain_reference;
+  // C products of the checked unit's adversarial blocks (one lane: cancellations to 0 and
+  // to tiny sums, flushed and subnormal probabilities) with rows of the product generator
+  // mixed in (subnormal products on grid midpoints), xb_in of every kind.
+  s.random_case = [](std::mt19937_64& rng, float* in) {
+    std::vector<float> c(static_cast<size_t>(kWIn));
+    random_wsum_checked(rng, c.data(), true);
+    const int lane = static_cast<int>(rng() % kDims);
+    const float x = (rng() % 2) ? c[static_cast<size_t>(kWxb + lane)] / kWsumScale : random_wsum_value(rng) * 0x1p-5f;
+    attn_two_tier_encode(x, &in[0], &in[1], &in[2]);
+    for (int t = 0; t < kBlock; ++t) {
+      float pm = c[static_cast<size_t>(t)], ex = c[static_cast<size_t>(kBlock + t)], v = c[static_cast<size_t>(kWv + t * kDims + lane)];
+      if (rng() % 3 == 0) {
+        random_prob(rng, &pm, &ex);
+        v = random_v_for(rng, std::ldexp(pm, static_cast<int>(ex)));
+      }
+      const float prod = std::ldexp(pm, static_cast<int>(ex)) * v;
+      attn_two_tier_encode(prod, &in[3 + 3 * t], &in[4 + 3 * t], &in[5 + 3 * t]);
+    }
+  };
+  // The fast path's forced unsafe cases, now exact: t = 0 tiny probability (a subnormal
+  // product held alone) then a small kept product; cancellation to -2^-127 and tiny
+  // products after it; the same from a subnormal xb_in; idle.
+  auto block = [](float xb, std::initializer_list<float> prods) {
+    std::vector<float> c(static_cast<size_t>(kCIn), 0.0f);
+    attn_two_tier_encode(xb, &c[0], &c[1], &c[2]);
+    size_t t = 0;
+    for (float q : prods) {
+      attn_two_tier_encode(q, &c[3 + 3 * t], &c[4 + 3 * t], &c[5 + 3 * t]);
+      ++t;
+    }
+    return c;
+  };
+  s.edge_cases = {std::vector<float>(static_cast<size_t>(kCIn), 0.0f),
+                  block(0.0f, {0.75f * 0x1p-130f, 0x1p-90f}),
+                  block(0.0f, {0x1p-104f, -0x1.000002p-104f, 0x1p-110f, -0x1.8p-149f, 0x1p-140f}),
+                  block(0x1p-147f, {0x1p-104f, -0x1.000002p-104f, 0x1p-110f, -0x1.8p-149f, 0x1p-140f}),
+                  block(0x1p-40f, {-0x1p-40f, 0x1p-149f, 3.0f, -3.0f, 0x1p-120f})};
+  return s;
+}
+
+TEST(AttnWsumSlowBlock, ChainMatchesC) {
+  const PrimitiveSpec s = slow_chain_spec();
+  const SuiteResult r = run_spec(s, kCases);
+  EXPECT_EQ(r.mismatches, 0) << r.first_mismatch;
+  std::printf("%s: %lld cases, %lld sublayers, %lld neurons/lane\n", s.name.c_str(), static_cast<long long>(r.cases),
+              static_cast<long long>(r.sublayers), static_cast<long long>(r.neurons_per_lane));
+}
+
+// Every lane of every real head whose lanes the fast path calls unsafe, block by block
+// from xb = 0: every product (pm, exponent, v) and every block's chain on the engine, and
+// the C composition of the two stages (wsum_slow_reference's chain) equals run.c's att_out.
+// The short slice runs the heads up to position 31.
+TEST(AttnWsumSlowBlock, EngineMatchesGoldenRecords) {
+  const Golden& g = golden();
+  auto prods = std::make_shared<std::vector<std::vector<float>>>();
+  auto chains = std::make_shared<std::vector<std::vector<float>>>();
+  int64_t unsafe_heads = 0, heads = 0;
+  for (const auto& [key, h] : g.heads) {
+    const auto [pos, layer, head] = key;
+    const int kh = head / g.kv_mul;
+    std::vector<float> vs(static_cast<size_t>((pos + 1) * kDims));
+    for (int t = 0; t <= pos; ++t) {
+      const auto& vt = g.v.at({t, layer});
+      std::copy(vt.begin() + kh * kDims, vt.begin() + (kh + 1) * kDims, vs.begin() + t * kDims);
+    }
+    bool unsafe = false;
+    for (int i = 0; i < kDims; ++i) unsafe |= attn_weighted_sum_fast_model(h.prob.data(), vs.data() + i, pos + 1, kDims).unsafe;
+    unsafe_heads += unsafe;
+    if (!unsafe || (!kLong && pos > 31)) continue;
+    ++heads;
+    for (int i = 0; i < kDims; ++i) {
+      float state[3] = {};
+      for (int t0 = 0; t0 <= pos; t0 += kBlock) {
+        std::vector<float> c(static_cast<size_t>(kCIn), 0.0f);
+        std::copy(state, state + 3, c.begin());
+        for (int r = 0; r < kBlock && t0 + r <= pos; ++r) {
+          const auto t = static_cast<size_t>(t0 + r);
+          const ExpfParts e = expf_reference_parts(h.shifted[t]);
+          const float pm = attn_probability_reference(e.mant, e.exponent, h.sum);
+          const float v = vs[t * kDims + static_cast<size_t>(i)];
+          prods->push_back({pm, static_cast<float>(e.exponent), v});
+          attn_two_tier_encode(std::ldexp(pm, e.exponent) * v, &c[static_cast<size_t>(3 + 3 * r)],
+                               &c[static_cast<size_t>(4 + 3 * r)], &c[static_cast<size_t>(5 + 3 * r)]);
+        }
+        slow_chain_reference(c.data(), state);
+        chains->push_back(c);
+      }
+      ASSERT_EQ(std::bit_cast<uint32_t>(two_tier_decode(state)), std::bit_cast<uint32_t>(0.0f + h.out[static_cast<size_t>(i)]));
+    }
+  }
+  EXPECT_GT(heads, 0);
+  PrimitiveSpec sp = two_tier_product_spec(), sc = slow_chain_spec();
+  sp.edge_cases.clear();
+  sc.edge_cases.clear();
+  use_case_list(sp, prods);
+  use_case_list(sc, chains);
+  const SuiteResult rp = run_spec(sp, static_cast<int64_t>(prods->size()));
+  EXPECT_EQ(rp.mismatches, 0) << rp.first_mismatch;
+  const SuiteResult rc = run_spec(sc, static_cast<int64_t>(chains->size()));
+  EXPECT_EQ(rc.mismatches, 0) << rc.first_mismatch;
+  std::printf("golden slow path: %lld of %lld unsafe heads, %zu products and %zu lane blocks on the engine\n",
+              static_cast<long long>(heads), static_cast<long long>(unsafe_heads), prods->size(), chains->size());
+}
+
 // ---------------------------------------------------------------- costs (for the plan)
 
 struct Cost {
@@ -767,7 +1395,60 @@ TEST(AttnCosts, PerUnit) {
   at = report("attn_sum_block (8 rows)", at);
   attn_wsum_block(p, std::vector<ValueId>(in.begin(), in.begin() + 8), std::vector<ValueId>(in.begin() + 8, in.begin() + 16),
                   keys, std::vector<ValueId>(in.begin() + 70, in.begin() + 78));
-  report("attn_wsum_block (8 rows x 8 dims)", at);
+  at = report("attn_wsum_block (8 rows x 8 dims)", at);
+  attn_wsum_block_checked(p, std::vector<ValueId>(in.begin(), in.begin() + 8), std::vector<ValueId>(in.begin() + 8, in.begin() + 16),
+                          keys, std::vector<ValueId>(in.begin() + 70, in.begin() + 78),
+                          std::vector<ValueId>(in.begin() + 16, in.begin() + 24), std::vector<ValueId>(in.begin() + 24, in.begin() + 32));
+  at = report("attn_wsum_block_checked (8 x 8)", at);
+  attn_two_tier_add(p, TwoTier{in[0], in[1], in[2]}, TwoTier{in[3], in[4], in[5]});
+  at = report("attn_two_tier_add (1 C addition)", at);
+  attn_two_tier_products(p, in[0], in[8], std::vector<ValueId>(in.begin() + 16, in.begin() + 24));
+  at = report("attn_two_tier_products (1 row x 8)", at);
+  Program slow;
+  const auto sin = slow.values("in", 80);
+  std::vector<std::vector<ValueId>> sv;
+  for (int r = 0; r < kBlock; ++r) sv.emplace_back(sin.begin() + 8 + 8 * r, sin.begin() + 16 + 8 * r);
+  std::vector<TwoTier> sxb;
+  for (int i = 0; i < kDims; ++i) sxb.push_back(TwoTier{sin[72 + i], sin[72 + i], sin[72 + i]});
+  attn_wsum_slow_block(slow, std::vector<ValueId>(sin.begin(), sin.begin() + 8), std::vector<ValueId>(sin.begin() + 8, sin.begin() + 16),
+                       sv, sxb);
+  const Cost c = cost_of(slow, 0);
+  std::printf("cost %-34s %6lld neurons %7lld nonzeros, critical path %lld MLP sublayers\n", "attn_wsum_slow_block (8 x 8)",
+              static_cast<long long>(c.neurons), static_cast<long long>(c.nonzeros),
+              static_cast<long long>(compiler::critical_path(slow)));
+  EXPECT_GT(c.neurons, 0);
+}
+
+
+// The depth of one head's weighted sum when its blocks chain in one cycle (section 7.2):
+// the fast path's xb chain alone vs the checked unit (xb, unsafe and pending crossing from
+// block to block). The bits trail the chain by a constant, not by a per-block amount:
+// pending and unsafe enter each block one step before its outputs.
+TEST(AttnCosts, ChainedDepth) {
+  for (int blocks : {1, 4, 32}) {
+    int64_t depth[2] = {};
+    for (int checked = 0; checked < 2; ++checked) {
+      Program p;
+      std::vector<ValueId> xb = p.values("xb", kDims), un = p.values("un", kDims), pe = p.values("pe", kDims);
+      for (int b = 0; b < blocks; ++b) {
+        const std::vector<ValueId> pm = p.values("pm", kBlock), ex = p.values("ex", kBlock);
+        std::vector<std::vector<ValueId>> v;
+        for (int t = 0; t < kBlock; ++t) v.push_back(p.values("v", kDims));
+        if (checked) {
+          const WsumChecked w = attn_wsum_block_checked(p, pm, ex, v, xb, un, pe);
+          xb = w.xb;
+          un = w.unsafe;
+          pe = w.pending;
+        } else {
+          xb = attn_wsum_block(p, pm, ex, v, xb);
+        }
+      }
+      depth[checked] = compiler::critical_path(p);
+    }
+    std::printf("weighted sum, %d chained blocks: critical path %lld MLP sublayers fast, %lld checked\n", blocks,
+                static_cast<long long>(depth[0]), static_cast<long long>(depth[1]));
+    EXPECT_LE(depth[1], depth[0] + 16);  // a constant tail, whatever the number of blocks
+  }
 }
 
 }  // namespace

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <string>
+#include <utility>
 
 #include "common/error.h"
 #include "compiler/enable.h"
@@ -93,11 +95,14 @@ Neuron pass(ValueId v, std::vector<Term> down) { return Neuron{lin({{kOne, kOn}}
 }  // namespace
 
 MatvecUnit matvec_unit(Program& p, const std::vector<NestedMatrix>& matrices, const std::vector<ValueId>& x,
-                       const std::vector<ValueId>& flags) {
+                       const std::vector<ValueId>& flags, const MatvecOptions& options) {
   if (matrices.empty()) fail("matvec_unit: no matrices");
   if (flags.size() != matrices.size()) fail("matvec_unit: {} flags for {} matrices", flags.size(), matrices.size());
   const int n = static_cast<int>(x.size());
   if (n < 1) fail("matvec_unit: empty x");
+  if (options.max_op_neurons != 0 && options.max_op_neurons < 4)
+    fail("matvec_unit: max_op_neurons {} (0 = no limit, else >= 4: a lane's additions are up to 4 neurons)",
+         options.max_op_neurons);
   int lanes = 0;
   for (const NestedMatrix& m : matrices) {
     if (m.cols != n) fail("matvec_unit: matrix '{}' has {} columns, x has {}", m.name, m.cols, n);
@@ -112,6 +117,14 @@ MatvecUnit matvec_unit(Program& p, const std::vector<NestedMatrix>& matrices, co
   u.enable = flags_enable(p, flags, "mv.enable");
   u.first_op = p.ops().size();
 
+  // Lane groups [lo, hi) of the add ops: equal sizes, each at most max_op_neurons / 4
+  // lanes (a lane's additions are at most 4 neurons).
+  const int max_group = options.max_op_neurons == 0 ? lanes : options.max_op_neurons / 4;
+  const int num_groups = (lanes + max_group - 1) / max_group;
+  std::vector<std::pair<int, int>> groups;
+  for (int g = 0; g < num_groups; ++g) groups.push_back({lanes * g / num_groups, lanes * (g + 1) / num_groups});
+  auto suffix = [&](size_t g) { return num_groups > 1 ? ".g" + std::to_string(g) : std::string(); };
+
   // The chain's steps as sum_chain_fused takes them: acc = p0, then groups of <= 3.
   std::vector<std::vector<int>> steps;
   for (int j = 1; j < n;) {
@@ -121,7 +134,6 @@ MatvecUnit matvec_unit(Program& p, const std::vector<NestedMatrix>& matrices, co
     steps.push_back(g);
     j += k;
   }
-  const auto L = static_cast<size_t>(lanes);
   std::vector<ValueId> p0 = p.values("mv.p0", lanes);
   // slot[set][r][lane]: the products of step s live in set s % 3.
   std::array<std::array<std::vector<ValueId>, 3>, 3> slot;
@@ -145,7 +157,8 @@ MatvecUnit matvec_unit(Program& p, const std::vector<NestedMatrix>& matrices, co
       }
     }
     // A program op needs a neuron; an all-zero block still gets one (it writes +-0).
-    if (neurons.empty()) neurons.push_back(Neuron{lin({{flags[0], kOn}}), lin({{x[0], 1.0f / kOn}}), {{(*dst[0])[0], 0.0f}}});
+    if (neurons.empty())
+      neurons.push_back(Neuron{lin({{flags[0], kOn}}), lin({{x[0], 1.0f / kOn}}), {{(*dst[0])[0], 0.0f}}});
     p.mlp(label, std::move(neurons));
   };
   auto step_columns = [&](size_t s) {
@@ -161,32 +174,34 @@ MatvecUnit matvec_unit(Program& p, const std::vector<NestedMatrix>& matrices, co
   for (size_t s = 0; s < steps.size(); ++s) {
     const auto& set = slot[s % 3];
     const size_t k = steps[s].size();
-    std::vector<Neuron> neurons;
-    for (size_t i = 0; i < L; ++i) {
-      const ValueId a = acc[i], q1 = set[0][i];
-      const bool clear_acc = s > 0;  // p0 is never written again
-      if (k == 3) {
-        const ValueId q2 = set[1][i], q3 = set[2][i];
-        // fl(acc + q1) (two live up terms) and q2 (clearing its value) into q3's value:
-        // the down sum is the second rounding, the residual add onto q3 the third.
-        neurons.push_back(Neuron{lin({{kOne, kOn}}), lin({{a, 1.0f / kOn}, {q1, 1.0f / kOn}}), {{q3, 1.0f}}});
-        neurons.push_back(pass(q2, {{q3, 1.0f}, {q2, -1.0f}}));
-        neurons.push_back(pass(q1, {{q1, -1.0f}}));
-        if (clear_acc) neurons.push_back(pass(a, {{a, -1.0f}}));
-      } else if (k == 2) {
-        const ValueId q2 = set[1][i];
-        std::vector<Term> da{{q2, 1.0f}};
-        if (clear_acc) da.push_back({a, -1.0f});
-        neurons.push_back(pass(a, da));
-        neurons.push_back(pass(q1, {{q2, 1.0f}, {q1, -1.0f}}));
-      } else {
-        std::vector<Term> da{{q1, 1.0f}};
-        if (clear_acc) da.push_back({a, -1.0f});
-        neurons.push_back(pass(a, da));
+    for (size_t g = 0; g < groups.size(); ++g) {
+      std::vector<Neuron> neurons;
+      for (auto i = static_cast<size_t>(groups[g].first); i < static_cast<size_t>(groups[g].second); ++i) {
+        const ValueId a = acc[i], q1 = set[0][i];
+        const bool clear_acc = s > 0;  // p0 is never written again
+        if (k == 3) {
+          const ValueId q2 = set[1][i], q3 = set[2][i];
+          // fl(acc + q1) (two live up terms) and q2 (clearing its value) into q3's value:
+          // the down sum is the second rounding, the residual add onto q3 the third.
+          neurons.push_back(Neuron{lin({{kOne, kOn}}), lin({{a, 1.0f / kOn}, {q1, 1.0f / kOn}}), {{q3, 1.0f}}});
+          neurons.push_back(pass(q2, {{q3, 1.0f}, {q2, -1.0f}}));
+          neurons.push_back(pass(q1, {{q1, -1.0f}}));
+          if (clear_acc) neurons.push_back(pass(a, {{a, -1.0f}}));
+        } else if (k == 2) {
+          const ValueId q2 = set[1][i];
+          std::vector<Term> da{{q2, 1.0f}};
+          if (clear_acc) da.push_back({a, -1.0f});
+          neurons.push_back(pass(a, da));
+          neurons.push_back(pass(q1, {{q2, 1.0f}, {q1, -1.0f}}));
+        } else {
+          std::vector<Term> da{{q1, 1.0f}};
+          if (clear_acc) da.push_back({a, -1.0f});
+          neurons.push_back(pass(a, da));
+        }
+        acc[i] = set[k - 1][i];
       }
-      acc[i] = set[k - 1][i];
+      p.mlp("mv.add" + std::to_string(s) + suffix(g), std::move(neurons));
     }
-    p.mlp("mv.add" + std::to_string(s), std::move(neurons));
     // Set (s + 2) % 3 was read for the last time by steps s - 1 and s: write it again.
     if (s + 2 < steps.size()) step_columns(s + 2);
   }

@@ -23,6 +23,18 @@
 // MLP sublayers 1 + ceil((n - 1)/3) (the enable neuron shares the first);
 // neurons = nonzero columns over all matrices (~ M n) + ~4 D per chain sublayer + 1;
 // values = 10 D + 1 besides x and the flags.
+//
+// Width (MatvecOptions::max_op_neurons, docs/npu-units.md "Width"): a chain step's
+// additions are one op of up to 4 D neurons (1,376 for w1||w3, 2,048 for the
+// classifier), more than a sublayer of the width budget holds (1,024). With a limit the
+// lanes are split into equal groups of at most max_op_neurons / 4 lanes and each step
+// emits one add op per group. Each lane's values are written by its own group's op only,
+// so the groups obey ir.h's rule (no shared destination in a sublayer) wherever the
+// scheduler puts them; the step's column op stays one op writing every lane (3 M
+// neurons: it fits anywhere). Every value gets the same terms, in the same order, as
+// without groups: the same floats. At the default scheduler limit the length is
+// unchanged; under a 1,024 limit a unit with 4 D + 3 M > 1,024 needs more than one
+// sublayer per step (measured in tests/unit_matvec_test, MatvecWidth).
 #include <string>
 #include <vector>
 
@@ -50,6 +62,19 @@ NestedMatrix llama2_matrix(const reference::Llama2Checkpoint& checkpoint, const 
 // Rows [first, first + count) of m (a classifier block).
 NestedMatrix row_block(const NestedMatrix& m, int first, int count);
 
+struct MatvecOptions {
+  // 0: one add op per chain step (every lane), as before. > 0 (>= 4): no add op above
+  // this many neurons. Column ops (3 M neurons, M = matrices) are not split.
+  int max_op_neurons = 0;
+};
+
+// max_op_neurons for the width budget's 1,024 neurons per sublayer (docs/npu-machine.md):
+// small groups (32 lanes) let the scheduler fill each sublayer to ~1,024; measured on
+// stories260K, 128 gives w1||w3 64 sublayers and wcls 90 (floors ~60 and ~86), while
+// 512 gives 66 / 104 and 1,024 (groups of 256 lanes, which leave no room beside them)
+// 86 / 122.
+inline constexpr int kBudgetMaxOpNeurons = 128;
+
 struct MatvecUnit {
   std::vector<compiler::ValueId> y;  // max rows lanes
   compiler::ValueId enable = 0;      // the sum of the flags
@@ -60,7 +85,8 @@ struct MatvecUnit {
 // Window: x_j = 0 or in the value window, every product and partial sum 0 or in
 // [2^-78, 2^36] (docs/npu.md); |w| >= 2^-126 or w = 0.
 MatvecUnit matvec_unit(compiler::Program& p, const std::vector<NestedMatrix>& matrices,
-                       const std::vector<compiler::ValueId>& x, const std::vector<compiler::ValueId>& flags);
+                       const std::vector<compiler::ValueId>& x, const std::vector<compiler::ValueId>& flags,
+                       const MatvecOptions& options = {});
 
 // run.c's matmul for one matrix: out[i] for i < rows.
 std::vector<float> matvec_reference(const NestedMatrix& m, const float* x);

@@ -1,7 +1,9 @@
 // The matvec unit (npu/unit_matvec.h) against run.c's matmul, bit for bit: random
 // matrices and inputs (fixed seeds) on the engine and under HostSim's random summation
 // orders, chain lengths with every tail (n - 1 = 0, 1, 2 mod 3), the real stories260K
-// matrices fed with the golden records of the greedy story, and "idle = zero".
+// matrices fed with the golden records of the greedy story, and "idle = zero". MatvecWidth:
+// lane groups (MatvecOptions) compiled under the width budget's 1,024 neurons per MLP
+// sublayer with sink and dim reuse (every stories260K matvec, random wide matrices).
 // QPU_NPU_CASES random cases per configuration (100,000 in npu_units_a_tests, label
 // slow; a short slice in npu_units_a_smoke_tests).
 #include <gtest/gtest.h>
@@ -10,6 +12,7 @@
 #include <random>
 
 #include "common/error.h"
+#include "compiler/clear_dead.h"
 #include "npu/unit_matvec.h"
 #include "unit_harness.h"
 
@@ -204,6 +207,208 @@ TEST(MatvecGolden, ClassifierBlocksMatchTheStory) {
     if (!kLong && first != 0 && first + 128 < wcls.rows) continue;  // the short slice: first and last block
     run_golden({"wcls block " + std::to_string(first), {row_block(wcls, first, 128)}, K::final_rms_out, {K::logits}, first, false});
   }
+}
+
+// ---- Width: lane groups (MatvecOptions) under the budget's 1,024 neurons per sublayer ----
+
+// Every matvec of stories260K as the machine uses it: one flag per layer (or the one
+// classifier), x = the golden record before it, y = the records after it.
+std::vector<GoldenGroup> stories_matvecs() {
+  return {{"wq|wk|wv", per_layer({"wq", "wk", "wv"}), K::att_rms_out, {K::q, K::k, K::v}},
+          {"wo", per_layer({"wo"}), K::att_out, {K::wo_out}},
+          {"w1|w3", per_layer({"w1", "w3"}), K::ffn_rms_out, {K::hb, K::hb2}},
+          {"w2", per_layer({"w2"}), K::ffn_prod, {K::w2_out}},
+          {"wcls", {llama2_matrix(unit_testing::stories260k(), "wcls", 0)}, K::final_rms_out, {K::logits}, 0, false}};
+}
+
+compiler::ScheduleLimits budget_limits(int64_t max_neurons_per_mlp = 1024) {
+  compiler::ScheduleLimits l;
+  l.max_neurons_per_mlp = max_neurons_per_mlp;
+  l.sink = true;
+  return l;
+}
+
+struct Shape {
+  int64_t sublayers = 0, mlp_sublayers = 0, hidden = 0, intermediate = 0, neurons = 0;
+};
+
+Shape shape_of(const Built& b, const compiler::ScheduleLimits& limits) {
+  compiler::Interface io;
+  io.inputs = b.unit.inputs;
+  io.outputs = b.unit.outputs;
+  io.vocab_size = static_cast<int64_t>(io.outputs.size());
+  const compiler::ReusePlan plan = compiler::plan_dim_reuse(b.unit.program, io, limits);
+  compiler::check_schedule(plan.program, plan.schedule, limits);
+  Shape s;
+  s.sublayers = plan.schedule.num_sublayers;
+  s.mlp_sublayers = plan.allocation.num_layers;
+  s.hidden = plan.allocation.hidden_size;
+  s.intermediate = plan.allocation.intermediate_size;
+  for (const auto& op : b.unit.program.ops()) s.neurons += static_cast<int64_t>(op.neurons.size());
+  return s;
+}
+
+Built build_with(const std::vector<NestedMatrix>& ms, const MatvecOptions& o) {
+  Built b;
+  auto& p = b.unit.program;
+  const auto x = p.values("x", ms[0].cols);
+  const auto flags = p.values("flag", static_cast<int>(ms.size()));
+  b.unit.inputs = flags;
+  b.unit.inputs.insert(b.unit.inputs.end(), x.begin(), x.end());
+  b.mv = matvec_unit(p, ms, x, flags, o);
+  b.unit.outputs = b.mv.y;
+  b.lanes = static_cast<int>(b.mv.y.size());
+  return b;
+}
+
+MatvecOptions budget_options() {
+  MatvecOptions o;
+  o.max_op_neurons = kBudgetMaxOpNeurons;
+  return o;
+}
+
+// Compiles b with dim reuse under `limits`, the cases baked into the embedding, and runs
+// every case on the engine: the number of cases whose outputs differ from expect.
+int64_t run_compiled(const Built& b, const compiler::ScheduleLimits& limits, const std::vector<float>& in,
+                     const std::vector<float>& expect, std::string& first) {
+  compiler::Interface io;
+  io.inputs = b.unit.inputs;
+  io.outputs = b.unit.outputs;
+  const auto count = static_cast<int64_t>(in.size() / io.inputs.size());
+  io.vocab_size = std::max<int64_t>(count, static_cast<int64_t>(io.outputs.size()));
+  io.input_rows.assign(static_cast<size_t>(io.vocab_size) * io.inputs.size(), 0.0f);
+  std::copy(in.begin(), in.end(), io.input_rows.begin());
+  const compiler::CompiledWithReuse c = compiler::compile_reusing_dims(b.unit.program, io, limits);
+  const Forward fwd = engine_host()(c.compiled.weights);
+  std::vector<float> hidden(static_cast<size_t>(c.compiled.weights.config.hidden_size));
+  int64_t bad = 0;
+  for (int64_t t = 0; t < count; ++t) {
+    fwd(t, hidden);
+    for (size_t o = 0; o < io.outputs.size(); ++o) {
+      const float got = hidden[static_cast<size_t>(c.compiled.allocation.dim(io.outputs[o]))];
+      const float want = 0.0f + expect[static_cast<size_t>(t) * io.outputs.size() + o];
+      if (float_bits(got) != float_bits(want)) {
+        if (bad == 0) first = "case " + std::to_string(t) + " output " + std::to_string(o) + ": expected " + describe_float(want) +
+                              " got " + describe_float(got);
+        ++bad;
+        break;
+      }
+    }
+  }
+  return bad;
+}
+
+// Golden cases of g at a few positions (every layer's flag): x in, C's rows out.
+void golden_cases(const GoldenGroup& g, int lanes, const std::vector<int>& positions, std::vector<float>& in,
+                  std::vector<float>& expect) {
+  const auto& gold = unit_testing::golden();
+  for (int pos : positions)
+    for (size_t m = 0; m < g.matrices.size(); ++m) {
+      const int layer = g.per_layer ? static_cast<int>(m) : -1;
+      const auto& x = gold.at(g.input, pos, layer);
+      for (size_t f = 0; f < g.matrices.size(); ++f) in.push_back(f == m ? 1.0f : 0.0f);
+      in.insert(in.end(), x.begin(), x.end());
+      std::vector<float> y;
+      for (K k : g.outputs) {
+        const auto& rec = gold.at(k, pos, layer);
+        y.insert(y.end(), rec.begin(), rec.end());
+      }
+      y.resize(static_cast<size_t>(lanes), 0.0f);
+      expect.insert(expect.end(), y.begin(), y.end());
+    }
+}
+
+// Default limits: lane groups change nothing in the schedule's length. At the budget's
+// 1,024 neurons per sublayer (and sink), every matvec compiles with add ops of <= 128
+// neurons, no sublayer holds more than 1,024 neurons, and the length is within 3 MLP
+// sublayers of the floor max(chain depth, ceil(neurons / 1,024)). (Schedule and
+// allocation only: MatvecWidth.StoriesMatvecsMatchTheStory runs them.)
+TEST(MatvecWidth, EveryStoriesMatvecCompilesUnderTheBudget) {
+  for (const GoldenGroup& g : stories_matvecs()) {
+    const int n = g.matrices[0].cols;
+    const int64_t depth = 1 + (n - 1 + 2) / 3;  // MLP sublayers of the unit
+    const Built plain = build_with(g.matrices, {});
+    const Shape d = shape_of(plain, {});
+    EXPECT_EQ(d.mlp_sublayers, depth) << g.name;
+    const Built split = build_with(g.matrices, budget_options());
+    const Shape ds = shape_of(split, {});
+    EXPECT_EQ(ds.mlp_sublayers, depth) << g.name;  // same length at the default limit
+    EXPECT_EQ(ds.neurons, d.neurons) << g.name;    // the same neurons, regrouped
+    for (const auto& op : split.unit.program.ops()) EXPECT_LE(op.neurons.size(), 128u) << g.name << " " << op.label;
+    const Shape w = shape_of(split, budget_limits());
+    EXPECT_LE(w.intermediate, 1024) << g.name;
+    const int64_t floor = std::max(depth, (w.neurons + 1023) / 1024);
+    EXPECT_GE(w.mlp_sublayers, floor) << g.name;
+    EXPECT_LE(w.mlp_sublayers, floor + 3) << g.name;
+    // Without groups, 4 D + 3 M neurons in one sublayer per step do not fit 1,024.
+    if (4 * plain.lanes > 1024) {
+      EXPECT_THROW(shape_of(plain, budget_limits()), Error) << g.name;
+    }
+    std::printf("%-9s lanes %3d: default %lld sublayers, hidden %lld, intermediate %lld | 1,024 + sink: %lld sublayers, "
+                "hidden %lld, intermediate %lld | neurons %lld\n",
+                g.name.c_str(), split.lanes, static_cast<long long>(d.sublayers), static_cast<long long>(d.hidden),
+                static_cast<long long>(d.intermediate), static_cast<long long>(w.sublayers), static_cast<long long>(w.hidden),
+                static_cast<long long>(w.intermediate), static_cast<long long>(w.neurons));
+  }
+}
+
+// The same units compiled (dim reuse, 1,024, sink) and run on the engine: C's rows on
+// the golden records of positions 7, 40 and 95, every layer's flag, plus one idle case
+// (every flag and x 0: all +0). w1||w3 and wcls emit 1.4 and 2.9 GB of dense weights
+// (hidden x 1,024 x 3 per layer), so the short slice runs the three narrow matrices.
+TEST(MatvecWidth, StoriesMatvecsMatchTheStory) {
+  for (const GoldenGroup& g : stories_matvecs()) {
+    const Built split = build_with(g.matrices, budget_options());
+    if (!kLong && 4 * split.lanes > 1024) continue;
+    std::vector<float> in, expect;
+    golden_cases(g, split.lanes, {7, 40, 95}, in, expect);
+    in.insert(in.end(), split.unit.inputs.size(), 0.0f);
+    expect.insert(expect.end(), static_cast<size_t>(split.lanes), 0.0f);
+    std::string first;
+    EXPECT_EQ(run_compiled(split, budget_limits(), in, expect, first), 0) << g.name << ": " << first;
+  }
+}
+
+// Lane groups on random matrices wider than a sublayer: at a 256-neuron limit (the
+// budget scaled down 4x, so the weights stay small) 4 x 80 lanes do not fit one; odd
+// group sizes (max_op_neurons 36: 9 lanes), chain tails 0, 1, 2; engine, sink, dim reuse.
+TEST(MatvecWidth, LaneGroupsMatchRunCMatmul) {
+  for (int n : {64, 66, 68, 2}) {
+    std::mt19937_64 rng(4000 + static_cast<uint64_t>(n));
+    const std::vector<NestedMatrix> ms = {random_matrix(rng, "a", 80, n), random_matrix(rng, "b", 7, n),
+                                          random_matrix(rng, "c", 50, n)};
+    MatvecOptions o;
+    o.max_op_neurons = 36;
+    const Built b = build_with(ms, o);
+    const Shape w = shape_of(b, budget_limits(256));
+    EXPECT_LE(w.intermediate, 256);
+    if (n > 3) {  // steps of 3 additions: 3 or 4 neurons per lane
+      ASSERT_THROW(shape_of(build_with(ms, {}), budget_limits(256)), Error);
+      EXPECT_GT(w.mlp_sublayers, 1 + (n - 1 + 2) / 3);  // 4 x 80 + 9 > 256: more than one sublayer per step
+    }
+    std::vector<float> in, expect;
+    random_cases(rng, ms, b.lanes, n == 64 ? kCases / 10 : kCases / 100 + 30, in, expect);
+    std::string first;
+    EXPECT_EQ(run_compiled(b, budget_limits(256), in, expect, first), 0) << "n " << n << ": " << first;
+  }
+}
+
+TEST(MatvecWidth, IdleUnitWithLaneGroupsWritesOnlyZeros) {
+  std::mt19937_64 rng(6);
+  MatvecOptions o;
+  o.max_op_neurons = 32;
+  const Built b = build_with({random_matrix(rng, "a", 24, 64), random_matrix(rng, "b", 20, 64)}, o);
+  const UnitHarness h(b.unit, 8);
+  EXPECT_EQ(h.idle_nonzero(), "");
+}
+
+TEST(MatvecWidth, RejectsTooSmallALimit) {
+  compiler::Program p;
+  const auto x = p.values("x", 4);
+  const auto f = p.values("f", 1);
+  MatvecOptions o;
+  o.max_op_neurons = 3;
+  EXPECT_THROW(matvec_unit(p, {NestedMatrix{"m", 2, 4, std::vector<float>(8, 1.0f)}}, x, f, o), Error);
 }
 
 }  // namespace

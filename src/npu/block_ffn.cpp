@@ -12,18 +12,57 @@ namespace qpu::npu {
 using compiler::Neuron;
 using compiler::ValueId;
 
-FfnBlock ffn_block(compiler::Program& p, const reference::Llama2Checkpoint& checkpoint, const std::vector<ValueId>& x,
-                   const std::vector<ValueId>& layer_flags) {
+namespace {
+
+void check_sizes(const char* who, const reference::Llama2Config& cfg, const std::vector<ValueId>& x,
+                 const std::vector<ValueId>& layer_flags) {
+  if (x.size() != static_cast<size_t>(cfg.dim)) fail("{}: {} x values for a checkpoint of dim {}", who, x.size(), cfg.dim);
+  if (layer_flags.size() != static_cast<size_t>(cfg.n_layers))
+    fail("{}: {} layer flags for a checkpoint of {} layers", who, layer_flags.size(), cfg.n_layers);
+}
+
+// w2 prod, then x[i] += xb[i]. `enable`: the residual add's enable (kOne: the matvec's).
+FfnOut append_out(compiler::Program& p, const reference::Llama2Checkpoint& checkpoint, const std::vector<ValueId>& x,
+                  const std::vector<ValueId>& prod, const std::vector<ValueId>& layer_flags, ValueId enable) {
   const auto& cfg = checkpoint.config();
   const auto dim = static_cast<size_t>(cfg.dim);
-  const auto hidden = static_cast<size_t>(cfg.hidden_dim);
-  if (x.size() != dim) fail("ffn_block: {} x values for a checkpoint of dim {}", x.size(), dim);
-  if (layer_flags.size() != static_cast<size_t>(cfg.n_layers))
-    fail("ffn_block: {} layer flags for a checkpoint of {} layers", layer_flags.size(), cfg.n_layers);
+  FfnOut o;
+  o.first_op = p.ops().size();
+  std::vector<NestedMatrix> w2;
+  for (int l = 0; l < cfg.n_layers; ++l) w2.push_back(llama2_matrix(checkpoint, "w2", l));
+  const MatvecUnit down = matvec_unit(p, w2, prod, layer_flags);
+  o.w2_out = down.y;
+  o.enable = enable == compiler::kOne ? down.enable : enable;
 
-  FfnBlock b;
-  b.first_op = p.ops().size();
+  // x[i] += xb[i]: two copy neurons per i into a fresh value; their down sum is C's one
+  // rounding (every other term of it is +-0), the add onto the fresh +0 value is exact.
+  const size_t first_add = p.ops().size();
+  o.x_out = p.values("ffn.x_out", static_cast<int>(dim));
+  std::vector<Neuron> adds;
+  for (size_t i = 0; i < dim; ++i) {
+    adds.push_back(detail::copy_neuron(o.x_out[i], x[i]));
+    adds.push_back(detail::copy_neuron(o.x_out[i], o.w2_out[i]));
+  }
+  p.mlp("ffn.residual", std::move(adds));
+  // The copy neurons' only constants are their gates (128): idle, their ups are +-0 and
+  // they write +-0 anyway, but through the enable an idle block reads no rail at all.
+  compiler::enable_constants(p, first_add, o.enable);
+  return o;
+}
 
+}  // namespace
+
+FfnChunk ffn_chunk_block(compiler::Program& p, const reference::Llama2Checkpoint& checkpoint, const std::vector<ValueId>& x,
+                         const std::vector<ValueId>& layer_flags, int first_lane, int lanes) {
+  const auto& cfg = checkpoint.config();
+  check_sizes("ffn_chunk_block", cfg, x, layer_flags);
+  if (first_lane < 0 || lanes < 1 || first_lane > cfg.hidden_dim - lanes)
+    fail("ffn_chunk_block: lanes [{}, {} + {}) outside hidden_dim {}", first_lane, first_lane, lanes, cfg.hidden_dim);
+  const auto dim = static_cast<size_t>(cfg.dim);
+  const auto n = static_cast<size_t>(lanes);
+
+  FfnChunk c;
+  c.first_op = p.ops().size();
   // xb = rmsnorm(x, rms_ffn[l]): one weight vector per layer flag.
   const auto rms = checkpoint.weights().rms_ffn;
   std::vector<std::vector<float>> weights;
@@ -31,38 +70,46 @@ FfnBlock ffn_block(compiler::Program& p, const reference::Llama2Checkpoint& chec
     weights.emplace_back(rms.begin() + static_cast<std::ptrdiff_t>(l * dim),
                          rms.begin() + static_cast<std::ptrdiff_t>((l + 1) * dim));
   const RmsnormUnit norm = rmsnorm_unit(p, weights, x, layer_flags);
-  b.enable = norm.enable;
-  b.xb = norm.out;
+  c.enable = norm.enable;
+  c.xb = norm.out;
 
-  // hb = w1 xb and hb2 = w3 xb in one unit: lanes [0, hidden) and [hidden, 2 hidden).
-  std::vector<NestedMatrix> w13, w2;
-  for (int l = 0; l < cfg.n_layers; ++l) {
-    w13.push_back(stack_rows("w1|w3", {llama2_matrix(checkpoint, "w1", l), llama2_matrix(checkpoint, "w3", l)}));
-    w2.push_back(llama2_matrix(checkpoint, "w2", l));
-  }
-  const MatvecUnit up = matvec_unit(p, w13, b.xb, layer_flags);
-  b.hb.assign(up.y.begin(), up.y.begin() + static_cast<std::ptrdiff_t>(hidden));
-  b.hb2.assign(up.y.begin() + static_cast<std::ptrdiff_t>(hidden), up.y.begin() + static_cast<std::ptrdiff_t>(2 * hidden));
+  // The chunk's rows of w1 xb and w3 xb in one unit: lanes [0, n) and [n, 2 n).
+  std::vector<NestedMatrix> w13;
+  for (int l = 0; l < cfg.n_layers; ++l)
+    w13.push_back(stack_rows("w1|w3", {row_block(llama2_matrix(checkpoint, "w1", l), first_lane, lanes),
+                                       row_block(llama2_matrix(checkpoint, "w3", l), first_lane, lanes)}));
+  const MatvecUnit up = matvec_unit(p, w13, c.xb, layer_flags);
+  c.hb.assign(up.y.begin(), up.y.begin() + static_cast<std::ptrdiff_t>(n));
+  c.hb2.assign(up.y.begin() + static_cast<std::ptrdiff_t>(n), up.y.begin() + static_cast<std::ptrdiff_t>(2 * n));
 
-  // hb[i] = silu(hb[i]) * hb2[i] on every lane.
-  for (const SwigluResult& r : swiglu_lanes(p, b.hb, b.hb2, b.enable)) b.prod.push_back(r.out);
+  // prod[i] = silu(hb[i]) * hb2[i] on every lane of the chunk.
+  for (const SwigluResult& r : swiglu_lanes(p, c.hb, c.hb2, c.enable)) c.prod.push_back(r.out);
+  return c;
+}
 
-  // xb = w2 hb.
-  b.w2_out = matvec_unit(p, w2, b.prod, layer_flags).y;
+FfnOut ffn_out_block(compiler::Program& p, const reference::Llama2Checkpoint& checkpoint, const std::vector<ValueId>& x,
+                     const std::vector<ValueId>& prod, const std::vector<ValueId>& layer_flags) {
+  const auto& cfg = checkpoint.config();
+  check_sizes("ffn_out_block", cfg, x, layer_flags);
+  if (prod.size() != static_cast<size_t>(cfg.hidden_dim))
+    fail("ffn_out_block: {} products for a checkpoint of hidden_dim {}", prod.size(), cfg.hidden_dim);
+  return append_out(p, checkpoint, x, prod, layer_flags, compiler::kOne);
+}
 
-  // x[i] += xb[i]: two copy neurons per i into a fresh value; their down sum is C's one
-  // rounding (every other term of it is +-0), the add onto the fresh +0 value is exact.
-  const size_t first_add = p.ops().size();
-  b.x_out = p.values("ffn.x_out", static_cast<int>(dim));
-  std::vector<Neuron> adds;
-  for (size_t i = 0; i < dim; ++i) {
-    adds.push_back(detail::copy_neuron(b.x_out[i], x[i]));
-    adds.push_back(detail::copy_neuron(b.x_out[i], b.w2_out[i]));
-  }
-  p.mlp("ffn.residual", std::move(adds));
-  // The copy neurons' only constants are their gates (128): idle, their ups are +-0 and
-  // they write +-0 anyway, but through the enable an idle block reads no rail at all.
-  compiler::enable_constants(p, first_add, b.enable);
+FfnBlock ffn_block(compiler::Program& p, const reference::Llama2Checkpoint& checkpoint, const std::vector<ValueId>& x,
+                   const std::vector<ValueId>& layer_flags) {
+  check_sizes("ffn_block", checkpoint.config(), x, layer_flags);
+  FfnBlock b;
+  b.first_op = p.ops().size();
+  FfnChunk all = ffn_chunk_block(p, checkpoint, x, layer_flags, 0, checkpoint.config().hidden_dim);
+  b.enable = all.enable;
+  b.xb = std::move(all.xb);
+  b.hb = std::move(all.hb);
+  b.hb2 = std::move(all.hb2);
+  b.prod = std::move(all.prod);
+  FfnOut out = append_out(p, checkpoint, x, b.prod, layer_flags, b.enable);
+  b.w2_out = std::move(out.w2_out);
+  b.x_out = std::move(out.x_out);
   return b;
 }
 

@@ -45,8 +45,42 @@ struct FfnBlock {
 };
 
 // Appends the block. x: dim values; layer_flags: n_layers one-hot values. Dimensions come
-// from the checkpoint's header. Throws qpu::Error on a size mismatch.
+// from the checkpoint's header. Throws qpu::Error on a size mismatch. It is
+// ffn_chunk_block over all hidden_dim lanes followed by ffn_out_block's w2 and residual
+// add (the add's enable being the rmsnorm's, as above).
 FfnBlock ffn_block(compiler::Program& p, const reference::Llama2Checkpoint& checkpoint,
                    const std::vector<compiler::ValueId>& x, const std::vector<compiler::ValueId>& layer_flags);
+
+// The FFN split for the width budget (docs/npu-machine.md, "M2 ... The width budget"):
+// the whole block does not fit one host cycle of a Qwen3.5 config (H, I <= 1,024), so
+// the machine runs it as SWIGLU(l, chunk) micro-ops, each rmsnorm(x) -> the rows of w1
+// and w3 for its lanes only (row_block) -> swiglu on those lanes, then one W2 micro-op
+// over all hidden_dim products. Run one after the other they compute ffn_block's x_out
+// bit for bit: every lane is its own C loop, and rmsnorm(x) is the same in every chunk.
+struct FfnChunk {
+  std::vector<compiler::ValueId> prod;     // lanes values: silu(hb[i]) * hb2[i], i in the chunk
+  compiler::ValueId enable = 0;            // the rmsnorm's enable: sum of the layer flags
+  std::vector<compiler::ValueId> xb;       // rmsnorm output (dim)
+  std::vector<compiler::ValueId> hb, hb2;  // the chunk's rows of w1 xb, w3 xb (lanes each)
+  size_t first_op = 0;
+};
+// Lanes [first_lane, first_lane + lanes) of hidden_dim. Idle (flags 0, x = 0): writes
+// only +-0. Throws qpu::Error on a size mismatch or lanes outside [0, hidden_dim).
+FfnChunk ffn_chunk_block(compiler::Program& p, const reference::Llama2Checkpoint& checkpoint,
+                         const std::vector<compiler::ValueId>& x, const std::vector<compiler::ValueId>& layer_flags,
+                         int first_lane, int lanes);
+
+struct FfnOut {
+  std::vector<compiler::ValueId> x_out;   // dim values: run.c's x after the FFN
+  std::vector<compiler::ValueId> w2_out;  // w2 prod (dim)
+  compiler::ValueId enable = 0;           // the w2 matvec's enable: sum of the layer flags
+  size_t first_op = 0;
+};
+// x: dim values (the block's input, as given to the chunks); prod: the hidden_dim
+// products of all chunks in lane order. Idle: writes only +-0 (the residual add's
+// enable is the matvec's). Throws qpu::Error on a size mismatch.
+FfnOut ffn_out_block(compiler::Program& p, const reference::Llama2Checkpoint& checkpoint,
+                     const std::vector<compiler::ValueId>& x, const std::vector<compiler::ValueId>& prod,
+                     const std::vector<compiler::ValueId>& layer_flags);
 
 }  // namespace qpu::npu

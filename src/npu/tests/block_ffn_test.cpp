@@ -15,6 +15,11 @@
 // and the rails make every layer's norm scale exactly 2^-k whatever the hidden size, so
 // each chunk computes what those layers of the one checkpoint compute; the engine time
 // per block forward is the sum over chunks (run_chunked says the rest).
+//
+// The split FFN (ffn_chunk_block + ffn_out_block, the machine's SWIGLU and W2 micro-ops)
+// is tested the same way: each chunk block compiled once under the v1 width budget, the
+// cases run through every chunk, their products gathered in lane order and fed with x
+// and the flags to the out block, whose x_out must be run.c's.
 #include <math.h>  // glibc's expf, as run.c
 
 #include <algorithm>
@@ -66,27 +71,46 @@ void run_c_ffn(const reference::Llama2Checkpoint& ck, int l, std::vector<float>&
   for (size_t i = 0; i < dim; ++i) x[i] += xb[i];
 }
 
-// The block as compiled: inputs x (dim) then the layer flags, output x_out.
+// A block as compiled: its input values (one case row each), its outputs, the plan.
 struct Block {
   compiler::Program program;
-  std::vector<ValueId> x, flags, inputs;
-  FfnBlock ffn;
+  std::vector<ValueId> x, flags, inputs, outputs;
+  FfnBlock ffn;  // build_block only
   compiler::ReusePlan plan;
 };
 
-std::unique_ptr<Block> build_block(const reference::Llama2Checkpoint& ck) {
-  auto b = std::make_unique<Block>();
-  b->x = b->program.values("x", ck.config().dim);
-  b->flags = b->program.values("layer", ck.config().n_layers);
-  b->ffn = ffn_block(b->program, ck, b->x, b->flags);
-  b->inputs = b->x;
-  b->inputs.insert(b->inputs.end(), b->flags.begin(), b->flags.end());
+// Plans b (program, inputs, outputs set) as compile_reusing_dims does.
+void plan_block(Block& b, const compiler::ScheduleLimits& limits = {}) {
   compiler::Interface io;
-  io.inputs = b->inputs;
-  io.outputs = b->ffn.x_out;
+  io.inputs = b.inputs;
+  io.outputs = b.outputs;
   io.vocab_size = static_cast<int64_t>(io.outputs.size());
   io.input_rows.assign(static_cast<size_t>(io.vocab_size) * io.inputs.size(), 0.0f);
-  b->plan = compiler::plan_dim_reuse(b->program, io);
+  b.plan = compiler::plan_dim_reuse(b.program, io, limits);
+}
+
+// A block's x (dim) and layer flags; extra: values created between them (inputs in
+// that order: x, extra, flags).
+std::unique_ptr<Block> start_block(const reference::Llama2Checkpoint& ck, std::vector<ValueId>* extra = nullptr,
+                                   int extra_count = 0) {
+  auto b = std::make_unique<Block>();
+  b->x = b->program.values("x", ck.config().dim);
+  b->inputs = b->x;
+  if (extra != nullptr) {
+    *extra = b->program.values("prod", extra_count);
+    b->inputs.insert(b->inputs.end(), extra->begin(), extra->end());
+  }
+  b->flags = b->program.values("layer", ck.config().n_layers);
+  b->inputs.insert(b->inputs.end(), b->flags.begin(), b->flags.end());
+  return b;
+}
+
+// The whole block: inputs x (dim) then the layer flags, output x_out.
+std::unique_ptr<Block> build_block(const reference::Llama2Checkpoint& ck) {
+  auto b = start_block(ck);
+  b->ffn = ffn_block(b->program, ck, b->x, b->flags);
+  b->outputs = b->ffn.x_out;
+  plan_block(*b);
   return b;
 }
 
@@ -237,28 +261,39 @@ struct Checked {
   double ms_per_forward = 0, cpu_ms_per_forward = 0;
 };
 
-// Runs (x, layer) cases and compares x_out with run.c's x after the FFN (expect).
-Checked check_cases(const Block& b, int n_layers, const std::vector<std::vector<float>>& xs, const std::vector<int>& layers,
-                    const std::vector<std::vector<float>>& expect, int64_t chunk_bytes = 1) {
+// One block input row per (x, layer) case: x then the one-hot layer flags.
+std::vector<std::vector<float>> case_rows(int n_layers, const std::vector<std::vector<float>>& xs, const std::vector<int>& layers) {
   std::vector<std::vector<float>> cases;
   for (size_t c = 0; c < xs.size(); ++c) {
     std::vector<float> row = xs[c];
     for (int l = 0; l < n_layers; ++l) row.push_back(l == layers[c] ? 1.0f : 0.0f);
     cases.push_back(std::move(row));
   }
-  const ChunkedRun run = run_chunked(b, cases, 0, chunk_bytes);
+  return cases;
+}
+
+// Per case: b's outputs as the run left them in the residual stream.
+std::vector<std::vector<float>> outputs_of(const Block& b, const ChunkedRun& run) {
+  std::vector<std::vector<float>> out(run.hidden.size());
+  for (size_t c = 0; c < run.hidden.size(); ++c)
+    for (ValueId v : b.outputs) out[c].push_back(run.hidden[c][static_cast<size_t>(b.plan.allocation.dim(v))]);
+  return out;
+}
+
+// Compares x_out per case with run.c's x after the FFN (expect; the engine's residual
+// stream holds x + 0, so -0 reads +0).
+Checked compare(const std::vector<std::vector<float>>& got, const std::vector<int>& layers,
+                const std::vector<std::vector<float>>& expect) {
   Checked k;
-  k.ms_per_forward = 1000.0 * run.engine_seconds / static_cast<double>(std::max<size_t>(cases.size(), 1));
-  k.cpu_ms_per_forward = 1000.0 * run.engine_cpu_seconds / static_cast<double>(std::max<size_t>(cases.size(), 1));
-  for (size_t c = 0; c < cases.size(); ++c) {
+  for (size_t c = 0; c < got.size(); ++c) {
     ++k.cases;
-    for (size_t i = 0; i < b.ffn.x_out.size(); ++i) {
-      const float got = run.hidden[c][static_cast<size_t>(b.plan.allocation.dim(b.ffn.x_out[i]))];
+    for (size_t i = 0; i < expect[c].size(); ++i) {
       const float want = 0.0f + expect[c][i];
-      if (float_bits(got) != float_bits(want)) {
+      if (i >= got[c].size() || float_bits(got[c][i]) != float_bits(want)) {
         if (k.mismatches == 0)
           k.first = "case " + std::to_string(c) + " (layer " + std::to_string(layers[c]) + ") x_out[" + std::to_string(i) +
-                    "]: expected " + describe_float(want) + " got " + describe_float(got);
+                    "]: expected " + describe_float(want) + " got " +
+                    (i < got[c].size() ? describe_float(got[c][i]) : std::string("nothing"));
         ++k.mismatches;
         break;
       }
@@ -267,37 +302,131 @@ Checked check_cases(const Block& b, int n_layers, const std::vector<std::vector<
   return k;
 }
 
+// Runs (x, layer) cases through the whole block and compares x_out with run.c's.
+Checked check_cases(const Block& b, int n_layers, const std::vector<std::vector<float>>& xs, const std::vector<int>& layers,
+                    const std::vector<std::vector<float>>& expect, int64_t chunk_bytes = 1) {
+  const std::vector<std::vector<float>> cases = case_rows(n_layers, xs, layers);
+  const ChunkedRun run = run_chunked(b, cases, 0, chunk_bytes);
+  Checked k = compare(outputs_of(b, run), layers, expect);
+  k.ms_per_forward = 1000.0 * run.engine_seconds / static_cast<double>(std::max<size_t>(cases.size(), 1));
+  k.cpu_ms_per_forward = 1000.0 * run.engine_cpu_seconds / static_cast<double>(std::max<size_t>(cases.size(), 1));
+  return k;
+}
+
+// The v1 width budget (docs/npu-machine.md, "M2 ... The width budget"): the split FFN's
+// micro-ops are compiled with these limits.
+compiler::ScheduleLimits budget_limits() {
+  compiler::ScheduleLimits limits;
+  limits.max_neurons_per_mlp = 1024;
+  limits.sink = true;
+  return limits;
+}
+constexpr int64_t kBudgetHidden = 1024, kBudgetNeurons = 1024;
+// The SWIGLU micro-op's lanes: the most that fit the budget (CompiledShapeFitsTheWidthBudget
+// prints 4, 8, 16: a chunk's hidden grows ~128 dims per lane, and beside the SwiGLU lanes
+// it holds the inputs x and the flags for the whole program; 8 lanes need 1,134 + 18 rails).
+constexpr int kChunkLanes = 7;
+
+// SWIGLU(l, chunk): inputs x then the flags, outputs the chunk's products.
+std::unique_ptr<Block> build_chunk(const reference::Llama2Checkpoint& ck, int first_lane, int lanes) {
+  auto b = start_block(ck);
+  b->outputs = ffn_chunk_block(b->program, ck, b->x, b->flags, first_lane, lanes).prod;
+  plan_block(*b, budget_limits());
+  return b;
+}
+
+// W2: inputs x, the hidden_dim products, the flags; output x_out. Planned with
+// `limits` (the budget's when the w2 matvec's widest op fits 1,024 neurons).
+std::unique_ptr<Block> build_out(const reference::Llama2Checkpoint& ck, const compiler::ScheduleLimits& limits) {
+  std::vector<ValueId> prod;
+  auto b = start_block(ck, &prod, ck.config().hidden_dim);
+  b->outputs = ffn_out_block(b->program, ck, b->x, prod, b->flags).x_out;
+  plan_block(*b, limits);
+  return b;
+}
+
+// The FFN as the machine runs it: every chunk compiled once, then the out block.
+struct SplitFfn {
+  std::vector<std::unique_ptr<Block>> chunks;  // lanes [kChunkLanes k, ...)
+  std::unique_ptr<Block> out;
+};
+
+std::unique_ptr<SplitFfn> build_split(const reference::Llama2Checkpoint& ck, int chunk_lanes = kChunkLanes) {
+  auto s = std::make_unique<SplitFfn>();
+  for (int first = 0; first < ck.config().hidden_dim; first += chunk_lanes)
+    s->chunks.push_back(build_chunk(ck, first, std::min(chunk_lanes, ck.config().hidden_dim - first)));
+  s->out = build_out(ck, budget_limits());
+  return s;
+}
+
+// Runs the cases (rows: x then the flags) chunk by chunk, gathers each case's
+// products in lane order, then runs the out block on x, the products and the flags.
+// Returns x_out per case; `idle_cases` as in run_chunked, over every micro-op.
+struct SplitRun {
+  std::vector<std::vector<float>> x_out;
+  std::string idle_nonzero;
+  int64_t micro_ops = 0;
+};
+SplitRun run_split(const SplitFfn& s, int dim, const std::vector<std::vector<float>>& cases, size_t idle_cases = 0) {
+  SplitRun r;
+  std::vector<std::vector<float>> out_rows(cases.size());
+  for (size_t c = 0; c < cases.size(); ++c) out_rows[c].assign(cases[c].begin(), cases[c].begin() + dim);
+  for (const auto& chunk : s.chunks) {
+    const ChunkedRun run = run_chunked(*chunk, cases, idle_cases);
+    if (r.idle_nonzero.empty() && !run.idle_nonzero.empty()) r.idle_nonzero = "chunk " + std::to_string(r.micro_ops) + ": " + run.idle_nonzero;
+    const auto prods = outputs_of(*chunk, run);
+    for (size_t c = 0; c < cases.size(); ++c) out_rows[c].insert(out_rows[c].end(), prods[c].begin(), prods[c].end());
+    ++r.micro_ops;
+  }
+  for (size_t c = 0; c < cases.size(); ++c) out_rows[c].insert(out_rows[c].end(), cases[c].begin() + dim, cases[c].end());
+  const ChunkedRun run = run_chunked(*s.out, out_rows, idle_cases);
+  if (r.idle_nonzero.empty() && !run.idle_nonzero.empty()) r.idle_nonzero = "out block: " + run.idle_nonzero;
+  r.x_out = outputs_of(*s.out, run);
+  ++r.micro_ops;
+  return r;
+}
+
+Checked check_split_cases(const SplitFfn& s, int dim, int n_layers, const std::vector<std::vector<float>>& xs,
+                          const std::vector<int>& layers, const std::vector<std::vector<float>>& expect) {
+  return compare(run_split(s, dim, case_rows(n_layers, xs, layers)).x_out, layers, expect);
+}
+
+const SplitFfn& stories_split() {
+  static const std::unique_ptr<SplitFfn> s = build_split(unit_testing::stories260k());
+  return *s;
+}
+
 const Block& stories_block() {
   static const std::unique_ptr<Block> b = build_block(unit_testing::stories260k());
   return *b;
 }
 
-// (a) Every layer at many positions of the greedy story: x_att_res -> x_ffn_res.
-TEST(FfnBlockGolden, EveryLayerMatchesTheStory) {
-  const auto& ck = unit_testing::stories260k();
-  const auto& gold = unit_testing::golden();
-  ASSERT_GE(gold.positions, 64);
+// The golden cases: x_att_res -> x_ffn_res of every layer at positions of the greedy
+// story (the short slice: positions `short_positions`).
+struct Cases {
   std::vector<std::vector<float>> xs, expect;
   std::vector<int> layers;
+  int positions = 0;
+};
+Cases golden_cases(const std::vector<int>& short_positions) {
+  const auto& ck = unit_testing::stories260k();
+  const auto& gold = unit_testing::golden();
+  EXPECT_GE(gold.positions, 64);
+  Cases k;
   for (int pos = 0; pos < gold.positions; ++pos) {
-    if (!kLong && pos % 48 != 5) continue;  // the short slice: positions 5 and 53
+    if (!kLong && std::find(short_positions.begin(), short_positions.end(), pos) == short_positions.end()) continue;
+    ++k.positions;
     for (int l = 0; l < ck.config().n_layers; ++l) {
       std::vector<float> x = gold.at(K::x_att_res, pos, l);
       const std::vector<float>& want = gold.at(K::x_ffn_res, pos, l);
-      xs.push_back(x);
+      k.xs.push_back(x);
       run_c_ffn(ck, l, x);  // the C reference of the random cases reproduces the record
       EXPECT_EQ(x, want) << "pos " << pos << " layer " << l;
-      expect.push_back(want);
-      layers.push_back(l);
+      k.expect.push_back(want);
+      k.layers.push_back(l);
     }
   }
-  const Checked k = check_cases(stories_block(), ck.config().n_layers, xs, layers, expect);
-  EXPECT_EQ(k.cases, static_cast<int64_t>(xs.size()));
-  EXPECT_EQ(k.mismatches, 0) << k.first;
-  std::printf("ffn block golden: %lld records (%d positions x %d layers), 0 expected mismatches, got %lld; engine %.1f ms (CPU %.1f ms) "
-              "per block forward\n",
-              static_cast<long long>(k.cases), kLong ? gold.positions : static_cast<int>(xs.size()) / ck.config().n_layers,
-              ck.config().n_layers, static_cast<long long>(k.mismatches), k.ms_per_forward, k.cpu_ms_per_forward);
+  return k;
 }
 
 // x in stories260K's range (docs/trace-ranges.md, x_att_res: binades -24..3), a random
@@ -309,50 +438,175 @@ std::vector<float> random_x(std::mt19937_64& rng, int dim) {
   return x;
 }
 
-// (b) Random x with fixed seeds, every layer.
-TEST(FfnBlockRandom, EveryLayerMatchesRunC) {
+// Random x with fixed seeds (seed 1000 + layer, plus `seed`), per_layer cases of every
+// layer, with run.c's x after the FFN.
+Cases random_cases(int64_t per_layer, uint64_t seed) {
   const auto& ck = unit_testing::stories260k();
-  const int n_layers = ck.config().n_layers;
-  const int64_t per_layer = kLong ? 200 : 2;
-  std::vector<std::vector<float>> xs, expect;
-  std::vector<int> layers;
-  for (int l = 0; l < n_layers; ++l) {
-    std::mt19937_64 rng(1000 + static_cast<uint64_t>(l));
+  Cases k;
+  for (int l = 0; l < ck.config().n_layers; ++l) {
+    std::mt19937_64 rng(seed + 1000 + static_cast<uint64_t>(l));
     for (int64_t c = 0; c < per_layer; ++c) {
       std::vector<float> x = random_x(rng, ck.config().dim);
-      xs.push_back(x);
+      k.xs.push_back(x);
       run_c_ffn(ck, l, x);
-      expect.push_back(x);
-      layers.push_back(l);
+      k.expect.push_back(x);
+      k.layers.push_back(l);
     }
   }
-  const Checked k = check_cases(stories_block(), n_layers, xs, layers, expect);
-  EXPECT_EQ(k.cases, per_layer * n_layers);
+  return k;
+}
+
+// The whole block's cases, run through it in ONE pass (emitting its ~350 wide layers is
+// what costs, ~45 s in Release on the shared machine, not the cases): row 0 idle (flags 0,
+// x = 0, checked after every layer), row 1 an active case (layer 0), then the golden
+// records, then the random cases. Tests (a), (b), (c) read their parts.
+struct WholeRun {
+  Cases golden, random;
+  std::vector<float> active_want;  // run.c's x after the FFN for row 1
+  ChunkedRun run;
+  std::vector<std::vector<float>> x_out;  // per row
+};
+const WholeRun& stories_whole_run() {
+  static const std::unique_ptr<WholeRun> w = [] {
+    const auto& ck = unit_testing::stories260k();
+    const int n_layers = ck.config().n_layers;
+    auto r = std::make_unique<WholeRun>();
+    r->golden = golden_cases({5, 53});
+    r->random = random_cases(kLong ? 200 : 2, 0);
+    std::mt19937_64 rng(77);
+    const std::vector<float> x = random_x(rng, ck.config().dim);
+    r->active_want = x;
+    run_c_ffn(ck, 0, r->active_want);
+    std::vector<std::vector<float>> xs{std::vector<float>(x.size(), 0.0f), x};
+    std::vector<int> layers{-1, 0};
+    for (const Cases* k : {&r->golden, &r->random}) {
+      xs.insert(xs.end(), k->xs.begin(), k->xs.end());
+      layers.insert(layers.end(), k->layers.begin(), k->layers.end());
+    }
+    r->run = run_chunked(stories_block(), case_rows(n_layers, xs, layers), 1, 1);  // one layer per chunk
+    r->x_out = outputs_of(stories_block(), r->run);
+    return r;
+  }();
+  return *w;
+}
+
+// Compares rows [first, first + k.xs.size()) of the whole run with k's expectations.
+Checked check_whole(const Cases& k, size_t first) {
+  const WholeRun& w = stories_whole_run();
+  const auto begin = w.x_out.begin() + static_cast<std::ptrdiff_t>(first);
+  Checked c = compare({begin, begin + static_cast<std::ptrdiff_t>(k.xs.size())}, k.layers, k.expect);
+  c.ms_per_forward = 1000.0 * w.run.engine_seconds / static_cast<double>(w.x_out.size());
+  c.cpu_ms_per_forward = 1000.0 * w.run.engine_cpu_seconds / static_cast<double>(w.x_out.size());
+  return c;
+}
+
+// (a) Every layer at many positions of the greedy story: x_att_res -> x_ffn_res.
+TEST(FfnBlockGolden, EveryLayerMatchesTheStory) {
+  const auto& ck = unit_testing::stories260k();
+  const Cases& g = stories_whole_run().golden;
+  const Checked k = check_whole(g, 2);
+  EXPECT_EQ(k.cases, static_cast<int64_t>(g.xs.size()));
+  EXPECT_EQ(k.mismatches, 0) << k.first;
+  std::printf("ffn block golden: %lld records (%d positions x %d layers), 0 expected mismatches, got %lld; engine %.1f ms (CPU %.1f ms) "
+              "per block forward\n",
+              static_cast<long long>(k.cases), g.positions, ck.config().n_layers, static_cast<long long>(k.mismatches),
+              k.ms_per_forward, k.cpu_ms_per_forward);
+}
+
+// (a') The same records through the split FFN: every SWIGLU chunk, then the out block.
+TEST(FfnSplitGolden, ChunksThenOutMatchTheStory) {
+  const auto& ck = unit_testing::stories260k();
+  const Cases g = golden_cases({29});
+  const Checked k = check_split_cases(stories_split(), ck.config().dim, ck.config().n_layers, g.xs, g.layers, g.expect);
+  EXPECT_EQ(k.cases, static_cast<int64_t>(g.xs.size()));
+  EXPECT_EQ(k.mismatches, 0) << k.first;
+  std::printf("ffn split golden: %lld records (%d positions x %d layers) through %zu chunks of %d lanes + the out block, "
+              "%lld mismatches\n",
+              static_cast<long long>(k.cases), g.positions, ck.config().n_layers, stories_split().chunks.size(), kChunkLanes,
+              static_cast<long long>(k.mismatches));
+}
+
+// (b) Random x with fixed seeds, every layer.
+TEST(FfnBlockRandom, EveryLayerMatchesRunC) {
+  const WholeRun& w = stories_whole_run();
+  const Checked k = check_whole(w.random, 2 + w.golden.xs.size());
+  EXPECT_EQ(k.cases, (kLong ? 200 : 2) * unit_testing::stories260k().config().n_layers);
   EXPECT_EQ(k.mismatches, 0) << k.first;
   std::printf("ffn block random: %lld cases, %lld mismatches; engine %.1f ms (CPU %.1f ms) per block forward\n",
               static_cast<long long>(k.cases), static_cast<long long>(k.mismatches), k.ms_per_forward, k.cpu_ms_per_forward);
+}
+
+// (b') Random x through the split FFN (other seeds).
+TEST(FfnSplitRandom, ChunksThenOutMatchRunC) {
+  const auto& cfg = unit_testing::stories260k().config();
+  const int64_t per_layer = kLong ? 200 : 2;
+  const Cases r = random_cases(per_layer, 500);
+  const Checked k = check_split_cases(stories_split(), cfg.dim, cfg.n_layers, r.xs, r.layers, r.expect);
+  EXPECT_EQ(k.cases, per_layer * cfg.n_layers);
+  EXPECT_EQ(k.mismatches, 0) << k.first;
+  std::printf("ffn split random: %lld cases, %lld mismatches\n", static_cast<long long>(k.cases),
+              static_cast<long long>(k.mismatches));
+}
+
+// (c') Idle through the split FFN: flags 0 and x = 0 leave every non-rail dim at +-0
+// after every layer of every chunk and of the out block; an active case beside it
+// (layer 2) comes out as C's x.
+TEST(FfnSplit, IdleWritesOnlyZeros) {
+  const auto& ck = unit_testing::stories260k();
+  const auto& cfg = ck.config();
+  std::mt19937_64 rng(78);
+  const std::vector<float> x = random_x(rng, cfg.dim);
+  std::vector<float> want = x;
+  run_c_ffn(ck, 2, want);
+  const auto rows = case_rows(cfg.n_layers, {std::vector<float>(static_cast<size_t>(cfg.dim), 0.0f), x}, {-1, 2});
+  const SplitRun r = run_split(stories_split(), cfg.dim, rows, 1);
+  EXPECT_EQ(r.idle_nonzero, "");
+  EXPECT_EQ(compare({r.x_out[0]}, {-1}, {std::vector<float>(want.size(), 0.0f)}).mismatches, 0);
+  const Checked k = compare({r.x_out[1]}, {2}, {want});
+  EXPECT_EQ(k.mismatches, 0) << k.first;
+  std::printf("ffn split idle: %lld micro-ops checked after every layer\n", static_cast<long long>(r.micro_ops));
+}
+
+// (d') The split's compiled shapes under the v1 width budget, for chunks of 4, 8 and 16
+// lanes and the out block: the chosen chunk size and the out block must fit H <= 1,024
+// live values (+ rails) and I <= 1,024 neurons per MLP sublayer.
+TEST(FfnSplit, CompiledShapeFitsTheWidthBudget) {
+  const auto& ck = unit_testing::stories260k();
+  auto shape = [](const char* what, const Block& b) {
+    const auto& a = b.plan.allocation;
+    std::printf("ffn split %s: sublayers %lld, host layers %lld, hidden %lld (%zu rails), intermediate %lld\n", what,
+                static_cast<long long>(b.plan.schedule.num_sublayers), static_cast<long long>(a.num_layers),
+                static_cast<long long>(a.hidden_size), a.rail_dims.size(), static_cast<long long>(a.intermediate_size));
+  };
+  for (int lanes : {4, 8, 16}) {
+    const auto b = build_chunk(ck, 0, lanes);
+    shape(("chunk of " + std::to_string(lanes) + " lanes").c_str(), *b);
+  }
+  const SplitFfn& s = stories_split();
+  for (const auto& chunk : s.chunks) {  // the same shape for every full chunk
+    const auto& a = chunk->plan.allocation;
+    EXPECT_LE(a.hidden_size - static_cast<int64_t>(a.rail_dims.size()), kBudgetHidden);
+    EXPECT_LE(a.intermediate_size, kBudgetNeurons);
+  }
+  shape(("chunk of " + std::to_string(kChunkLanes) + " lanes").c_str(), *s.chunks.front());
+  shape("out block", *s.out);
+  const auto& a = s.out->plan.allocation;
+  EXPECT_LE(a.hidden_size - static_cast<int64_t>(a.rail_dims.size()), kBudgetHidden);
+  EXPECT_LE(a.intermediate_size, kBudgetNeurons);
 }
 
 // (c) Idle: every flag 0 and x = 0 leave every non-rail dim of the residual stream at
 // +-0 after every layer (so every value the block owns, dims being shared).
 // The same run carries an active case (layer 0), which must come out as C's x.
 TEST(FfnBlock, IdleWritesOnlyZeros) {
-  const auto& ck = unit_testing::stories260k();
-  const Block& b = stories_block();
-  std::mt19937_64 rng(77);
-  const std::vector<float> x = random_x(rng, ck.config().dim);
-  std::vector<float> active = x, want = x;
-  active.resize(b.inputs.size(), 0.0f);
-  active[x.size()] = 1.0f;
-  run_c_ffn(ck, 0, want);
-  const ChunkedRun r = run_chunked(b, {std::vector<float>(b.inputs.size(), 0.0f), active}, 1, 1);  // one layer per chunk
-  EXPECT_EQ(r.idle_nonzero, "");
-  for (size_t i = 0; i < want.size(); ++i) {
-    EXPECT_EQ(float_bits(r.hidden[0][static_cast<size_t>(b.plan.allocation.dim(b.ffn.x_out[i]))]), float_bits(0.0f));
-    EXPECT_EQ(float_bits(r.hidden[1][static_cast<size_t>(b.plan.allocation.dim(b.ffn.x_out[i]))]), float_bits(0.0f + want[i]));
-  }
-  std::printf("ffn block idle: %lld layers checked (largest chunk hidden %lld)\n", static_cast<long long>(r.chunks),
-              static_cast<long long>(r.max_chunk_hidden));
+  const WholeRun& w = stories_whole_run();
+  EXPECT_EQ(w.run.idle_nonzero, "");
+  const Checked idle = compare({w.x_out[0]}, {-1}, {std::vector<float>(w.active_want.size(), 0.0f)});
+  EXPECT_EQ(idle.mismatches, 0) << idle.first;
+  const Checked active = compare({w.x_out[1]}, {0}, {w.active_want});
+  EXPECT_EQ(active.mismatches, 0) << active.first;
+  std::printf("ffn block idle: %lld layers checked (largest chunk hidden %lld)\n", static_cast<long long>(w.run.chunks),
+              static_cast<long long>(w.run.max_chunk_hidden));
 }
 
 // (d) The compiled shape (compile_reusing_dims = this plan + emit).
@@ -395,7 +649,8 @@ TEST(FfnBlock, CompiledShape) {
 
 // A synthetic checkpoint whose dims come only from its header: dim 6 (rmsnorm's
 // divide_const path), hidden 10 (3 in the short slice), 3 layers; random weights, random
-// x, every layer.
+// x, every layer; the whole block, then the split FFN (chunks of 2 lanes: the last one
+// shorter).
 TEST(FfnBlockSmall, SyntheticCheckpointMatchesRunC) {
   reference::Llama2Config cfg;
   cfg.dim = 6;
@@ -428,6 +683,13 @@ TEST(FfnBlockSmall, SyntheticCheckpointMatchesRunC) {
   EXPECT_EQ(k.cases, static_cast<int64_t>(xs.size()));
   std::vector<float> idle(b->inputs.size(), 0.0f);
   EXPECT_EQ(run_chunked(*b, {idle}, 1, 1).idle_nonzero, "");  // after every layer
+
+  const auto split = build_split(ck, 2);
+  ASSERT_EQ(split->chunks.size(), static_cast<size_t>((cfg.hidden_dim + 1) / 2));
+  const Checked s = check_split_cases(*split, cfg.dim, cfg.n_layers, xs, layers, expect);
+  EXPECT_EQ(s.mismatches, 0) << s.first;
+  EXPECT_EQ(s.cases, static_cast<int64_t>(xs.size()));
+  EXPECT_EQ(run_split(*split, cfg.dim, {idle}, 1).idle_nonzero, "");
 }
 
 TEST(FfnBlock, RejectsWrongSizes) {
@@ -437,6 +699,16 @@ TEST(FfnBlock, RejectsWrongSizes) {
   const auto f = p.values("f", ck.config().n_layers);
   EXPECT_THROW(ffn_block(p, ck, std::vector<ValueId>(x.begin(), x.end() - 1), f), Error);
   EXPECT_THROW(ffn_block(p, ck, x, std::vector<ValueId>(f.begin(), f.end() - 1)), Error);
+  const int hidden = ck.config().hidden_dim;
+  EXPECT_THROW(ffn_chunk_block(p, ck, std::vector<ValueId>(x.begin(), x.end() - 1), f, 0, 8), Error);
+  EXPECT_THROW(ffn_chunk_block(p, ck, x, std::vector<ValueId>(f.begin(), f.end() - 1), 0, 8), Error);
+  EXPECT_THROW(ffn_chunk_block(p, ck, x, f, -1, 8), Error);
+  EXPECT_THROW(ffn_chunk_block(p, ck, x, f, 0, 0), Error);
+  EXPECT_THROW(ffn_chunk_block(p, ck, x, f, hidden - 7, 8), Error);
+  const auto prod = p.values("prod", hidden);
+  EXPECT_THROW(ffn_out_block(p, ck, x, std::vector<ValueId>(prod.begin(), prod.end() - 1), f), Error);
+  EXPECT_THROW(ffn_out_block(p, ck, std::vector<ValueId>(x.begin(), x.end() - 1), prod, f), Error);
+  EXPECT_THROW(ffn_out_block(p, ck, x, prod, std::vector<ValueId>(f.begin(), f.end() - 1)), Error);
 }
 
 }  // namespace

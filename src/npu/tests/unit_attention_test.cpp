@@ -48,6 +48,16 @@ SuiteResult run_spec(const PrimitiveSpec& spec, int64_t cases) {
   return run_primitive(spec, engine_host(), o);
 }
 
+// run_spec, no mismatch expected, and the unit's cost line.
+SuiteResult expect_spec_exact(const PrimitiveSpec& spec, int64_t cases) {
+  const SuiteResult r = run_spec(spec, cases);
+  EXPECT_EQ(r.mismatches, 0) << r.first_mismatch;
+  std::printf("%s: %lld cases, %lld sublayers, %lld neurons/lane, %lld values/lane\n", spec.name.c_str(),
+              static_cast<long long>(r.cases), static_cast<long long>(r.sublayers),
+              static_cast<long long>(r.neurons_per_lane), static_cast<long long>(r.values_per_lane));
+  return r;
+}
+
 // ---------------------------------------------------------------- golden records
 
 struct HeadRecords {
@@ -306,10 +316,7 @@ PrimitiveSpec score_block_spec(bool has_max) {
 TEST(AttnScoreBlock, EngineMatchesC) {
   for (bool has_max : {true, false}) {
     const PrimitiveSpec s = score_block_spec(has_max);
-    const SuiteResult r = run_spec(s, kCases / 2);
-    EXPECT_EQ(r.mismatches, 0) << r.first_mismatch;
-    std::printf("%s: %lld cases, %lld sublayers, %lld neurons/lane\n", s.name.c_str(), static_cast<long long>(r.cases),
-                static_cast<long long>(r.sublayers), static_cast<long long>(r.neurons_per_lane));
+    expect_spec_exact(s, kCases / 2);
   }
 }
 
@@ -436,11 +443,7 @@ PrimitiveSpec sum_block_spec(int rows) {
 TEST(AttnSumBlock, EngineMatchesC) {
   for (int rows : {8, 7}) {
     const PrimitiveSpec s = sum_block_spec(rows);
-    const SuiteResult r = run_spec(s, kCases);
-    EXPECT_EQ(r.mismatches, 0) << r.first_mismatch;
-    std::printf("%s: %lld cases, %lld sublayers, %lld neurons/lane, %lld values/lane\n", s.name.c_str(),
-                static_cast<long long>(r.cases), static_cast<long long>(r.sublayers),
-                static_cast<long long>(r.neurons_per_lane), static_cast<long long>(r.values_per_lane));
+    expect_spec_exact(s, kCases);
   }
 }
 
@@ -460,10 +463,7 @@ TEST(AttnExpSumBlock, EngineMatchesC) {
   };
   s.reference = [](const float* in, float* out) { out[2] = attn_exp_sum_block_reference(in, 1, in[1], in[2], out, out + 1); };
   s.random_case = [](std::mt19937_64& rng, float* in) { random_block(rng, 1, &in[0], &in[1], &in[2]); };
-  const SuiteResult r = run_spec(s, kCases / 20);  // 139 MLP sublayers per case
-  EXPECT_EQ(r.mismatches, 0) << r.first_mismatch;
-  std::printf("%s: %lld cases, %lld sublayers, %lld neurons/lane\n", s.name.c_str(), static_cast<long long>(r.cases),
-              static_cast<long long>(r.sublayers), static_cast<long long>(r.neurons_per_lane));
+  expect_spec_exact(s, kCases / 20);  // 139 MLP sublayers per case
 }
 #endif
 
@@ -667,10 +667,7 @@ PrimitiveSpec wsum_spec() {
 
 TEST(AttnWsumBlock, EngineMatchesC) {
   const PrimitiveSpec s = wsum_spec();
-  const SuiteResult r = run_spec(s, kCases);
-  EXPECT_EQ(r.mismatches, 0) << r.first_mismatch;
-  std::printf("%s: %lld cases, %lld sublayers, %lld neurons/lane\n", s.name.c_str(), static_cast<long long>(r.cases),
-              static_cast<long long>(r.sublayers), static_cast<long long>(r.neurons_per_lane));
+  expect_spec_exact(s, kCases);
 }
 
 // Every real head, block by block from xb = 0 (probabilities as (pm, exponent) from C's
@@ -907,10 +904,7 @@ PrimitiveSpec wsum_checked_spec(bool with_xb) {
 TEST(AttnWsumChecked, EngineMatchesModel) {
   for (bool with_xb : {true, false}) {
     const PrimitiveSpec s = wsum_checked_spec(with_xb);
-    const SuiteResult r = run_spec(s, kCases / 2);
-    EXPECT_EQ(r.mismatches, 0) << r.first_mismatch;
-    std::printf("%s: %lld cases, %lld sublayers, %lld neurons/lane\n", s.name.c_str(), static_cast<long long>(r.cases),
-                static_cast<long long>(r.sublayers), static_cast<long long>(r.neurons_per_lane));
+    expect_spec_exact(s, kCases / 2);
   }
 }
 
@@ -1087,10 +1081,7 @@ PrimitiveSpec two_tier_add_spec() {
 
 TEST(AttnTwoTierAdd, EngineMatchesC) {
   const PrimitiveSpec s = two_tier_add_spec();
-  const SuiteResult r = run_spec(s, 4 * kCases);
-  EXPECT_EQ(r.mismatches, 0) << r.first_mismatch;
-  std::printf("%s: %lld cases, %lld sublayers, %lld neurons/lane\n", s.name.c_str(), static_cast<long long>(r.cases),
-              static_cast<long long>(r.sublayers), static_cast<long long>(r.neurons_per_lane));
+  expect_spec_exact(s, 4 * kCases);
 }
 
 // The generator reaches the interesting sums: subnormal results, results in (0, 2^-104)
@@ -1190,10 +1181,7 @@ PrimitiveSpec two_tier_product_spec() {
 
 TEST(AttnTwoTierProducts, EngineMatchesC) {
   const PrimitiveSpec s = two_tier_product_spec();
-  const SuiteResult r = run_spec(s, kCases);
-  EXPECT_EQ(r.mismatches, 0) << r.first_mismatch;
-  std::printf("%s: %lld cases, %lld sublayers, %lld neurons/lane\n", s.name.c_str(), static_cast<long long>(r.cases),
-              static_cast<long long>(r.sublayers), static_cast<long long>(r.neurons_per_lane));
+  expect_spec_exact(s, kCases);
 }
 
 TEST(AttnTwoTierProducts, RandomCasesReachEveryBranch) {
@@ -1291,10 +1279,7 @@ PrimitiveSpec slow_chain_spec() {
 
 TEST(AttnWsumSlowBlock, ChainMatchesC) {
   const PrimitiveSpec s = slow_chain_spec();
-  const SuiteResult r = run_spec(s, kCases);
-  EXPECT_EQ(r.mismatches, 0) << r.first_mismatch;
-  std::printf("%s: %lld cases, %lld sublayers, %lld neurons/lane\n", s.name.c_str(), static_cast<long long>(r.cases),
-              static_cast<long long>(r.sublayers), static_cast<long long>(r.neurons_per_lane));
+  expect_spec_exact(s, kCases);
 }
 
 // Every lane of every real head whose lanes the fast path calls unsafe, block by block

@@ -155,10 +155,9 @@ struct Groups {
   }
 };
 
-io::Qwen35Weights make_weights(const Shape& s, uint64_t seed) {
-  Rng rng(seed);
-  io::Qwen35Weights w;
-  io::Qwen35Config& c = w.config;
+// The config of a benchmark stack of shape s (every layer of s.mixer's type).
+io::Qwen35Config bench_config(const Shape& s) {
+  io::Qwen35Config c;
   c.architecture = "Qwen3_5ForCausalLM";
   c.tensor_prefix = "model.";
   c.vocab_size = kVocab;
@@ -179,6 +178,14 @@ io::Qwen35Weights make_weights(const Shape& s, uint64_t seed) {
   c.tie_word_embeddings = false;
   const io::LayerType type = s.mixer == Mixer::Attention ? io::LayerType::FullAttention : io::LayerType::LinearAttention;
   c.layer_types.assign(static_cast<size_t>(s.layers), type);
+  return c;
+}
+
+io::Qwen35Weights make_weights(const Shape& s, uint64_t seed) {
+  Rng rng(seed);
+  io::Qwen35Weights w;
+  w.config = bench_config(s);
+  const io::LayerType type = s.mixer == Mixer::Attention ? io::LayerType::FullAttention : io::LayerType::LinearAttention;
 
   const int64_t h = s.hidden, key_dim = s.k_heads * s.k_dim, value_dim = s.v_heads * s.v_dim;
   const int64_t conv_dim = 2 * key_dim + value_dim;
@@ -517,26 +524,7 @@ io::Qwen35Weights make_idle_stack(int64_t h, int64_t inter, int64_t k_heads, int
   Rng rng(seed);
   const Shape s{"idle_stack", h, inter, k_heads, 128, v_heads, 64, Mixer::OneHotGdn, false, layers};
   io::Qwen35Weights w;
-  io::Qwen35Config& c = w.config;
-  c.architecture = "Qwen3_5ForCausalLM";
-  c.tensor_prefix = "model.";
-  c.vocab_size = kVocab;
-  c.hidden_size = h;
-  c.intermediate_size = inter;
-  c.num_hidden_layers = layers;
-  c.num_attention_heads = 2;
-  c.num_key_value_heads = 1;
-  c.head_dim = 32;
-  c.partial_rotary_factor = 0.25;
-  c.rope_theta = 1e7;
-  c.linear_num_key_heads = s.k_heads;
-  c.linear_num_value_heads = s.v_heads;
-  c.linear_key_head_dim = s.k_dim;
-  c.linear_value_head_dim = s.v_dim;
-  c.linear_conv_kernel_dim = 4;
-  c.rms_norm_eps = 1e-6;
-  c.tie_word_embeddings = false;
-  c.layer_types.assign(static_cast<size_t>(layers), io::LayerType::LinearAttention);
+  w.config = bench_config(s);  // OneHotGdn: every layer linear attention
   std::vector<int64_t> live, quiet;
   for (int64_t d = 0; d < h; ++d) (d % 20 == 0 ? live : quiet).push_back(d);
   const auto pick = [&](const std::vector<int64_t>& dims) { return dims[static_cast<size_t>(rng.below(static_cast<int64_t>(dims.size())))]; };

@@ -148,14 +148,12 @@ struct GoldenGroup {
   bool per_layer = true;
 };
 
-void run_golden(const GoldenGroup& g) {
+// Golden cases of g at `positions` (every layer's flag): x in, C's rows out (padded to
+// `lanes` with +0). The golden record is run.c's own result; matvec_reference must agree.
+void golden_cases(const GoldenGroup& g, int lanes, const std::vector<int>& positions, std::vector<float>& in,
+                  std::vector<float>& expect) {
   const auto& gold = unit_testing::golden();
-  ASSERT_GE(gold.positions, 64);
-  const Built b = build(g.matrices);
-  std::vector<float> in, expect;
-  int64_t checked = 0;
-  for (int pos = 0; pos < gold.positions; ++pos) {
-    if (!kLong && pos % 8 != 7) continue;
+  for (int pos : positions)
     for (size_t m = 0; m < g.matrices.size(); ++m) {
       const int layer = g.per_layer ? static_cast<int>(m) : -1;
       const auto& x = gold.at(g.input, pos, layer);
@@ -167,13 +165,22 @@ void run_golden(const GoldenGroup& g) {
         y.insert(y.end(), rec.begin(), rec.end());
       }
       y = std::vector<float>(y.begin() + g.out_offset, y.begin() + g.out_offset + g.matrices[m].rows);
-      // The golden record is run.c's own result; matvec_reference must agree with it.
       EXPECT_EQ(matvec_reference(g.matrices[m], x.data()), y) << g.name << " pos " << pos;
-      y.resize(static_cast<size_t>(b.lanes), 0.0f);
+      y.resize(static_cast<size_t>(lanes), 0.0f);
       expect.insert(expect.end(), y.begin(), y.end());
-      ++checked;
     }
-  }
+}
+
+void run_golden(const GoldenGroup& g) {
+  const auto& gold = unit_testing::golden();
+  ASSERT_GE(gold.positions, 64);
+  const Built b = build(g.matrices);
+  std::vector<int> positions;
+  for (int pos = 0; pos < gold.positions; ++pos)
+    if (kLong || pos % 8 == 7) positions.push_back(pos);
+  std::vector<float> in, expect;
+  golden_cases(g, b.lanes, positions, in, expect);
+  const auto checked = static_cast<int64_t>(positions.size() * g.matrices.size());
   const UnitHarness h(b.unit, 1024);
   const auto r = h.run(in, expect, false);
   EXPECT_EQ(r.mismatches, 0) << g.name << ": " << r.first_mismatch;
@@ -298,25 +305,6 @@ int64_t run_compiled(const Built& b, const compiler::ScheduleLimits& limits, con
   return bad;
 }
 
-// Golden cases of g at a few positions (every layer's flag): x in, C's rows out.
-void golden_cases(const GoldenGroup& g, int lanes, const std::vector<int>& positions, std::vector<float>& in,
-                  std::vector<float>& expect) {
-  const auto& gold = unit_testing::golden();
-  for (int pos : positions)
-    for (size_t m = 0; m < g.matrices.size(); ++m) {
-      const int layer = g.per_layer ? static_cast<int>(m) : -1;
-      const auto& x = gold.at(g.input, pos, layer);
-      for (size_t f = 0; f < g.matrices.size(); ++f) in.push_back(f == m ? 1.0f : 0.0f);
-      in.insert(in.end(), x.begin(), x.end());
-      std::vector<float> y;
-      for (K k : g.outputs) {
-        const auto& rec = gold.at(k, pos, layer);
-        y.insert(y.end(), rec.begin(), rec.end());
-      }
-      y.resize(static_cast<size_t>(lanes), 0.0f);
-      expect.insert(expect.end(), y.begin(), y.end());
-    }
-}
 
 // Default limits: lane groups change nothing in the schedule's length. At the budget's
 // 1,024 neurons per sublayer (and sink), every matvec compiles with add ops of <= 128

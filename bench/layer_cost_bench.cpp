@@ -181,6 +181,25 @@ io::Qwen35Config bench_config(const Shape& s) {
   return c;
 }
 
+std::vector<float> zeros(int64_t n) { return std::vector<float>(static_cast<size_t>(n), 0.0f); }
+
+// A sparse MLP: every gate and up row 3-10 nonzeros, every down column 3-10 (the first
+// heavy_columns columns 256-512), the residual dims of neuron n drawn by dim_of(n).
+template <typename DimOf>
+void sparse_mlp(Rng& rng, io::LayerWeights& lw, int64_t h, int64_t inter, int64_t heavy_columns, DimOf dim_of) {
+  lw.gate_proj = zeros(inter * h);
+  lw.up_proj = zeros(inter * h);
+  lw.down_proj = zeros(h * inter);
+  for (int64_t n = 0; n < inter; ++n) {
+    for (std::vector<float>* m : {&lw.gate_proj, &lw.up_proj}) {
+      const int64_t nnz = 3 + rng.below(8);
+      for (int64_t k = 0; k < nnz; ++k) (*m)[n * h + dim_of(n)] = rng.value(1.0f);
+    }
+    const int64_t nnz = n < heavy_columns ? 256 + rng.below(257) : 3 + rng.below(8);
+    for (int64_t k = 0; k < nnz; ++k) lw.down_proj[dim_of(n) * inter + n] = rng.value(0.02f);
+  }
+}
+
 io::Qwen35Weights make_weights(const Shape& s, uint64_t seed) {
   Rng rng(seed);
   io::Qwen35Weights w;
@@ -189,7 +208,6 @@ io::Qwen35Weights make_weights(const Shape& s, uint64_t seed) {
 
   const int64_t h = s.hidden, key_dim = s.k_heads * s.k_dim, value_dim = s.v_heads * s.v_dim;
   const int64_t conv_dim = 2 * key_dim + value_dim;
-  auto zeros = [](int64_t n) { return std::vector<float>(static_cast<size_t>(n), 0.0f); };
   w.embed_tokens.resize(static_cast<size_t>(kVocab * h));
   for (float& v : w.embed_tokens) v = rng.value(1.0f);  // dense, nonzero: every dim is live
   const Groups groups(h, std::max<int64_t>(s.groups, 1));
@@ -264,17 +282,7 @@ io::Qwen35Weights make_weights(const Shape& s, uint64_t seed) {
     }
     if (s.groups > 0 && !s.idle) {
       const int64_t inter = s.intermediate;
-      lw.gate_proj = zeros(inter * h);
-      lw.up_proj = zeros(inter * h);
-      lw.down_proj = zeros(h * inter);
-      for (int64_t n = 0; n < inter; ++n) {
-        for (std::vector<float>* m : {&lw.gate_proj, &lw.up_proj}) {
-          const int64_t nnz = 3 + rng.below(8);
-          for (int64_t k = 0; k < nnz; ++k) (*m)[n * h + groups.pick(rng, n)] = rng.value(1.0f);
-        }
-        const int64_t nnz = n < 100 ? 256 + rng.below(257) : 3 + rng.below(8);
-        for (int64_t k = 0; k < nnz; ++k) lw.down_proj[groups.pick(rng, n) * inter + n] = rng.value(0.02f);
-      }
+      sparse_mlp(rng, lw, h, inter, 100, [&](int64_t n) { return groups.pick(rng, n); });
     }
     w.layers.push_back(std::move(lw));
   }
@@ -528,7 +536,6 @@ io::Qwen35Weights make_idle_stack(int64_t h, int64_t inter, int64_t k_heads, int
   std::vector<int64_t> live, quiet;
   for (int64_t d = 0; d < h; ++d) (d % 20 == 0 ? live : quiet).push_back(d);
   const auto pick = [&](const std::vector<int64_t>& dims) { return dims[static_cast<size_t>(rng.below(static_cast<int64_t>(dims.size())))]; };
-  const auto zeros = [](int64_t n) { return std::vector<float>(static_cast<size_t>(n), 0.0f); };
   w.embed_tokens = zeros(kVocab * h);
   for (int64_t t = 0; t < kVocab; ++t) {
     for (int64_t d : live) w.embed_tokens[static_cast<size_t>(t * h + d)] = rng.value(1.0f);
@@ -565,17 +572,7 @@ io::Qwen35Weights make_idle_stack(int64_t h, int64_t inter, int64_t k_heads, int
     for (int64_t d : dims) {
       if (rng.below(8) == 0) g.out_proj[d * value_dim + rng.below(value_dim)] = rng.value(0.05f);
     }
-    lw.gate_proj = zeros(inter * h);
-    lw.up_proj = zeros(inter * h);
-    lw.down_proj = zeros(h * inter);
-    for (int64_t n = 0; n < inter; ++n) {
-      for (std::vector<float>* m : {&lw.gate_proj, &lw.up_proj}) {
-        const int64_t nnz = 3 + rng.below(8);
-        for (int64_t k = 0; k < nnz; ++k) (*m)[n * h + pick(dims)] = rng.value(1.0f);
-      }
-      const int64_t nnz = 3 + rng.below(8);
-      for (int64_t k = 0; k < nnz; ++k) lw.down_proj[pick(dims) * inter + n] = rng.value(0.02f);
-    }
+    sparse_mlp(rng, lw, h, inter, 0, [&](int64_t) { return pick(dims); });
     w.layers.push_back(std::move(lw));
   }
   return w;

@@ -1,5 +1,8 @@
 #include "npu/block_ffn.h"
 
+#include <algorithm>
+#include <string>
+
 #include "common/error.h"
 #include "compiler/enable.h"
 #include "npu/neurons.h"
@@ -50,17 +53,14 @@ FfnOut append_out(compiler::Program& p, const reference::Llama2Checkpoint& check
   return o;
 }
 
-}  // namespace
-
-FfnChunk ffn_chunk_block(compiler::Program& p, const reference::Llama2Checkpoint& checkpoint, const std::vector<ValueId>& x,
-                         const std::vector<ValueId>& layer_flags, int first_lane, int lanes) {
-  const auto& cfg = checkpoint.config();
-  check_sizes("ffn_chunk_block", cfg, x, layer_flags);
-  if (first_lane < 0 || lanes < 1 || first_lane > cfg.hidden_dim - lanes)
-    fail("ffn_chunk_block: lanes [{}, {} + {}) outside hidden_dim {}", first_lane, first_lane, lanes, cfg.hidden_dim);
-  const auto dim = static_cast<size_t>(cfg.dim);
+// rmsnorm(x, rms_ffn[l]) -> the matvec on `w13` (matrix m selected by flags[m]: lanes
+// rows of w1 stacked over the same rows of w3) -> swiglu on the lanes. Shared by the
+// fixed chunk (one matrix per layer) and the chunk unit (one per layer and chunk).
+FfnChunk append_chunk(compiler::Program& p, const reference::Llama2Checkpoint& checkpoint, const std::vector<ValueId>& x,
+                      const std::vector<ValueId>& layer_flags, const std::vector<NestedMatrix>& w13,
+                      const std::vector<ValueId>& w13_flags, int lanes, const MatvecOptions& options) {
+  const auto dim = static_cast<size_t>(checkpoint.config().dim);
   const auto n = static_cast<size_t>(lanes);
-
   FfnChunk c;
   c.first_op = p.ops().size();
   // xb = rmsnorm(x, rms_ffn[l]): one weight vector per layer flag.
@@ -74,17 +74,69 @@ FfnChunk ffn_chunk_block(compiler::Program& p, const reference::Llama2Checkpoint
   c.xb = norm.out;
 
   // The chunk's rows of w1 xb and w3 xb in one unit: lanes [0, n) and [n, 2 n).
-  std::vector<NestedMatrix> w13;
-  for (int l = 0; l < cfg.n_layers; ++l)
-    w13.push_back(stack_rows("w1|w3", {row_block(llama2_matrix(checkpoint, "w1", l), first_lane, lanes),
-                                       row_block(llama2_matrix(checkpoint, "w3", l), first_lane, lanes)}));
-  const MatvecUnit up = matvec_unit(p, w13, c.xb, layer_flags);
+  const MatvecUnit up = matvec_unit(p, w13, c.xb, w13_flags, options);
   c.hb.assign(up.y.begin(), up.y.begin() + static_cast<std::ptrdiff_t>(n));
   c.hb2.assign(up.y.begin() + static_cast<std::ptrdiff_t>(n), up.y.begin() + static_cast<std::ptrdiff_t>(2 * n));
 
   // prod[i] = silu(hb[i]) * hb2[i] on every lane of the chunk.
   for (const SwigluResult& r : swiglu_lanes(p, c.hb, c.hb2, c.enable)) c.prod.push_back(r.out);
   return c;
+}
+
+// Rows [first, first + count) of m, the rows past m.rows zero (the last chunk's padding:
+// matvec_unit writes no term for a zero weight, so those lanes stay +-0).
+NestedMatrix padded_rows(const NestedMatrix& m, int first, int count) {
+  const int real = std::min(count, m.rows - first);
+  NestedMatrix b = row_block(m, first, real);
+  b.rows = count;
+  b.w.resize(static_cast<size_t>(count) * static_cast<size_t>(m.cols), 0.0f);
+  return b;
+}
+
+}  // namespace
+
+FfnChunk ffn_chunk_block(compiler::Program& p, const reference::Llama2Checkpoint& checkpoint, const std::vector<ValueId>& x,
+                         const std::vector<ValueId>& layer_flags, int first_lane, int lanes) {
+  const auto& cfg = checkpoint.config();
+  check_sizes("ffn_chunk_block", cfg, x, layer_flags);
+  if (first_lane < 0 || lanes < 1 || first_lane > cfg.hidden_dim - lanes)
+    fail("ffn_chunk_block: lanes [{}, {} + {}) outside hidden_dim {}", first_lane, first_lane, lanes, cfg.hidden_dim);
+  std::vector<NestedMatrix> w13;
+  for (int l = 0; l < cfg.n_layers; ++l)
+    w13.push_back(stack_rows("w1|w3", {row_block(llama2_matrix(checkpoint, "w1", l), first_lane, lanes),
+                                       row_block(llama2_matrix(checkpoint, "w3", l), first_lane, lanes)}));
+  return append_chunk(p, checkpoint, x, layer_flags, w13, layer_flags, lanes, {});
+}
+
+FfnChunkUnit ffn_chunk_unit(compiler::Program& p, const reference::Llama2Checkpoint& checkpoint, const std::vector<ValueId>& x,
+                            const std::vector<ValueId>& layer_flags, const std::vector<ValueId>& chunk_flags, int lanes,
+                            const MatvecOptions& options) {
+  const auto& cfg = checkpoint.config();
+  check_sizes("ffn_chunk_unit", cfg, x, layer_flags);
+  if (lanes < 1 || lanes > cfg.hidden_dim)
+    fail("ffn_chunk_unit: {} lanes outside [1, hidden_dim {}]", lanes, cfg.hidden_dim);
+  const int chunks = (cfg.hidden_dim + lanes - 1) / lanes;
+  if (chunk_flags.size() != static_cast<size_t>(cfg.n_layers) * static_cast<size_t>(chunks))
+    fail("ffn_chunk_unit: {} chunk flags for {} layers x {} chunks of {} lanes (hidden_dim {})", chunk_flags.size(),
+         cfg.n_layers, chunks, lanes, cfg.hidden_dim);
+  // Matrix l * chunks + c, in the order of the chunk flags.
+  std::vector<NestedMatrix> w13;
+  for (int l = 0; l < cfg.n_layers; ++l) {
+    const NestedMatrix w1 = llama2_matrix(checkpoint, "w1", l), w3 = llama2_matrix(checkpoint, "w3", l);
+    for (int c = 0; c < chunks; ++c)
+      w13.push_back(stack_rows("w1|w3[" + std::to_string(l) + "][" + std::to_string(c) + "]",
+                               {padded_rows(w1, c * lanes, lanes), padded_rows(w3, c * lanes, lanes)}));
+  }
+  FfnChunk c = append_chunk(p, checkpoint, x, layer_flags, w13, chunk_flags, lanes, options);
+  FfnChunkUnit u;
+  u.prod = std::move(c.prod);
+  u.enable = c.enable;
+  u.xb = std::move(c.xb);
+  u.hb = std::move(c.hb);
+  u.hb2 = std::move(c.hb2);
+  u.first_op = c.first_op;
+  u.chunks = chunks;
+  return u;
 }
 
 FfnOut ffn_out_block(compiler::Program& p, const reference::Llama2Checkpoint& checkpoint, const std::vector<ValueId>& x,

@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "compiler/ir.h"
+#include "npu/unit_matvec.h"
 #include "reference/llama2_checkpoint.h"
 
 namespace qpu::npu {
@@ -69,6 +70,39 @@ struct FfnChunk {
 FfnChunk ffn_chunk_block(compiler::Program& p, const reference::Llama2Checkpoint& checkpoint,
                          const std::vector<compiler::ValueId>& x, const std::vector<compiler::ValueId>& layer_flags,
                          int first_lane, int lanes);
+
+// The SWIGLU(l, c) micro-op as ONE unit for every layer l and chunk c: the machine
+// runs all n_layers x chunks micro-ops through the same weights, the token's flags
+// choosing which. The chunk flags select the matvec's matrix (l, c): rows
+// [c lanes, c lanes + lanes) of w1[l] stacked over the same rows of w3[l] (hb in lanes
+// [0, lanes), hb2 in [lanes, 2 lanes)); the layer flags select the rmsnorm's rms_ffn[l]
+// as in ffn_chunk_block. The last chunk's rows past hidden_dim are zero rows: its padded
+// lanes get hb = hb2 = +-0 (no column neuron writes them) and their prod is +0 as the
+// residual stream reads it (C's silu(0) * 0, the SwiGLU unit's window includes hb = +-0).
+//
+// Contract on the flags (not checkable at compile time): a live micro-op sets layer flag
+// l AND chunk flag l * chunks + c; idle, every flag is 0. Each is one-hot.
+//
+// Width (stories260K, plan_dim_reuse under the v1 budget, tests/block_ffn_test): the
+// n_layers x chunks flags are interface inputs, live through the whole program beside
+// the SwiGLU lanes, so the unit is ffn_chunk_block's width plus the flags: 7 lanes (125
+// flags) hidden 1,152 with 18 rails, over H <= 1,024; 6 lanes (145 flags) 1,024 with 16
+// rails, inside. The intermediate size is the fixed chunk's (1,016 / 918).
+struct FfnChunkUnit {
+  std::vector<compiler::ValueId> prod;     // lanes values: lane k = hidden index c * lanes + k
+  compiler::ValueId enable = 0;            // the rmsnorm's enable: sum of the layer flags
+  std::vector<compiler::ValueId> xb;       // rmsnorm output (dim)
+  std::vector<compiler::ValueId> hb, hb2;  // the selected chunk's rows of w1 xb, w3 xb (lanes each)
+  size_t first_op = 0;
+  int chunks = 0;                          // ceil(hidden_dim / lanes)
+};
+// x: dim values; layer_flags: n_layers one-hot; chunk_flags: n_layers * chunks one-hot,
+// index l * chunks + c. Idle (every flag 0, x = 0): writes only +-0. Throws qpu::Error on
+// a size mismatch or lanes outside [1, hidden_dim].
+FfnChunkUnit ffn_chunk_unit(compiler::Program& p, const reference::Llama2Checkpoint& checkpoint,
+                            const std::vector<compiler::ValueId>& x, const std::vector<compiler::ValueId>& layer_flags,
+                            const std::vector<compiler::ValueId>& chunk_flags, int lanes,
+                            const MatvecOptions& options = {});
 
 struct FfnOut {
   std::vector<compiler::ValueId> x_out;   // dim values: run.c's x after the FFN

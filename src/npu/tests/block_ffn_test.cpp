@@ -20,13 +20,22 @@
 // is tested the same way: each chunk block compiled once under the v1 width budget, the
 // cases run through every chunk, their products gathered in lane order and fed with x
 // and the flags to the out block, whose x_out must be run.c's.
+//
+// The chunk unit (ffn_chunk_unit: SWIGLU(l, c) for every layer and chunk in one unit,
+// chosen by the flags) is compiled once under the same budget and run the same way: the
+// golden records of every layer through every chunk, its lanes against the trace's
+// ffn_prod (the padded lanes of the last chunk +0), random x, the idle row, a HostSim
+// slice and the width.
 #include <math.h>  // glibc's expf, as run.c
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <memory>
 #include <random>
 #include <ctime>
+#include <string>
+#include <utility>
 
 #include <gtest/gtest.h>
 #include <omp.h>
@@ -36,6 +45,7 @@
 #include "compiler/allocate.h"
 #include "compiler/clear_dead.h"
 #include "compiler/emit.h"
+#include "compiler/host_sim.h"
 #include "compiler/schedule.h"
 #include "npu/block_ffn.h"
 #include "npu/engine_host.h"
@@ -52,8 +62,9 @@ using K = reference::TraceKind;
 constexpr int64_t kCases = QPU_NPU_CASES;
 constexpr bool kLong = kCases >= 100000;
 
-// run.c's FFN half-layer of layer l, in place on x (reference/transformer.cpp's order).
-void run_c_ffn(const reference::Llama2Checkpoint& ck, int l, std::vector<float>& x) {
+// run.c's FFN of layer l up to the SwiGLU loop: the hidden_dim products hb[i] it leaves
+// (reference/transformer.cpp's order).
+std::vector<float> run_c_products(const reference::Llama2Checkpoint& ck, int l, const std::vector<float>& x) {
   const auto& cfg = ck.config();
   const auto w = ck.weights();
   const auto dim = static_cast<size_t>(cfg.dim), hidden = static_cast<size_t>(cfg.hidden_dim);
@@ -67,6 +78,16 @@ void run_c_ffn(const reference::Llama2Checkpoint& ck, int l, std::vector<float>&
     val *= hb2[i];
     hb[i] = val;
   }
+  return hb;
+}
+
+// run.c's FFN half-layer of layer l, in place on x (reference/transformer.cpp's order).
+void run_c_ffn(const reference::Llama2Checkpoint& ck, int l, std::vector<float>& x) {
+  const auto& cfg = ck.config();
+  const auto w = ck.weights();
+  const auto dim = static_cast<size_t>(cfg.dim), hidden = static_cast<size_t>(cfg.hidden_dim);
+  const std::vector<float> hb = run_c_products(ck, l, x);
+  std::vector<float> xb(dim);
   reference::matmul(xb, hb, w.w2.subspan(static_cast<size_t>(l) * dim * hidden, dim * hidden), cfg.hidden_dim, cfg.dim);
   for (size_t i = 0; i < dim; ++i) x[i] += xb[i];
 }
@@ -76,6 +97,8 @@ struct Block {
   compiler::Program program;
   std::vector<ValueId> x, flags, inputs, outputs;
   FfnBlock ffn;  // build_block only
+  FfnChunkUnit unit;                  // build_chunk_unit only
+  std::vector<ValueId> chunk_flags;   // build_chunk_unit only
   compiler::ReusePlan plan;
 };
 
@@ -135,8 +158,9 @@ struct ChunkedRun {
 // (emit.h), so the touched dims get the bits the full-width layers give them; the others
 // receive the +0 that every full-width sublayer adds (x + 0: -0 becomes +0), done here.
 // After every chunk, every non-rail dim of cases [0, idle_cases) must be +-0.
+// `host`: the engine, or an order-adversarial HostSim (host_sim below).
 ChunkedRun run_chunked(const Block& b, const std::vector<std::vector<float>>& cases, size_t idle_cases = 0,
-                       int64_t chunk_bytes = 1) {
+                       int64_t chunk_bytes = 1, const HostFactory& host = engine_host()) {
   // One engine thread: a chunk is one small layer, and on the shared machine two threads
   // spend most of a forward in OpenMP barriers (measured: 313 ms of CPU per block forward
   // with two threads, 9.5 ms with one). The bits are the same at every thread count.
@@ -222,7 +246,7 @@ ChunkedRun run_chunked(const Block& b, const std::vector<std::vector<float>>& ca
     for (size_t c = 0; c < cases.size(); ++c)
       for (int64_t k = 0; k < nd; ++k)
         w.embed_tokens[c * static_cast<size_t>(HL) + static_cast<size_t>(k)] = r.hidden[c][static_cast<size_t>(dims[static_cast<size_t>(k)])];
-    const Forward fwd = engine_host()(w);
+    const Forward fwd = host(w);
     row.assign(static_cast<size_t>(HL), 0.0f);
     double seconds = 0;
     for (size_t c = 0; c < cases.size(); ++c) {
@@ -280,10 +304,11 @@ std::vector<std::vector<float>> outputs_of(const Block& b, const ChunkedRun& run
   return out;
 }
 
-// Compares x_out per case with run.c's x after the FFN (expect; the engine's residual
-// stream holds x + 0, so -0 reads +0).
+// Compares x_out (or `what`) per case with run.c's x after the FFN (expect; the engine's
+// residual stream holds x + 0, so -0 reads +0). layers: per case, named `tag` in the message.
 Checked compare(const std::vector<std::vector<float>>& got, const std::vector<int>& layers,
-                const std::vector<std::vector<float>>& expect) {
+                const std::vector<std::vector<float>>& expect, const std::string& what = "x_out",
+                const std::string& tag = "layer") {
   Checked k;
   for (size_t c = 0; c < got.size(); ++c) {
     ++k.cases;
@@ -291,7 +316,7 @@ Checked compare(const std::vector<std::vector<float>>& got, const std::vector<in
       const float want = 0.0f + expect[c][i];
       if (i >= got[c].size() || float_bits(got[c][i]) != float_bits(want)) {
         if (k.mismatches == 0)
-          k.first = "case " + std::to_string(c) + " (layer " + std::to_string(layers[c]) + ") x_out[" + std::to_string(i) +
+          k.first = "case " + std::to_string(c) + " (" + tag + " " + std::to_string(layers[c]) + ") " + what + "[" + std::to_string(i) +
                     "]: expected " + describe_float(want) + " got " +
                     (i < got[c].size() ? describe_float(got[c][i]) : std::string("nothing"));
         ++k.mismatches;
@@ -595,6 +620,278 @@ TEST(FfnSplit, CompiledShapeFitsTheWidthBudget) {
   EXPECT_LE(a.intermediate_size, kBudgetNeurons);
 }
 
+// ---- The chunk unit (ffn_chunk_unit): SWIGLU(l, c) for every layer and chunk in ONE
+// compiled unit, chosen by the flags. A case row: x, the layer flags (l one-hot), the
+// chunk flags (l * chunks + c one-hot); all zero for the idle row.
+
+// chunks = ceil(hidden_dim / lanes), counted here from the header (not read from the unit).
+int chunks_of(const reference::Llama2Config& cfg, int lanes) { return (cfg.hidden_dim + lanes - 1) / lanes; }
+
+// Inputs x, the layer flags, the chunk flags; outputs the unit's `lanes` products.
+// Planned with the width budget's limits, as the machine compiles it.
+std::unique_ptr<Block> build_chunk_unit(const reference::Llama2Checkpoint& ck, int lanes) {
+  const auto& cfg = ck.config();
+  auto b = start_block(ck);
+  b->chunk_flags = b->program.values("chunk", cfg.n_layers * chunks_of(cfg, lanes));
+  b->inputs.insert(b->inputs.end(), b->chunk_flags.begin(), b->chunk_flags.end());
+  b->unit = ffn_chunk_unit(b->program, ck, b->x, b->flags, b->chunk_flags, lanes);
+  b->outputs = b->unit.prod;
+  plan_block(*b, budget_limits());
+  return b;
+}
+
+const Block& stories_chunk_unit() {
+  static const std::unique_ptr<Block> b = build_chunk_unit(unit_testing::stories260k(), kChunkLanes);
+  return *b;
+}
+
+// The unit's cases: per row, the products expected in its lanes (C's hb[c * lanes + k],
+// +0 past hidden_dim: the padded lanes) and the tag l * chunks + c (-1: idle).
+struct UnitCases {
+  std::vector<std::vector<float>> rows, want;
+  std::vector<int> tags;
+  int64_t padded_lanes = 0;  // lanes past hidden_dim among the rows
+};
+
+void add_idle_row(UnitCases& k, int inputs, int lanes) {
+  k.rows.push_back(std::vector<float>(static_cast<size_t>(inputs), 0.0f));
+  k.want.push_back(std::vector<float>(static_cast<size_t>(lanes), 0.0f));
+  k.tags.push_back(-1);
+}
+
+// x with layer l through every chunk c; prod: C's hidden_dim products for (x, l).
+void add_every_chunk(UnitCases& k, const reference::Llama2Config& cfg, int lanes, const std::vector<float>& x, int l,
+                     const std::vector<float>& prod) {
+  const int chunks = chunks_of(cfg, lanes);
+  for (int c = 0; c < chunks; ++c) {
+    std::vector<float> row = x;
+    for (int f = 0; f < cfg.n_layers; ++f) row.push_back(f == l ? 1.0f : 0.0f);
+    for (int f = 0; f < cfg.n_layers * chunks; ++f) row.push_back(f == l * chunks + c ? 1.0f : 0.0f);
+    std::vector<float> want;
+    for (int i = c * lanes; i < (c + 1) * lanes; ++i) {
+      want.push_back(i < cfg.hidden_dim ? prod[static_cast<size_t>(i)] : 0.0f);
+      if (i >= cfg.hidden_dim) ++k.padded_lanes;
+    }
+    k.rows.push_back(std::move(row));
+    k.want.push_back(std::move(want));
+    k.tags.push_back(l * chunks + c);
+  }
+}
+
+void append_cases(UnitCases& to, const UnitCases& from) {
+  to.rows.insert(to.rows.end(), from.rows.begin(), from.rows.end());
+  to.want.insert(to.want.end(), from.want.begin(), from.want.end());
+  to.tags.insert(to.tags.end(), from.tags.begin(), from.tags.end());
+  to.padded_lanes += from.padded_lanes;
+}
+
+// The golden records x_att_res (pos, l) through every chunk c, expecting the trace's
+// ffn_prod (pos, l) lanes (the test's C products reproduce each record first).
+UnitCases golden_unit_cases(const std::vector<int>& positions, int lanes) {
+  const auto& ck = unit_testing::stories260k();
+  const auto& gold = unit_testing::golden();
+  UnitCases k;
+  for (int pos : positions)
+    for (int l = 0; l < ck.config().n_layers; ++l) {
+      const std::vector<float>& x = gold.at(K::x_att_res, pos, l);
+      const std::vector<float>& prod = gold.at(K::ffn_prod, pos, l);
+      EXPECT_EQ(run_c_products(ck, l, x), prod) << "pos " << pos << " layer " << l;
+      add_every_chunk(k, ck.config(), lanes, x, l, prod);
+    }
+  return k;
+}
+
+std::vector<int> unit_golden_positions() {
+  std::vector<int> p;
+  if (!kLong) return {5, 53};
+  for (int pos = 0; pos < unit_testing::golden().positions; ++pos) p.push_back(pos);
+  return p;
+}
+
+// Checks rows [first, first + k.rows.size()) of `got` against k.
+Checked check_unit_rows(const std::vector<std::vector<float>>& got, size_t first, const UnitCases& k) {
+  const auto begin = got.begin() + static_cast<std::ptrdiff_t>(first);
+  return compare({begin, begin + static_cast<std::ptrdiff_t>(k.rows.size())}, k.tags, k.want, "prod",
+                 "chunk flag l * chunks + c =");
+}
+
+// One engine pass of the stories unit (its ~300 layers' emission is what costs): row 0
+// idle (checked after every layer), then the golden cases, then random x (seeds 2000 + l)
+// through every chunk of their layer.
+struct UnitWholeRun {
+  UnitCases idle, golden, random;
+  ChunkedRun run;
+  std::vector<std::vector<float>> prod;  // per row
+};
+const UnitWholeRun& stories_unit_run() {
+  static const std::unique_ptr<UnitWholeRun> w = [] {
+    const auto& ck = unit_testing::stories260k();
+    const auto& cfg = ck.config();
+    const Block& b = stories_chunk_unit();
+    auto r = std::make_unique<UnitWholeRun>();
+    add_idle_row(r->idle, static_cast<int>(b.inputs.size()), kChunkLanes);
+    r->golden = golden_unit_cases(unit_golden_positions(), kChunkLanes);
+    for (int l = 0; l < cfg.n_layers; ++l) {
+      std::mt19937_64 rng(2000 + static_cast<uint64_t>(l));
+      for (int i = 0; i < (kLong ? 20 : 1); ++i) {
+        const std::vector<float> x = random_x(rng, cfg.dim);
+        add_every_chunk(r->random, cfg, kChunkLanes, x, l, run_c_products(ck, l, x));
+      }
+    }
+    UnitCases all = r->idle;
+    append_cases(all, r->golden);
+    append_cases(all, r->random);
+    r->run = run_chunked(b, all.rows, 1, 1);  // one layer per chunk: the idle row after every layer
+    r->prod = outputs_of(b, r->run);
+    return r;
+  }();
+  return *w;
+}
+
+// (e) Every layer l and every chunk c of the greedy story's records, all n_layers x
+// chunks combinations per position: the unit's lanes hold C's products of hidden indices
+// c * lanes + k (the trace's ffn_prod), the last chunk's padded lanes +0.
+TEST(FfnChunkUnitGolden, EveryLayerAndChunkMatchesTheStory) {
+  const auto& cfg = unit_testing::stories260k().config();
+  const Block& b = stories_chunk_unit();
+  const int chunks = chunks_of(cfg, kChunkLanes);
+  EXPECT_EQ(b.unit.chunks, chunks);
+  ASSERT_EQ(b.unit.prod.size(), static_cast<size_t>(kChunkLanes));
+  const UnitWholeRun& w = stories_unit_run();
+  const std::vector<int> positions = unit_golden_positions();
+  const Checked k = check_unit_rows(w.prod, 1, w.golden);
+  EXPECT_EQ(k.cases, static_cast<int64_t>(positions.size()) * cfg.n_layers * chunks);
+  EXPECT_EQ(k.mismatches, 0) << k.first;
+  // stories260K's 172 lanes in chunks of 7 leave 3 padded lanes in each last chunk.
+  EXPECT_EQ(w.golden.padded_lanes, static_cast<int64_t>(positions.size()) * cfg.n_layers *
+                                       (static_cast<int64_t>(chunks) * kChunkLanes - cfg.hidden_dim));
+  EXPECT_GT(w.golden.padded_lanes, 0);
+  std::printf("ffn chunk unit golden: %lld cases (%zu positions x %d layers x %d chunks of %d lanes, %lld padded lanes), "
+              "%lld mismatches; engine %.1f ms (CPU %.1f ms) per forward\n",
+              static_cast<long long>(k.cases), positions.size(), cfg.n_layers, chunks, kChunkLanes,
+              static_cast<long long>(w.golden.padded_lanes), static_cast<long long>(k.mismatches),
+              1000.0 * w.run.engine_seconds / static_cast<double>(w.prod.size()),
+              1000.0 * w.run.engine_cpu_seconds / static_cast<double>(w.prod.size()));
+}
+
+// (e') Random x (fixed seeds) of every layer through every chunk.
+TEST(FfnChunkUnitRandom, EveryLayerAndChunkMatchesRunC) {
+  const auto& cfg = unit_testing::stories260k().config();
+  const UnitWholeRun& w = stories_unit_run();
+  const Checked k = check_unit_rows(w.prod, 1 + w.golden.rows.size(), w.random);
+  EXPECT_EQ(k.cases, (kLong ? 20 : 1) * cfg.n_layers * chunks_of(cfg, kChunkLanes));
+  EXPECT_EQ(k.mismatches, 0) << k.first;
+  std::printf("ffn chunk unit random: %lld cases, %lld mismatches\n", static_cast<long long>(k.cases),
+              static_cast<long long>(k.mismatches));
+}
+
+// (e'') Idle: every flag 0 and x = 0 leave every non-rail dim +-0 after every layer.
+TEST(FfnChunkUnit, IdleWritesOnlyZeros) {
+  const UnitWholeRun& w = stories_unit_run();
+  EXPECT_EQ(w.run.idle_nonzero, "");
+  const Checked k = check_unit_rows(w.prod, 0, w.idle);
+  EXPECT_EQ(k.mismatches, 0) << k.first;
+  std::printf("ffn chunk unit idle: %lld layers checked\n", static_cast<long long>(w.run.chunks));
+}
+
+// An order-adversarial host: a HostSim (fresh random summation order in every dot
+// product) per emitted layer, seeds seed, seed + 1, ...
+HostFactory host_sim(uint64_t seed) {
+  auto next = std::make_shared<uint64_t>(seed);
+  return [next](const io::Qwen35Weights& w) -> Forward {
+    auto hs = std::make_shared<compiler::HostSim>(w, (*next)++);
+    auto logits = std::make_shared<std::vector<float>>(static_cast<size_t>(w.config.vocab_size));
+    return [hs, logits](int64_t token, std::span<float> hidden) { hs->forward(token, *logits, hidden); };
+  };
+}
+
+// (e''') The unit under HostSim (a fresh random summation order in every dot product,
+// ~100x the engine's time): the idle row and the golden records of position 17 of every
+// layer through its first, middle and last chunk (padded lanes); long: every chunk.
+TEST(FfnChunkUnitHostSim, EveryLayerMatchesTheStory) {
+  const auto& cfg = unit_testing::stories260k().config();
+  const Block& b = stories_chunk_unit();
+  const int chunks = chunks_of(cfg, kChunkLanes);
+  const UnitCases every = golden_unit_cases({17}, kChunkLanes);  // rows l * chunks + c
+  UnitCases k;
+  add_idle_row(k, static_cast<int>(b.inputs.size()), kChunkLanes);
+  for (size_t r = 0; r < every.rows.size(); ++r) {
+    const int c = every.tags[r] % chunks;
+    if (!kLong && c != 0 && c != chunks / 2 && c != chunks - 1) continue;
+    k.rows.push_back(every.rows[r]);
+    k.want.push_back(every.want[r]);
+    k.tags.push_back(every.tags[r]);
+  }
+  const ChunkedRun run = run_chunked(b, k.rows, 1, 1, host_sim(31));
+  EXPECT_EQ(run.idle_nonzero, "");
+  const Checked got = check_unit_rows(outputs_of(b, run), 0, k);
+  EXPECT_EQ(got.cases, 1 + cfg.n_layers * (kLong ? chunks : 3));
+  EXPECT_EQ(got.mismatches, 0) << got.first;
+  std::printf("ffn chunk unit HostSim: %lld cases (1 idle), %lld mismatches, %lld layers\n",
+              static_cast<long long>(got.cases), static_cast<long long>(got.mismatches),
+              static_cast<long long>(run.chunks));
+}
+
+// (f) The unit's compiled shape under the v1 width budget (the plan the engine tests
+// run), against the fixed chunk of as many lanes (ffn_chunk_block). The unit adds
+// n_layers x chunks flag inputs, which live through the whole program as every
+// interface input does (compiler/clear_dead.h) and so sit beside the SwiGLU lanes at the
+// peak: hidden grows by at most those flags rounded up to whole 63-value groups (each 64
+// dims holds 63 values and a rail), the intermediate size not at all (the matvec's
+// column ops, 3 x n_layers x chunks neurons per step, fit beside the rest). At 7 lanes
+// that is 125 flags: hidden 1,152 (18 rails), over the budget; kUnitBudgetLanes fits.
+constexpr int kUnitBudgetLanes = 6;
+TEST(FfnChunkUnit, CompiledShapeFitsTheWidthBudget) {
+  const auto& ck = unit_testing::stories260k();
+  const auto& cfg = ck.config();
+  auto live = [](const Block& b) {
+    return b.plan.allocation.hidden_size - static_cast<int64_t>(b.plan.allocation.rail_dims.size());
+  };
+  for (int lanes : {4, 5, kUnitBudgetLanes, kChunkLanes, 8}) {
+    const auto owned = lanes == kChunkLanes ? nullptr : build_chunk_unit(ck, lanes);
+    const Block& u = lanes == kChunkLanes ? stories_chunk_unit() : *owned;
+    const auto fixed = build_chunk(ck, 0, lanes);
+    const auto& a = u.plan.allocation;
+    const int64_t flags = static_cast<int64_t>(cfg.n_layers) * chunks_of(cfg, lanes);
+    const bool fits = live(u) <= kBudgetHidden && a.intermediate_size <= kBudgetNeurons;
+    std::printf("ffn chunk unit, %d lanes (%d layers x %d chunks): sublayers %lld, host layers %lld, hidden %lld (%zu rails), "
+                "intermediate %lld%s; fixed chunk: hidden %lld, intermediate %lld\n",
+                lanes, cfg.n_layers, chunks_of(cfg, lanes), static_cast<long long>(u.plan.schedule.num_sublayers),
+                static_cast<long long>(a.num_layers), static_cast<long long>(a.hidden_size), a.rail_dims.size(),
+                static_cast<long long>(a.intermediate_size), fits ? "" : " -- over the budget",
+                static_cast<long long>(fixed->plan.allocation.hidden_size),
+                static_cast<long long>(fixed->plan.allocation.intermediate_size));
+    EXPECT_EQ(u.inputs.size(), static_cast<size_t>(cfg.dim + cfg.n_layers + flags));
+    EXPECT_LE(live(u) - live(*fixed), 63 * ((flags + 62) / 63)) << lanes << " lanes";
+    EXPECT_GE(live(u), live(*fixed)) << lanes << " lanes";
+    EXPECT_EQ(a.intermediate_size, fixed->plan.allocation.intermediate_size) << lanes << " lanes";
+    EXPECT_EQ(u.plan.schedule.num_sublayers, fixed->plan.schedule.num_sublayers) << lanes << " lanes";
+    if (lanes == kUnitBudgetLanes) {
+      EXPECT_LE(live(u), kBudgetHidden);
+      EXPECT_LE(a.intermediate_size, kBudgetNeurons);
+    }
+  }
+}
+
+// (e'''') The unit with the lanes that fit the budget, on the engine: the golden records
+// of position 29, every layer through every chunk (the last one padded), and the idle row.
+TEST(FfnChunkUnitGolden, BudgetLanesMatchTheStory) {
+  const auto& ck = unit_testing::stories260k();
+  const auto& cfg = ck.config();
+  const auto b = build_chunk_unit(ck, kUnitBudgetLanes);
+  UnitCases k;
+  add_idle_row(k, static_cast<int>(b->inputs.size()), kUnitBudgetLanes);
+  append_cases(k, golden_unit_cases({29}, kUnitBudgetLanes));
+  EXPECT_GT(k.padded_lanes, 0);
+  const ChunkedRun run = run_chunked(*b, k.rows, 1, 1);
+  EXPECT_EQ(run.idle_nonzero, "");
+  const Checked got = check_unit_rows(outputs_of(*b, run), 0, k);
+  EXPECT_EQ(got.cases, 1 + cfg.n_layers * chunks_of(cfg, kUnitBudgetLanes));
+  EXPECT_EQ(got.mismatches, 0) << got.first;
+  std::printf("ffn chunk unit, %d lanes: %lld cases (1 idle), %lld mismatches\n", kUnitBudgetLanes,
+              static_cast<long long>(got.cases), static_cast<long long>(got.mismatches));
+}
+
 // (c) Idle: every flag 0 and x = 0 leave every non-rail dim of the residual stream at
 // +-0 after every layer (so every value the block owns, dims being shared).
 // The same run carries an active case (layer 0), which must come out as C's x.
@@ -690,6 +987,21 @@ TEST(FfnBlockSmall, SyntheticCheckpointMatchesRunC) {
   EXPECT_EQ(s.mismatches, 0) << s.first;
   EXPECT_EQ(s.cases, static_cast<int64_t>(xs.size()));
   EXPECT_EQ(run_split(*split, cfg.dim, {idle}, 1).idle_nonzero, "");
+
+  // The chunk unit, 2 lanes (the last chunk padded when hidden_dim is odd): every case
+  // through every chunk of its layer, then the idle row checked after every layer.
+  const auto unit = build_chunk_unit(ck, 2);
+  const int chunks = chunks_of(cfg, 2);
+  EXPECT_EQ(unit->unit.chunks, chunks);
+  UnitCases u;
+  add_idle_row(u, static_cast<int>(unit->inputs.size()), 2);
+  for (size_t c = 0; c < xs.size(); ++c) add_every_chunk(u, cfg, 2, xs[c], layers[c], run_c_products(ck, layers[c], xs[c]));
+  EXPECT_EQ(u.padded_lanes, static_cast<int64_t>(xs.size()) * (2 * chunks - cfg.hidden_dim));
+  const ChunkedRun run = run_chunked(*unit, u.rows, 1, 1);
+  EXPECT_EQ(run.idle_nonzero, "");
+  const Checked uc = check_unit_rows(outputs_of(*unit, run), 0, u);
+  EXPECT_EQ(uc.cases, 1 + static_cast<int64_t>(xs.size()) * chunks);
+  EXPECT_EQ(uc.mismatches, 0) << uc.first;
 }
 
 TEST(FfnBlock, RejectsWrongSizes) {
@@ -709,6 +1021,23 @@ TEST(FfnBlock, RejectsWrongSizes) {
   EXPECT_THROW(ffn_out_block(p, ck, x, std::vector<ValueId>(prod.begin(), prod.end() - 1), f), Error);
   EXPECT_THROW(ffn_out_block(p, ck, std::vector<ValueId>(x.begin(), x.end() - 1), prod, f), Error);
   EXPECT_THROW(ffn_out_block(p, ck, x, prod, std::vector<ValueId>(f.begin(), f.end() - 1)), Error);
+  // The chunk unit: chunk flags for n_layers x ceil(hidden_dim / lanes), lanes in [1, hidden_dim].
+  const int chunks = chunks_of(ck.config(), 7);
+  const auto g = p.values("g", ck.config().n_layers * chunks);
+  EXPECT_THROW(ffn_chunk_unit(p, ck, x, f, std::vector<ValueId>(g.begin(), g.end() - 1), 7), Error);
+  EXPECT_THROW(ffn_chunk_unit(p, ck, x, f, p.values("g2", ck.config().n_layers * chunks + 1), 7), Error);
+  EXPECT_THROW(ffn_chunk_unit(p, ck, x, f, g, 8), Error);  // 22 chunks of 8: the flags are for 7
+  EXPECT_THROW(ffn_chunk_unit(p, ck, x, f, std::vector<ValueId>(f.begin(), f.end() - 1), 7), Error);
+  EXPECT_THROW(ffn_chunk_unit(p, ck, x, std::vector<ValueId>(f.begin(), f.end() - 1), g, 7), Error);
+  EXPECT_THROW(ffn_chunk_unit(p, ck, std::vector<ValueId>(x.begin(), x.end() - 1), f, g, 7), Error);
+  EXPECT_THROW(ffn_chunk_unit(p, ck, x, f, g, 0), Error);
+  EXPECT_THROW(ffn_chunk_unit(p, ck, x, f, p.values("g3", ck.config().n_layers), hidden + 1), Error);
+  try {
+    ffn_chunk_unit(p, ck, x, f, std::vector<ValueId>(g.begin(), g.end() - 1), 7);
+    ADD_FAILURE() << "no throw for the wrong chunk flag count";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("chunk flags"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

@@ -33,6 +33,48 @@ struct Emitter {
   }
 };
 
+// out = cell * read_scale * 2^-norm_exponent * 32 * W = (cell - offset) * 2^-data_exponent.
+float gdn_decode_weight(const GdnMemory& m, const GdnLayout& g) {
+  return std::ldexp(1.0f / (32.0f * g.read_scale), g.norm_exponent - m.data_exponent);
+}
+
+// What emit_gdn_memory needs of the op (checked for every op before any layer is built).
+void check_gdn_memory(const Op& op, const GdnLayout& g) {
+  const GdnMemory& m = op.gdn;
+  const auto n_bits = static_cast<int64_t>(m.key_bits.size());
+  if (n_bits > 62 || (int64_t{1} << n_bits) > g.key_dim)
+    fail("emit: GDN memory '{}' has {} address bits; the head has {} rows", op.label, n_bits, g.rows());
+  const bool has_offset = m.offset != 0.0f;
+  const auto D = static_cast<int64_t>(m.data.size());
+  if (D > g.capacity(has_offset))
+    fail("emit: GDN memory '{}' stores {} values; a row holds {}", op.label, D, g.capacity(has_offset));
+  if (m.wipe_flag == kOne) fail("emit: GDN memory '{}' wipes on every token", op.label);
+  const float W = gdn_decode_weight(m, g);
+  for (int64_t c = 0; c < D; ++c) {
+    if (!std::isnormal(W * m.out_weight(static_cast<size_t>(c))))
+      fail("emit: GDN memory '{}' column {}: decode weight {} x {} is not a normal float", op.label, c, W,
+           m.out_weight(static_cast<size_t>(c)));
+  }
+}
+
+// What the attention memory emission needs of the op.
+void check_attn_memory(const Op& op, int64_t hd, int64_t rot) {
+  const AttnMemory& m = op.memory;
+  const auto n_bits = static_cast<int64_t>(m.key_bits.size());
+  const int64_t ones = hd / 4;  // dims of size A in every q and k
+  if (n_bits + 1 > ones || rot + n_bits + 1 + ones > hd)
+    fail("emit: memory op '{}' has {} address bits; head_dim {} allows {}", op.label, n_bits, hd,
+         std::min(ones - 1, hd - rot - ones - 1));
+  if (static_cast<int64_t>(m.data.size()) > hd)
+    fail("emit: memory op '{}' stores {} values; head_dim is {}", op.label, m.data.size(), hd);
+}
+
+void check_mlp(const Op& op) {
+  for (const Neuron& n : op.neurons)
+    for (const Term& t : n.down)
+      if (t.value == kOne) fail("emit: op '{}' writes the constant", op.label);
+}
+
 // One GDN memory in head h of a linear_attention layer (docs/npu-gdn-memory.md).
 // Every pre-silu q/k/v/z/b value below is a sum of a few small integer multiples of
 // powers of two (exact in any order); the conv picks one token (the op's taps).
@@ -41,13 +83,8 @@ void emit_gdn_memory(const Emitter& e, const Op& op, int64_t h, const GdnLayout&
   const GdnMemory& m = op.gdn;
   const int64_t dk = g.key_dim, dv = g.value_dim;
   const auto n_bits = static_cast<int64_t>(m.key_bits.size());
-  if (n_bits > 62 || (int64_t{1} << n_bits) > dk)
-    fail("emit: GDN memory '{}' has {} address bits; the head has {} rows", op.label, n_bits, g.rows());
   const bool has_offset = m.offset != 0.0f;
   const auto D = static_cast<int64_t>(m.data.size());
-  if (D > g.capacity(has_offset))
-    fail("emit: GDN memory '{}' stores {} values; a row holds {}", op.label, D, g.capacity(has_offset));
-  if (m.wipe_flag == kOne) fail("emit: GDN memory '{}' wipes on every token", op.label);
   const int64_t key_total = heads * dk;
   const int64_t q0 = h * dk, k0 = key_total + h * dk, v0 = 2 * key_total + h * dv;
   const float hot = 128.0f;  // silu(128) == 128 and l2norm of one such entry is exactly 1
@@ -97,16 +134,12 @@ void emit_gdn_memory(const Emitter& e, const Op& op, int64_t h, const GdnLayout&
   // Output gate silu(z) = silu(32) == 32 on the data and offset columns (rails: z = 0).
   const int64_t gated = D + (has_offset ? 1 : 0);
   for (int64_t c = 0; c < gated; ++c) e.add_term(la.in_proj_z, h * dv + c, kOne, 32.0f);
-  // out = cell * read_scale * 2^-norm_exponent * 32 * W = (cell - offset) * 2^-data_exponent.
-  // Column c is scaled by its decode weight w_c = +-2^i (several columns may add into
+  // W: gdn_decode_weight. Column c is scaled by its decode weight w_c = +-2^i (several columns may add into
   // one out value: exact by the op's contract, ir.h).
-  const float W = std::ldexp(1.0f / (32.0f * g.read_scale), g.norm_exponent - m.data_exponent);
+  const float W = gdn_decode_weight(m, g);
   const int64_t vd = heads * dv;
   for (int64_t c = 0; c < D; ++c) {
     const float Wc = W * m.out_weight(static_cast<size_t>(c));
-    if (!std::isnormal(Wc))
-      fail("emit: GDN memory '{}' column {}: decode weight {} x {} is not a normal float", op.label, c, W,
-           m.out_weight(static_cast<size_t>(c)));
     const int64_t dim = e.alloc.dim(m.out[static_cast<size_t>(c)]);
     la.out_proj[static_cast<size_t>(dim * vd + h * dv + c)] = Wc;
     if (has_offset) la.out_proj[static_cast<size_t>(dim * vd + h * dv + g.offset_column(D))] = -Wc;
@@ -117,8 +150,9 @@ void emit_gdn_memory(const Emitter& e, const Op& op, int64_t h, const GdnLayout&
 
 float rail_value(int norm_exponent) { return pow2(norm_exponent + 3); }
 
-io::Qwen35Weights emit(const Program& program, const Schedule& schedule, const Allocation& alloc,
-                       const Interface& interface, const EmitOptions& options) {
+LayerEmitter::LayerEmitter(const Program& program, const Schedule& schedule, const Allocation& alloc,
+                           const Interface& interface, const EmitOptions& options)
+    : program_(program), alloc_(alloc), interface_(interface), options_(options) {
   const int k = options.norm_exponent;
   if (k < 24 || k > 56) fail("emit: norm exponent {} outside [24, 56]", k);
   const int64_t hd = options.head_dim;
@@ -130,32 +164,26 @@ io::Qwen35Weights emit(const Program& program, const Schedule& schedule, const A
     fail("emit: input_rows has {} floats, expected {} x {}", interface.input_rows.size(), interface.vocab_size,
          interface.inputs.size());
 
-  const int64_t H = alloc.hidden_size;
-  const int64_t I = alloc.intermediate_size;
   const int64_t L = std::max<int64_t>(alloc.num_layers, 1);
-  const int64_t nkv = alloc.num_kv_heads;
   const bool has_gdn = alloc.num_gdn_heads > 0;
-  const int64_t gdn_heads = has_gdn ? alloc.num_gdn_heads : 1;
   const int64_t lkd = has_gdn ? options.gdn_key_head_dim : options.linear_head_dim;
   const int64_t lvd = has_gdn ? options.gdn_value_head_dim : options.linear_head_dim;
   const GdnLayout gl = has_gdn ? GdnLayout::for_dims(lkd, lvd) : GdnLayout{};
-  Emitter e{program, alloc, options, H, pow2(k), 1.0f / 8.0f};
 
-  io::Qwen35Weights w;
-  io::Qwen35Config& c = w.config;
+  io::Qwen35Config& c = config_;
   c.architecture = "Qwen3_5ForCausalLM";
   c.tensor_prefix = "model.";
   c.vocab_size = interface.vocab_size;
-  c.hidden_size = H;
-  c.intermediate_size = I;
+  c.hidden_size = alloc.hidden_size;
+  c.intermediate_size = alloc.intermediate_size;
   c.num_hidden_layers = L;
-  c.num_attention_heads = nkv;
-  c.num_key_value_heads = nkv;
+  c.num_attention_heads = alloc.num_kv_heads;
+  c.num_key_value_heads = alloc.num_kv_heads;
   c.head_dim = hd;
   c.partial_rotary_factor = 0.25;
   c.rope_theta = 1e7;
-  c.linear_num_key_heads = gdn_heads;
-  c.linear_num_value_heads = gdn_heads;
+  c.linear_num_key_heads = has_gdn ? alloc.num_gdn_heads : 1;
+  c.linear_num_value_heads = c.linear_num_key_heads;
   c.linear_key_head_dim = lkd;
   c.linear_value_head_dim = lvd;
   c.linear_conv_kernel_dim = 4;
@@ -166,6 +194,37 @@ io::Qwen35Weights emit(const Program& program, const Schedule& schedule, const A
                                 ? LayerType::FullAttention
                                 : LayerType::LinearAttention);
 
+  // Every check of an op runs here, in program order, so that no layer is built (nor
+  // handed to a sink) for a program that cannot be emitted; the index is all that
+  // layer(l) needs to visit its own ops only.
+  const auto& ops = program.ops();
+  if (schedule.sublayer.size() != ops.size())
+    fail("emit: the schedule places {} ops, the program has {}", schedule.sublayer.size(), ops.size());
+  const int64_t rot = static_cast<int64_t>(static_cast<double>(hd) * c.partial_rotary_factor);
+  ops_of_layer_.resize(static_cast<size_t>(L));
+  for (size_t i = 0; i < ops.size(); ++i) {
+    const Op& op = ops[i];
+    const int64_t l = schedule.sublayer[i] / 2;
+    if (schedule.sublayer[i] < 0 || l >= L)
+      fail("emit: op '{}' is scheduled in sublayer {}; the allocation has {} layers", op.label,
+           schedule.sublayer[i], L);
+    switch (op.kind) {
+      case OpKind::Mlp: check_mlp(op); break;
+      case OpKind::GdnMemory: check_gdn_memory(op, gl); break;
+      case OpKind::AttnMemory: check_attn_memory(op, hd, rot); break;
+    }
+    ops_of_layer_[static_cast<size_t>(l)].push_back(i);
+  }
+}
+
+io::Qwen35Weights LayerEmitter::globals() const {
+  const io::Qwen35Config& c = config_;
+  const Allocation& alloc = alloc_;
+  const Interface& interface = interface_;
+  const int64_t H = c.hidden_size;
+  const int k = options_.norm_exponent;
+  io::Qwen35Weights w;
+  w.config = c;
   // Token embedding: rails plus the inputs of each row.
   w.embed_tokens.assign(static_cast<size_t>(c.vocab_size * H), 0.0f);
   for (int64_t r = 0; r < c.vocab_size; ++r) {
@@ -178,66 +237,76 @@ io::Qwen35Weights emit(const Program& program, const Schedule& schedule, const A
   w.lm_head.assign(static_cast<size_t>(c.vocab_size * H), 0.0f);
   for (size_t o = 0; o < interface.outputs.size(); ++o)
     w.lm_head[o * static_cast<size_t>(H) + static_cast<size_t>(alloc.dim(interface.outputs[o]))] = 1.0f;
+  return w;
+}
 
+io::LayerWeights LayerEmitter::layer(int64_t l) const {
+  const io::Qwen35Config& c = config_;
+  if (l < 0 || l >= c.num_hidden_layers) fail("emit: layer {} outside [0, {})", l, c.num_hidden_layers);
+  const Allocation& alloc = alloc_;
+  const int64_t H = c.hidden_size;
+  const int64_t I = c.intermediate_size;
+  const int64_t nkv = c.num_key_value_heads;
+  const int64_t hd = c.head_dim;
+  const int64_t gdn_heads = c.linear_num_key_heads;
+  const int64_t lkd = c.linear_key_head_dim;
+  const int64_t lvd = c.linear_value_head_dim;
+  const GdnLayout gl = alloc.num_gdn_heads > 0 ? GdnLayout::for_dims(lkd, lvd) : GdnLayout{};
   const int64_t rot = static_cast<int64_t>(static_cast<double>(hd) * c.partial_rotary_factor);
-  for (int64_t l = 0; l < L; ++l) {
-    io::LayerWeights lw;
-    lw.type = c.layer_types[static_cast<size_t>(l)];
-    lw.input_layernorm.assign(static_cast<size_t>(H), 0.0f);
-    lw.post_attention_layernorm.assign(static_cast<size_t>(H), 0.0f);
-    lw.gate_proj.assign(static_cast<size_t>(I * H), 0.0f);
-    lw.up_proj.assign(static_cast<size_t>(I * H), 0.0f);
-    lw.down_proj.assign(static_cast<size_t>(H * I), 0.0f);
-    if (lw.type == LayerType::LinearAttention) {
-      // An idle Gated DeltaNet: every projection 0, so q = k = v = 0 and the output
-      // is exactly +0 (l2norm(0) = 0, the gated norm of 0 is 0).
-      // GDN memory ops overwrite the weights of their heads below.
-      auto& la = lw.linear;
-      const int64_t conv_dim = gdn_heads * (2 * lkd + lvd);
-      la.in_proj_qkv.assign(static_cast<size_t>(conv_dim * H), 0.0f);
-      la.in_proj_z.assign(static_cast<size_t>(gdn_heads * lvd * H), 0.0f);
-      la.in_proj_b.assign(static_cast<size_t>(gdn_heads * H), 0.0f);
-      la.in_proj_a.assign(static_cast<size_t>(gdn_heads * H), 0.0f);
-      la.conv1d.assign(static_cast<size_t>(conv_dim * 4), 0.0f);
-      la.dt_bias.assign(static_cast<size_t>(gdn_heads), 0.0f);
-      la.A_log.assign(static_cast<size_t>(gdn_heads), 0.0f);
-      la.norm.assign(static_cast<size_t>(lvd), 1.0f);
-      la.out_proj.assign(static_cast<size_t>(H * gdn_heads * lvd), 0.0f);
-    } else {
-      auto& fa = lw.full;
-      fa.q_proj.assign(static_cast<size_t>(2 * nkv * hd * H), 0.0f);
-      fa.k_proj.assign(static_cast<size_t>(nkv * hd * H), 0.0f);
-      fa.v_proj.assign(static_cast<size_t>(nkv * hd * H), 0.0f);
-      fa.o_proj.assign(static_cast<size_t>(H * nkv * hd), 0.0f);
-      // q and k of a memory head: 64 (hd/4) dims of size A = 2^10 per token, so the
-      // per-head RMSNorm scale is exactly 2/A; with 1 + w = 32 each such dim becomes 64
-      // and one matching dim adds 64 * 64 / sqrt(hd) >= 256 to the score.
-      fa.q_norm.assign(static_cast<size_t>(hd), 31.0f);
-      fa.k_norm.assign(static_cast<size_t>(hd), 31.0f);
-      // Output gate of every head: closed (sigmoid(-128) == 0) unless an op opens it.
-      for (int64_t h = 0; h < nkv; ++h)
-        for (int64_t d = 0; d < hd; ++d) {
-          const int64_t row = 2 * hd * h + hd + d;
-          e.add_term(fa.q_proj, row, kOne, -128.0f);
-        }
-    }
-    w.layers.push_back(std::move(lw));
+  const Emitter e{program_, alloc, options_, H, pow2(options_.norm_exponent), 1.0f / 8.0f};
+
+  io::LayerWeights lw;
+  lw.type = c.layer_types[static_cast<size_t>(l)];
+  lw.input_layernorm.assign(static_cast<size_t>(H), 0.0f);
+  lw.post_attention_layernorm.assign(static_cast<size_t>(H), 0.0f);
+  lw.gate_proj.assign(static_cast<size_t>(I * H), 0.0f);
+  lw.up_proj.assign(static_cast<size_t>(I * H), 0.0f);
+  lw.down_proj.assign(static_cast<size_t>(H * I), 0.0f);
+  if (lw.type == LayerType::LinearAttention) {
+    // An idle Gated DeltaNet: every projection 0, so q = k = v = 0 and the output
+    // is exactly +0 (l2norm(0) = 0, the gated norm of 0 is 0).
+    // GDN memory ops overwrite the weights of their heads below.
+    auto& la = lw.linear;
+    const int64_t conv_dim = gdn_heads * (2 * lkd + lvd);
+    la.in_proj_qkv.assign(static_cast<size_t>(conv_dim * H), 0.0f);
+    la.in_proj_z.assign(static_cast<size_t>(gdn_heads * lvd * H), 0.0f);
+    la.in_proj_b.assign(static_cast<size_t>(gdn_heads * H), 0.0f);
+    la.in_proj_a.assign(static_cast<size_t>(gdn_heads * H), 0.0f);
+    la.conv1d.assign(static_cast<size_t>(conv_dim * 4), 0.0f);
+    la.dt_bias.assign(static_cast<size_t>(gdn_heads), 0.0f);
+    la.A_log.assign(static_cast<size_t>(gdn_heads), 0.0f);
+    la.norm.assign(static_cast<size_t>(lvd), 1.0f);
+    la.out_proj.assign(static_cast<size_t>(H * gdn_heads * lvd), 0.0f);
+  } else {
+    auto& fa = lw.full;
+    fa.q_proj.assign(static_cast<size_t>(2 * nkv * hd * H), 0.0f);
+    fa.k_proj.assign(static_cast<size_t>(nkv * hd * H), 0.0f);
+    fa.v_proj.assign(static_cast<size_t>(nkv * hd * H), 0.0f);
+    fa.o_proj.assign(static_cast<size_t>(H * nkv * hd), 0.0f);
+    // q and k of a memory head: 64 (hd/4) dims of size A = 2^10 per token, so the
+    // per-head RMSNorm scale is exactly 2/A; with 1 + w = 32 each such dim becomes 64
+    // and one matching dim adds 64 * 64 / sqrt(hd) >= 256 to the score.
+    fa.q_norm.assign(static_cast<size_t>(hd), 31.0f);
+    fa.k_norm.assign(static_cast<size_t>(hd), 31.0f);
+    // Output gate of every head: closed (sigmoid(-128) == 0) unless an op opens it.
+    for (int64_t h = 0; h < nkv; ++h)
+      for (int64_t d = 0; d < hd; ++d) {
+        const int64_t row = 2 * hd * h + hd + d;
+        e.add_term(fa.q_proj, row, kOne, -128.0f);
+      }
   }
 
-  const auto& ops = program.ops();
-  for (size_t i = 0; i < ops.size(); ++i) {
+  // This layer's ops in program order: the same += sequence into every weight as a
+  // pass over the whole program would make (ops of other layers touch other tensors).
+  const auto& ops = program_.ops();
+  for (size_t i : ops_of_layer_[static_cast<size_t>(l)]) {
     const Op& op = ops[i];
-    const int64_t l = schedule.sublayer[i] / 2;
-    io::LayerWeights& lw = w.layers[static_cast<size_t>(l)];
     if (op.kind == OpKind::Mlp) {
       int64_t row = alloc.first_neuron[i];
       for (const Neuron& n : op.neurons) {
         e.add_lin(lw.gate_proj, row, n.gate);
         e.add_lin(lw.up_proj, row, n.up);
-        for (const Term& t : n.down) {
-          if (t.value == kOne) fail("emit: op '{}' writes the constant", op.label);
-          lw.down_proj[static_cast<size_t>(alloc.dim(t.value) * I + row)] += t.weight;
-        }
+        for (const Term& t : n.down) lw.down_proj[static_cast<size_t>(alloc.dim(t.value) * I + row)] += t.weight;
         ++row;
       }
       continue;
@@ -250,11 +319,6 @@ io::Qwen35Weights emit(const Program& program, const Schedule& schedule, const A
     const int64_t h = alloc.first_neuron[i];
     const int64_t n_bits = static_cast<int64_t>(m.key_bits.size());
     const int64_t ones = hd / 4;  // dims of size A in every q and k
-    if (n_bits + 1 > ones || rot + n_bits + 1 + ones > hd)
-      fail("emit: memory op '{}' has {} address bits; head_dim {} allows {}", op.label, n_bits, hd,
-           std::min(ones - 1, hd - rot - ones - 1));
-    if (static_cast<int64_t>(m.data.size()) > hd)
-      fail("emit: memory op '{}' stores {} values; head_dim is {}", op.label, m.data.size(), hd);
     auto& fa = lw.full;
     const float A = 1024.0f;
     // Dual-rail code: bit j -> dims (rot + 2j, rot + 2j + 1) = (A b, A (1 - b)); then the
@@ -277,6 +341,24 @@ io::Qwen35Weights emit(const Program& program, const Schedule& schedule, const A
       fa.o_proj[static_cast<size_t>(alloc.dim(m.out[d]) * nkv * hd + h * hd + static_cast<int64_t>(d))] = 1.0f;
     }
   }
+  return lw;
+}
+
+io::Qwen35Weights emit_streaming(const Program& program, const Schedule& schedule, const Allocation& allocation,
+                                 const Interface& interface, const EmitOptions& options, const LayerSink& sink) {
+  const LayerEmitter emitter(program, schedule, allocation, interface, options);
+  if (!sink) fail("emit_streaming: no layer sink");
+  io::Qwen35Weights globals = emitter.globals();
+  for (int64_t l = 0; l < emitter.num_layers(); ++l) sink(l, emitter.layer(l));
+  return globals;
+}
+
+io::Qwen35Weights emit(const Program& program, const Schedule& schedule, const Allocation& allocation,
+                       const Interface& interface, const EmitOptions& options) {
+  std::vector<io::LayerWeights> layers;
+  io::Qwen35Weights w = emit_streaming(program, schedule, allocation, interface, options,
+                                       [&](int64_t, io::LayerWeights&& layer) { layers.push_back(std::move(layer)); });
+  w.layers = std::move(layers);
   return w;
 }
 

@@ -8,6 +8,7 @@
 // 2^k here; the constant rail reaches them as exactly 8. The final norm's weight is
 // 2^k (scale 1 + 2^k == 2^k in fp32), so logits are the output values themselves.
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "compiler/allocate.h"
@@ -50,6 +51,43 @@ Compiled compile(const Program& program, const Interface& interface, const Sched
 // The emission stage alone.
 io::Qwen35Weights emit(const Program& program, const Schedule& schedule, const Allocation& allocation,
                        const Interface& interface, const EmitOptions& options = {});
+
+// The emission stage one layer at a time, so that a compiled checkpoint of hundreds of
+// dense layers never exists in memory at once (docs/engine.md, "Streaming
+// construction"). The constructor runs every check of emit (options, interface, every
+// op, the schedule's layers) and indexes the ops by layer; globals() and layer(l) then
+// build tensors and cannot fail on a valid l. layer(l) gives the bits of emit's
+// layers[l] (the same writes in the same order), in any order, any number of times.
+// Keeps references: program, allocation and interface must outlive the emitter.
+class LayerEmitter {
+ public:
+  LayerEmitter(const Program& program, const Schedule& schedule, const Allocation& allocation,
+               const Interface& interface, const EmitOptions& options = {});
+
+  const io::Qwen35Config& config() const { return config_; }
+  int64_t num_layers() const { return config_.num_hidden_layers; }
+  // config, embed_tokens, norm and lm_head; `layers` is empty.
+  io::Qwen35Weights globals() const;
+  // Throws qpu::Error when l is outside [0, num_layers()).
+  io::LayerWeights layer(int64_t l) const;
+
+ private:
+  const Program& program_;
+  const Allocation& alloc_;
+  const Interface& interface_;
+  EmitOptions options_;
+  io::Qwen35Config config_;
+  std::vector<std::vector<size_t>> ops_of_layer_;  // op indexes, in program order
+};
+
+// Receives the layers of emit_streaming, in order 0 .. L-1, each exactly once.
+using LayerSink = std::function<void(int64_t layer, io::LayerWeights&& weights)>;
+
+// emit, streamed: returns the globals (LayerEmitter::globals(), `layers` empty) and
+// hands each layer to `sink` as soon as it is built; only one dense layer is alive in
+// here at a time. Every check runs before the first layer reaches the sink.
+io::Qwen35Weights emit_streaming(const Program& program, const Schedule& schedule, const Allocation& allocation,
+                                 const Interface& interface, const EmitOptions& options, const LayerSink& sink);
 
 // Value of every rail dim in the token embedding: 2^(k+3).
 float rail_value(int norm_exponent);

@@ -158,9 +158,32 @@ struct Model::Impl {
 Model::Model(io::Qwen35Weights weights) : Model(std::move(weights), ModelOptions{}) {}
 
 Model::Model(io::Qwen35Weights weights, const ModelOptions& options) : impl_(std::make_unique<Impl>()) {
+  check_config(weights.config);
+  if (static_cast<int64_t>(weights.layers.size()) != weights.config.num_hidden_layers) {
+    fail("weights: {} layers, config says {}", weights.layers.size(), weights.config.num_hidden_layers);
+  }
+  // Each layer leaves the vector when it is packed (and is freed then), as before.
+  std::vector<io::LayerWeights> layers = std::move(weights.layers);
+  weights.layers.clear();
+  build(std::move(weights), [&layers](int64_t l) { return std::move(layers[static_cast<size_t>(l)]); }, options);
+}
+
+Model::Model(io::Qwen35Weights globals, const LayerSource& layer, const ModelOptions& options)
+    : impl_(std::make_unique<Impl>()) {
+  build(std::move(globals), layer, options);
+}
+
+// The one packing path of every constructor: globals first, then layer by layer, each
+// dense layer dropped as soon as it is packed.
+void Model::build(io::Qwen35Weights weights, const LayerSource& source, const ModelOptions& options) {
   Impl& m = *impl_;
   const io::Qwen35Config& c = weights.config;
   check_config(c);
+  if (!weights.layers.empty()) {
+    fail("weights: {} dense layers given with a layer source (the source gives all {})", weights.layers.size(),
+         c.num_hidden_layers);
+  }
+  if (!source) fail("weights: no layer source");
   m.config = c;
   m.eps = static_cast<float>(c.rms_norm_eps);  // torch adds the python float as fp32
   m.skip_idle_channels = options.elementwise == Elementwise::SkipZeros;
@@ -170,9 +193,6 @@ Model::Model(io::Qwen35Weights weights, const ModelOptions& options) : impl_(std
   const PackedMatrix::Options pack = packing(options);
   const int64_t hidden = c.hidden_size;
 
-  if (static_cast<int64_t>(weights.layers.size()) != c.num_hidden_layers) {
-    fail("weights: {} layers, config says {}", weights.layers.size(), c.num_hidden_layers);
-  }
   m.tied = weights.lm_head.empty();
   PackedMatrix::Options embed_pack = pack;
   if (!m.tied) embed_pack.path = PackedMatrix::Path::Rows;  // only looked up: no column copy
@@ -197,7 +217,7 @@ Model::Model(io::Qwen35Weights weights, const ModelOptions& options) : impl_(std
 
   m.layers.resize(static_cast<size_t>(c.num_hidden_layers));
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
-    io::LayerWeights& w = weights.layers[l];
+    io::LayerWeights w = source(l);
     Layer& layer = m.layers[l];
     const std::string name = fmt::format("layers.{}", l);
     layer.type = c.layer_types[l];
@@ -233,7 +253,6 @@ Model::Model(io::Qwen35Weights weights, const ModelOptions& options) : impl_(std
     layer.gate_proj = PackedMatrix::pack(w.gate_proj, c.intermediate_size, hidden, pack, name + ".mlp.gate_proj");
     layer.up_proj = PackedMatrix::pack(w.up_proj, c.intermediate_size, hidden, pack, name + ".mlp.up_proj");
     layer.down_proj = PackedMatrix::pack(w.down_proj, hidden, c.intermediate_size, pack, name + ".mlp.down_proj");
-    w = io::LayerWeights{};
   }
 }
 

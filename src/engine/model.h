@@ -4,6 +4,7 @@
 // count). It implements stock transformers' Qwen3_5ForCausalLM semantics
 // (../shared/docs/qwen35-spec.md) and knows nothing about NPUs.
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <vector>
@@ -102,10 +103,22 @@ struct StorageStats {
   int64_t bytes = 0;  // weight storage of all matrices
 };
 
+// The weights of layer l (0 .. num_hidden_layers-1), built on demand (docs/engine.md,
+// "Streaming construction"). The model calls it once per layer, in order 0, 1, ...,
+// packs the layer and frees it before the next call.
+using LayerSource = std::function<io::LayerWeights(int64_t layer)>;
+
 class Model {
  public:
   explicit Model(io::Qwen35Weights weights);
   Model(io::Qwen35Weights weights, const ModelOptions& options);
+  // Streaming construction: `globals` holds the config, embed_tokens, norm and lm_head,
+  // and no layers (else an error); `layer` gives config.num_hidden_layers layers. At most
+  // one dense layer is alive at a time (plus what the source itself keeps). The dense
+  // constructors above hand their layers through this same path, so both build the same
+  // model and make the same checks (a layer of the wrong type or shape is an error
+  // naming the layer).
+  Model(io::Qwen35Weights globals, const LayerSource& layer, const ModelOptions& options = {});
   ~Model();
   Model(Model&&) noexcept;
   Model& operator=(Model&&) noexcept;
@@ -127,6 +140,8 @@ class Model {
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;
+
+  void build(io::Qwen35Weights globals, const LayerSource& layer, const ModelOptions& options);
 };
 
 }  // namespace qpu::engine

@@ -2,8 +2,6 @@
 
 #include <memory>
 
-#include "engine/model.h"
-
 namespace qpu::npu {
 
 HostFactory engine_host() {
@@ -15,6 +13,17 @@ HostFactory engine_host() {
       model->forward(token, *state, *logits, hidden);
     };
   };
+}
+
+engine::Model emit_model(const compiler::Program& program, const compiler::Schedule& schedule,
+                         const compiler::Allocation& allocation, const compiler::Interface& interface,
+                         const compiler::EmitOptions& emit_options, const engine::ModelOptions& model_options,
+                         const std::function<void(io::Qwen35Weights& globals)>& adjust_globals) {
+  // The emitter runs every check of emit before the model asks for the first layer.
+  const compiler::LayerEmitter emitter(program, schedule, allocation, interface, emit_options);
+  io::Qwen35Weights globals = emitter.globals();
+  if (adjust_globals) adjust_globals(globals);
+  return engine::Model(std::move(globals), [&emitter](int64_t l) { return emitter.layer(l); }, model_options);
 }
 
 }  // namespace qpu::npu

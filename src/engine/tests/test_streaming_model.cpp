@@ -1,0 +1,234 @@
+// Streaming construction (Model(globals, LayerSource), docs/engine.md "Streaming
+// construction"): a model that pulls its layers one at a time is the model built from
+// the same dense weights (the same logits, hidden and State bits on every step, at 1 and
+// 2 threads), pulls each layer once in order, and rejects a bad layer naming it.
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "common/error.h"
+#include "common/float_bits.h"
+#include "engine/model.h"
+#include "reference_forward.h"
+#include "tiny_model.h"
+
+namespace qpu::engine {
+namespace {
+
+using testing::LayerType;
+using testing::make_tiny_weights;
+using testing::TinySpec;
+
+const std::vector<int64_t> kTokens{3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7, 9, 3};
+
+// The weights minus the layers, and a source that hands out copies of the layers while
+// recording which it was asked for.
+struct Split {
+  io::Qwen35Weights globals;
+  std::vector<io::LayerWeights> layers;
+  std::vector<int64_t> asked;
+
+  explicit Split(const io::Qwen35Weights& w) : globals(w), layers(w.layers) { globals.layers.clear(); }
+  LayerSource source() {
+    return [this](int64_t l) {
+      asked.push_back(l);
+      return layers.at(static_cast<size_t>(l));
+    };
+  }
+};
+
+template <typename T>
+void expect_bits(const std::vector<T>& a, const std::vector<T>& b, const std::string& what) {
+  ASSERT_EQ(a.size(), b.size()) << what;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if constexpr (std::is_same_v<T, float>) {
+      ASSERT_EQ(float_bits(a[i]), float_bits(b[i])) << what << " [" << i << "]";
+    } else {
+      ASSERT_EQ(a[i], b[i]) << what << " [" << i << "]";
+    }
+  }
+}
+
+void expect_same_state(const State& a, const State& b, const std::string& what) {
+  EXPECT_EQ(a.position, b.position) << what;
+  ASSERT_EQ(a.conv_state.size(), b.conv_state.size()) << what;
+  for (size_t l = 0; l < a.conv_state.size(); ++l) {
+    const std::string n = what + " layer " + std::to_string(l);
+    expect_bits(a.conv_state[l], b.conv_state[l], n + " conv_state");
+    expect_bits(a.recurrent_state[l], b.recurrent_state[l], n + " recurrent_state");
+    expect_bits(a.key_cache[l], b.key_cache[l], n + " key_cache");
+    expect_bits(a.value_cache[l], b.value_cache[l], n + " value_cache");
+  }
+  expect_bits(a.conv_zero_inputs, b.conv_zero_inputs, what + " conv_zero_inputs");
+  expect_bits(a.recurrent_zero, b.recurrent_zero, what + " recurrent_zero");
+}
+
+// Both models step through kTokens side by side; every step's logits, hidden and State
+// must match bit for bit.
+void expect_same_run(const Model& dense, const Model& streamed, const std::string& what) {
+  State sd = dense.new_state(), ss = streamed.new_state();
+  expect_same_state(sd, ss, what + " new_state");
+  const auto vocab = static_cast<size_t>(dense.config().vocab_size);
+  const auto hidden = static_cast<size_t>(dense.config().hidden_size);
+  for (size_t s = 0; s < kTokens.size(); ++s) {
+    std::vector<float> ld(vocab), ls(vocab), hd(hidden), hs(hidden);
+    dense.forward(kTokens[s], sd, ld, hd);
+    streamed.forward(kTokens[s], ss, ls, hs);
+    const std::string step = what + " step " + std::to_string(s);
+    expect_bits(ld, ls, step + " logits");
+    expect_bits(hd, hs, step + " hidden");
+    expect_same_state(sd, ss, step);
+    if (::testing::Test::HasFatalFailure()) return;
+  }
+}
+
+// A layer whose mixer output projection is all +0: skipped (IdleMixers::Skip), no state.
+void idle_mixer(io::LayerWeights& l) {
+  auto& p = l.type == LayerType::LinearAttention ? l.linear.out_proj : l.full.o_proj;
+  std::fill(p.begin(), p.end(), 0.0f);
+}
+
+struct Variant {
+  TinySpec spec;
+  ModelOptions options;
+  std::vector<int64_t> idle;  // layers whose mixer outputs +0
+  std::string name;
+};
+
+std::vector<Variant> variants() {
+  std::vector<Variant> all;
+  all.push_back({TinySpec{}, ModelOptions{}, {}, "mixed"});
+  Variant tied;
+  tied.spec.seed = 2;
+  tied.spec.tied = true;
+  tied.spec.layers = {LayerType::FullAttention, LayerType::LinearAttention, LayerType::LinearAttention};
+  tied.spec.bf16 = true;
+  tied.name = "tied bf16";
+  all.push_back(tied);
+  Variant sparse;  // CSR everywhere, idle mixers and zeros: the skip paths
+  sparse.spec.seed = 3;
+  sparse.spec.zero_fraction = 0.95;
+  sparse.options.storage = WeightStorage::Sparse;
+  sparse.idle = {1, 2};
+  sparse.name = "sparse idle";
+  all.push_back(sparse);
+  return all;
+}
+
+TEST(StreamingModel, SameBitsAsTheDenseConstructorAtOneAndTwoThreads) {
+  const int saved = omp_get_max_threads();
+  for (const Variant& v : variants()) {
+    io::Qwen35Weights w = make_tiny_weights(v.spec);
+    for (int64_t l : v.idle) idle_mixer(w.layers[static_cast<size_t>(l)]);
+    Split split(w);
+    const Model streamed(std::move(split.globals), split.source(), v.options);
+    const Model dense(w, v.options);
+    std::vector<int64_t> in_order;
+    for (int64_t l = 0; l < w.config.num_hidden_layers; ++l) in_order.push_back(l);
+    EXPECT_EQ(split.asked, in_order) << v.name;  // each layer once, in order
+    EXPECT_EQ(dense.skipped_mixers(), streamed.skipped_mixers()) << v.name;
+    EXPECT_EQ(dense.skipped_mixers(), v.idle) << v.name;
+    const StorageStats a = dense.storage_stats(), b = streamed.storage_stats();
+    EXPECT_EQ(a.bytes, b.bytes) << v.name;
+    EXPECT_EQ(a.sparse_matrices, b.sparse_matrices) << v.name;
+    EXPECT_EQ(a.dense_bf16_matrices, b.dense_bf16_matrices) << v.name;
+    for (int threads : {1, 2}) {
+      omp_set_num_threads(threads);
+      expect_same_run(dense, streamed, v.name + " threads " + std::to_string(threads));
+    }
+  }
+  omp_set_num_threads(saved);
+}
+
+// Not only the same as the dense path: right (against the double-precision reference).
+TEST(StreamingModel, AgreesWithADoublePrecisionReference) {
+  const io::Qwen35Weights w = make_tiny_weights(TinySpec{});
+  testing::ReferenceModel reference(w);
+  Split split(w);
+  const Model model(std::move(split.globals), split.source());
+  State state = model.new_state();
+  double worst = 0;
+  for (int64_t t : kTokens) {
+    std::vector<float> logits(static_cast<size_t>(w.config.vocab_size));
+    model.forward(t, state, logits);
+    const std::vector<double> want = reference.step(t);
+    double num = 0, den = 0;
+    for (size_t i = 0; i < logits.size(); ++i) {
+      num = std::max(num, std::fabs(static_cast<double>(logits[i]) - want[i]));
+      den = std::max(den, std::fabs(want[i]));
+    }
+    worst = std::max(worst, num / den);
+  }
+  EXPECT_LT(worst, 1e-5);
+  EXPECT_GT(worst, 0.0);
+}
+
+// The error names the layer (and the tensor); the layers after it are never asked for.
+void expect_layer_error(const io::Qwen35Weights& w, int64_t bad, const std::function<void(io::LayerWeights&)>& spoil,
+                        const std::string& want) {
+  Split split(w);
+  spoil(split.layers[static_cast<size_t>(bad)]);
+  try {
+    const Model m(std::move(split.globals), split.source());
+    ADD_FAILURE() << "no error for " << want;
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
+  }
+  std::vector<int64_t> asked;
+  for (int64_t l = 0; l <= bad; ++l) asked.push_back(l);
+  EXPECT_EQ(split.asked, asked) << want;
+}
+
+TEST(StreamingModel, ABadLayerIsAnErrorNamingIt) {
+  const io::Qwen35Weights w = make_tiny_weights(TinySpec{});  // [lin, lin, full, lin, full]
+  expect_layer_error(
+      w, 2, [](io::LayerWeights& l) { l.type = LayerType::LinearAttention; },
+      "layers.2: the weights' layer type differs from config.layer_types");
+  expect_layer_error(
+      w, 1, [](io::LayerWeights& l) { l.gate_proj.pop_back(); }, "layers.1.mlp.gate_proj: expected 96 x 64");
+  expect_layer_error(
+      w, 3, [](io::LayerWeights& l) { l.linear.conv1d.push_back(0.0f); }, "layers.3.linear_attn");
+  expect_layer_error(
+      w, 4, [](io::LayerWeights& l) { l.full.k_norm.clear(); }, "layers.4.self_attn");
+  expect_layer_error(
+      w, 0, [](io::LayerWeights& l) { l.post_attention_layernorm.resize(3); },
+      "layers.0.post_attention_layernorm.weight: expected 64 values, got 3");
+  // A layer of the other type with that type's tensors (a full layer where a GDN belongs).
+  expect_layer_error(
+      w, 0, [&](io::LayerWeights& l) { l = w.layers[2]; }, "layers.0: the weights' layer type differs");
+}
+
+TEST(StreamingModel, RejectsBadSourcesAndGlobals) {
+  const io::Qwen35Weights w = make_tiny_weights(TinySpec{});
+  Split split(w);
+  io::Qwen35Weights with_layers = split.globals;
+  with_layers.layers.push_back(w.layers[0]);
+  EXPECT_THROW(Model(with_layers, split.source()), Error);
+  EXPECT_THROW(Model(split.globals, LayerSource{}), Error);
+  // An error inside the source reaches the caller as it is.
+  const LayerSource failing = [](int64_t l) -> io::LayerWeights { fail("source: layer {} is not ready", l); };
+  try {
+    const Model m(split.globals, failing);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()), "source: layer 0 is not ready");
+  }
+  io::Qwen35Weights bad_norm = split.globals;
+  bad_norm.norm.pop_back();
+  EXPECT_THROW(Model(bad_norm, split.source()), Error);
+  // The dense constructor's own check is kept.
+  io::Qwen35Weights short_weights = w;
+  short_weights.layers.pop_back();
+  try {
+    const Model m(short_weights);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()), "weights: 4 layers, config says 5");
+  }
+}
+
+}  // namespace
+}  // namespace qpu::engine

@@ -29,8 +29,7 @@
 #include <vector>
 
 #include "compiler/emit.h"
-#include "machine/control_vocab.h"
-#include "npu/inbox.h"
+#include "machine/assembler.h"
 
 namespace qpu::machine {
 
@@ -49,17 +48,11 @@ struct MachineOptions {
 
 enum Register : int64_t { kX = 0, kY = 1, kZ = 2 };
 
-struct Machine {
-  compiler::Compiled compiled;
-  npu::InboxEncoding encoding;  // value tokens at ids [0, encoding.vocab.size())
-  ControlVocab control;
+struct Machine : AssembledMachine {
   int width = 0;
-  int delay_heads = 0;
-  int64_t register_file_heads = 0;
 
   int64_t hdr() const { return control.id(0); }
   int64_t nop() const { return control.id(1); }
-  int64_t done() const { return control.id(2); }
   int64_t write_x(int i) const { return control.id(3 + i); }
   int64_t mv_a(int i) const { return control.id(3 + width + i); }
   int64_t mv_b(int i) const { return control.id(3 + 2 * width + i); }
@@ -70,10 +63,6 @@ struct Machine {
   // control token, for every i, then the same for z, ending with DONE (8 w tokens).
   std::vector<int64_t> expected_stream(const std::vector<float>& x, const std::vector<float>& a,
                                        const std::vector<float>& b) const;
-  // The value tokens of float x (split_parts_reference), 3 ids.
-  std::vector<int64_t> value_tokens(float x) const;
-  // Parts back to the float as the register file adds them: p0 + (p1 + p2), exact.
-  float decode(int64_t t0, int64_t t1, int64_t t2) const;
 };
 
 // Throws qpu::Error for a width outside [1, 64], matrices of the wrong size, or head

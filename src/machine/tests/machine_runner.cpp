@@ -11,8 +11,10 @@
 
 namespace qpu::machine::testing {
 
-Hosts engine_hosts(io::Qwen35Weights weights) {
-  auto model = std::make_shared<engine::Model>(std::move(weights));
+Hosts engine_hosts(io::Qwen35Weights weights) { return engine_hosts(engine::Model(std::move(weights))); }
+
+Hosts engine_hosts(engine::Model m) {
+  auto model = std::make_shared<engine::Model>(std::move(m));
   return [model]() -> Step {
     auto state = std::make_shared<engine::State>(model->new_state());
     return [model, state](int64_t token, std::span<float> logits, std::span<float> hidden) {
@@ -67,7 +69,7 @@ int64_t argmax(const std::vector<float>& logits, bool& exact) {
 
 }  // namespace
 
-Run run_greedy(const Machine& m, const std::vector<int64_t>& prompt, const Step& step, int64_t max_new) {
+Run run_greedy(const AssembledMachine& m, const std::vector<int64_t>& prompt, const Step& step, int64_t max_new) {
   const auto& cfg = m.compiled.weights.config;
   std::vector<float> logits(static_cast<size_t>(cfg.vocab_size)), hidden(static_cast<size_t>(cfg.hidden_size));
   std::vector<bool> rail(hidden.size(), false);
@@ -98,7 +100,7 @@ Run run_greedy(const Machine& m, const std::vector<int64_t>& prompt, const Step&
   return r;
 }
 
-std::vector<float> decode_stream(const Machine& m, const std::vector<int64_t>& g) {
+std::vector<float> decode_stream(const AssembledMachine& m, const std::vector<int64_t>& g) {
   std::vector<float> out;
   for (size_t i = 0; i + 2 < g.size(); i += 4)
     out.push_back(m.decode(g[i], g[i + 1], g[i + 2]));

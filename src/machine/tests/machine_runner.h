@@ -6,6 +6,7 @@
 #include <span>
 #include <vector>
 
+#include "engine/model.h"
 #include "machine/machine.h"
 
 namespace qpu::machine::testing {
@@ -18,6 +19,7 @@ using Step = std::function<void(int64_t token, std::span<float> logits, std::spa
 // with a new summation-order seed each time (keeps a reference to `weights`).
 using Hosts = std::function<Step()>;
 Hosts engine_hosts(io::Qwen35Weights weights);  // pass a moved-from copy to save memory
+Hosts engine_hosts(engine::Model model);
 Hosts sim_hosts(const io::Qwen35Weights& weights, uint64_t seed);
 
 struct Run {
@@ -29,9 +31,9 @@ struct Run {
   int64_t generate_forwards = 0;
 };
 
-Run run_greedy(const Machine& m, const std::vector<int64_t>& prompt, const Step& step, int64_t max_new);
+Run run_greedy(const AssembledMachine& m, const std::vector<int64_t>& prompt, const Step& step, int64_t max_new);
 
 // The floats decoded from a generated stream (groups p0 p1 p2 control): y then z.
-std::vector<float> decode_stream(const Machine& m, const std::vector<int64_t>& generated);
+std::vector<float> decode_stream(const AssembledMachine& m, const std::vector<int64_t>& generated);
 
 }  // namespace qpu::machine::testing

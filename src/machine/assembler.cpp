@@ -1,0 +1,297 @@
+#include "machine/assembler.h"
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+
+#include "common/error.h"
+#include "compiler/clear_dead.h"
+#include "compiler/enable.h"
+#include "compiler/gdn_layout.h"
+#include "machine/delay_line.h"
+#include "npu/idle_attention.h"
+
+namespace qpu::machine {
+
+using compiler::Lin;
+using compiler::Neuron;
+using compiler::ValueId;
+
+namespace {
+
+constexpr float kOn = 128.0f;  // silu(128) == 128: a gate of 128 * flag passes up exactly or gives +-0
+
+// Per value: 1 when every op that writes it is in one of the ranges.
+std::vector<char> written_only_in(const compiler::Program& program, size_t first, size_t end) {
+  const auto n = static_cast<size_t>(program.num_values());
+  std::vector<char> inside(n, 0), outside(n, 0);
+  const auto& ops = program.ops();
+  for (size_t i = 0; i < ops.size(); ++i)
+    for (ValueId v : ops[i].writes()) (i >= first && i < end ? inside : outside)[static_cast<size_t>(v)] = 1;
+  for (size_t v = 0; v < n; ++v) inside[v] = inside[v] && !outside[v];
+  return inside;
+}
+
+// The gate value e of v's last write when that write is an exact clear of v gated by
+// 128 e (e a value: a unit's enable; the shape compiler/clear_dead.h recognises as a
+// self-clear), else compiler::kOne. Units clear their own working values this way, gated
+// by their own enable, which may differ from the enable of the range they sit in.
+ValueId self_clear_gate(const compiler::Program& program, ValueId v) {
+  const auto& ops = program.ops();
+  for (size_t i = ops.size(); i-- > 0;) {
+    const auto writes = ops[i].writes();
+    if (!std::binary_search(writes.begin(), writes.end(), v)) continue;
+    if (ops[i].kind != compiler::OpKind::Mlp) return compiler::kOne;
+    ValueId gate = compiler::kOne;
+    int terms = 0;
+    for (const Neuron& nr : ops[i].neurons)
+      for (const compiler::Term& t : nr.down) {
+        if (t.value != v) continue;
+        ++terms;
+        const bool clear = nr.gate.terms.size() == 1 && nr.gate.terms[0].weight == kOn && nr.up.terms.size() == 1 &&
+                           nr.up.terms[0].value == v && std::fabs(nr.up.terms[0].weight) == 1.0f / kOn &&
+                           t.weight == -kOn * nr.up.terms[0].weight;
+        gate = clear ? nr.gate.terms[0].value : compiler::kOne;
+      }
+    return terms == 1 ? gate : compiler::kOne;
+  }
+  return compiler::kOne;
+}
+
+}  // namespace
+
+int64_t AssembledMachine::id(const std::string& name) const {
+  for (size_t c = 0; c < control_names.size(); ++c)
+    if (control_names[c] == name) return control.id(static_cast<int64_t>(c));
+  fail("machine: no control token named '{}'", name);
+}
+
+std::vector<int64_t> AssembledMachine::value_tokens(float v) const {
+  const auto parts = npu::split_parts_reference(v);
+  return {encoding.vocab.token(parts[0]), encoding.vocab.token(parts[1]), encoding.vocab.token(parts[2])};
+}
+
+engine::Model AssembledMachine::model(const engine::ModelOptions& options) const {
+  if (!compiled.weights.layers.empty()) return engine::Model(compiled.weights, options);
+  const compiler::LayerEmitter emitter(program, compiled.schedule, compiled.allocation, interface, emit_options);
+  io::Qwen35Weights globals = compiled.weights;
+  return engine::Model(std::move(globals), [&](int64_t l) { return emitter.layer(l); }, options);
+}
+
+io::LayerWeights AssembledMachine::layer(int64_t l) const {
+  if (!compiled.weights.layers.empty()) {
+    if (l < 0 || l >= static_cast<int64_t>(compiled.weights.layers.size())) fail("machine: no layer {}", l);
+    return compiled.weights.layers[static_cast<size_t>(l)];
+  }
+  return compiler::LayerEmitter(program, compiled.schedule, compiled.allocation, interface, emit_options).layer(l);
+}
+
+float AssembledMachine::decode(int64_t t0, int64_t t1, int64_t t2) const {
+  // The INBOX's order (npu/inbox.h): p1 + p2 is exact, p0 + p2 may round when p0 carried.
+  return encoding.vocab.value(t0) + (encoding.vocab.value(t1) + encoding.vocab.value(t2));
+}
+
+Assembler::Assembler(const AssemblerOptions& o, std::vector<std::string> controls, const std::string& done) : o_(o) {
+  if (o.elements < 1 || o.elements > 64) fail("machine: {} register elements outside [1, 64]", o.elements);
+  const compiler::GdnLayout layout = compiler::GdnLayout::for_dims(o.key_dim, o.value_dim);
+  if (o.value_jmin > o.value_jmax) fail("machine: value binades [{}, {}] are empty", o.value_jmin, o.value_jmax);
+  if (!o.emit_layers && !o.reuse_dims) fail("machine: layers emitted on demand need reuse_dims");
+  if (controls.empty()) fail("machine: no control tokens");
+  for (size_t c = 0; c < controls.size(); ++c) {
+    if (controls[c].empty()) fail("machine: control token {} has no name", c);
+    if (!index_.emplace(controls[c], static_cast<int64_t>(c)).second)
+      fail("machine: control token '{}' named twice", controls[c]);
+  }
+  m_.encoding.vocab = npu::ValueVocab{0, o.value_jmin, o.value_jmax};
+  m_.control = ControlVocab{m_.encoding.vocab.size(), static_cast<int64_t>(controls.size()), 16};
+  m_.control_names = std::move(controls);
+  m_.done_id = m_.control.id(control_index(done));
+  ops_.resize(m_.control_names.size());
+  defined_.assign(m_.control_names.size(), 0);
+
+  const int bits = std::countr_zero(static_cast<uint64_t>(o.key_dim));
+  reg_.channels = p_.values("reg.channel", m_.encoding.channels());
+  reg_.write_bits = p_.values("reg.write_bit", bits);
+  reg_.read_bits = p_.values("reg.read_bit", bits);
+  reg_.read_flag = p_.value("reg.read");
+  write_flags_ = p_.values("reg.write", o.elements);
+  now_ = signature_features(p_, m_.control, "control");
+  delayed_ = signature_features(p_, m_.control, "successor");
+  if (layout.rows() < 2) fail("machine: {} rows per GDN head hold too few registers", layout.rows());
+
+  // Register file: element i of every register in head i.
+  register_out_.resize(static_cast<size_t>(o.elements));
+  for (int i = 0; i < o.elements; ++i) {
+    npu::InboxValues v = reg_;
+    v.write_flag = write_flags_[static_cast<size_t>(i)];
+    v.hi = p_.value("reg.hi");
+    v.lo = p_.value("reg.lo");
+    v.out = register_out_[static_cast<size_t>(i)] = p_.value("reg.out");
+    npu::inbox(p_, m_.encoding, v, "register file head " + std::to_string(i));
+  }
+  m_.register_file_heads = o.elements;
+}
+
+int64_t Assembler::control_index(const std::string& name) const {
+  const auto it = index_.find(name);
+  if (it == index_.end()) fail("machine: no control token named '{}'", name);
+  return it->second;
+}
+
+ValueId Assembler::input(const std::string& name) {
+  const ValueId v = p_.value(name);
+  inputs_.push_back(v);
+  return v;
+}
+
+std::vector<ValueId> Assembler::inputs(const std::string& name, int count) {
+  std::vector<ValueId> v = p_.values(name, count);
+  inputs_.insert(inputs_.end(), v.begin(), v.end());
+  return v;
+}
+
+std::pair<ValueId, float> Assembler::lane_flag(int lane) const {
+  if (lane < 0 || static_cast<size_t>(lane) >= lanes_.size())
+    fail("machine: lane {} outside the {} lanes sent", lane, lanes_.size());
+  return {lanes_[static_cast<size_t>(lane)], 1.0f};
+}
+
+void Assembler::send(const std::vector<ValueId>& lanes, ValueId enable, size_t first_gated_op) {
+  if (!features_.empty()) fail("machine: send() called twice");
+  if (lanes.empty()) fail("machine: send() without lanes");
+  lanes_ = p_.values("send.lane", static_cast<int>(lanes.size()));
+  // Lane select: the one lane whose flag is set, exactly (gate 128 flag: x or +-0).
+  const ValueId result = p_.value("send.result");
+  std::vector<Neuron> select;
+  for (size_t i = 0; i < lanes.size(); ++i)
+    select.push_back(Neuron{Lin{{{lanes_[i], kOn}}}, Lin{{{lanes[i], 1.0f / kOn}}}, {{result, 1.0f}}});
+  p_.mlp("send.select", std::move(select));
+  const auto parts = npu::split_parts(p_, result);
+  for (int k = 0; k < 3; ++k) features_.push_back(npu::emit_features(p_, parts[static_cast<size_t>(k)], m_.encoding.vocab));
+  compiler::enable_constants(p_, first_gated_op, enable);
+  gate_clears(first_gated_op, p_.ops().size(), enable);
+
+  // Delay line: p1 one cycle, p2 two, the successor three; all into the head features.
+  std::vector<DelayColumn> delayed;
+  for (int k = 1; k <= 2; ++k) {
+    const npu::EmitFeatures& src = features_[static_cast<size_t>(k)];
+    const npu::EmitFeatures& dst = features_[0];
+    for (size_t j = 0; j < src.positive.size(); ++j) {
+      delayed.push_back({src.positive[j], k, dst.positive[j]});
+      delayed.push_back({src.negative[j], k, dst.negative[j]});
+    }
+    // emit_features' mantissa one-hot is 2^-7 on the hot entry (what the value head's
+    // 2^10 weight reads as 2^3), the other features 1.
+    for (size_t j = 0; j < src.mantissa_hot.size(); ++j) delayed.push_back({src.mantissa_hot[j], k, dst.mantissa_hot[j], -7});
+    delayed.push_back({src.zero, k, dst.zero});
+  }
+  const auto later = delayed_.all(), now = now_.all();
+  for (size_t j = 0; j < later.size(); ++j) delayed.push_back({later[j], 3, now[j]});
+  const compiler::GdnLayout layout = compiler::GdnLayout::for_dims(o_.key_dim, o_.value_dim);
+  m_.delay_heads = delay_line(p_, delayed, layout.capacity(false), "delay line");
+}
+
+void Assembler::gate_clears(size_t first_op, size_t end_op, ValueId enable) {
+  gated_.push_back({{first_op, end_op}, enable});
+}
+
+void Assembler::define(const std::string& control, MicroOp op) {
+  const int64_t c = control_index(control);
+  if (defined_[static_cast<size_t>(c)]) fail("machine: micro-op '{}' defined twice", control);
+  if (op.successor < 0 || op.successor >= m_.control.count)
+    fail("machine: micro-op '{}' has no successor among the {} control tokens", control, m_.control.count);
+  const int64_t rows = compiler::GdnLayout::for_dims(o_.key_dim, o_.value_dim).rows();
+  for (int64_t r : {op.read_register, op.write_register})
+    if (r >= rows) fail("machine: micro-op '{}' names register {}, the file has {}", control, r, rows);
+  if (op.write_register >= 0 && (op.write_element < 0 || op.write_element >= o_.elements))
+    fail("machine: micro-op '{}' writes element {} of {}", control, op.write_element, o_.elements);
+  ops_[static_cast<size_t>(c)] = std::move(op);
+  defined_[static_cast<size_t>(c)] = 1;
+}
+
+AssembledMachine Assembler::finish() {
+  if (features_.empty()) fail("machine: send() was never called");
+  for (size_t c = 0; c < defined_.size(); ++c)
+    if (!defined_[c]) fail("machine: control token '{}' has no micro-op", m_.control_names[c]);
+  if (o_.idle_attention_layer) npu::add_idle_attention_layer(p_);
+
+  // Embedding rows: value tokens into the register file's channels, control tokens as
+  // their micro-ops say.
+  compiler::Interface io;
+  io.inputs = reg_.channels;
+  io.inputs.insert(io.inputs.end(), reg_.write_bits.begin(), reg_.write_bits.end());
+  io.inputs.insert(io.inputs.end(), reg_.read_bits.begin(), reg_.read_bits.end());
+  io.inputs.push_back(reg_.read_flag);
+  io.inputs.insert(io.inputs.end(), write_flags_.begin(), write_flags_.end());
+  io.inputs.insert(io.inputs.end(), inputs_.begin(), inputs_.end());
+  io.inputs.insert(io.inputs.end(), lanes_.begin(), lanes_.end());
+  for (const auto* f : {&now_, &delayed_}) {
+    const auto a = f->all();
+    io.inputs.insert(io.inputs.end(), a.begin(), a.end());
+  }
+  io.vocab_size = m_.control.first + m_.control.count;
+  io.input_rows.assign(static_cast<size_t>(io.vocab_size) * io.inputs.size(), 0.0f);
+  for (int64_t t = 0; t < m_.encoding.vocab.size(); ++t)
+    npu::set_embedding_row(io, t, npu::value_token_inputs(m_.encoding, reg_, m_.encoding.vocab.value(t)));
+  for (size_t c = 0; c < ops_.size(); ++c) {
+    const MicroOp& op = ops_[c];
+    const int64_t token = m_.control.id(static_cast<int64_t>(c));
+    if (op.write_register >= 0) {
+      npu::InboxValues v = reg_;
+      v.write_flag = write_flags_[static_cast<size_t>(op.write_element)];
+      npu::set_embedding_row(io, token, npu::write_token_inputs(v, op.write_register));
+    }
+    if (op.read_register >= 0) npu::set_embedding_row(io, token, npu::read_token_inputs(reg_, op.read_register));
+    const SignatureFeatures& next = op.timing == SuccessorTiming::Now ? now_ : delayed_;
+    npu::set_embedding_row(io, token, next.naming(m_.control, op.successor));
+    npu::set_embedding_row(io, token, op.sets);
+  }
+
+  compiler::EmitOptions eo;
+  eo.gdn_key_head_dim = o_.key_dim;
+  eo.gdn_value_head_dim = o_.value_dim;
+  if (o_.reuse_dims) {
+    // Dead values share dims (compiler/clear_dead.h). The LM head reads p0's features
+    // and the control features from the final residual stream: their dims must be
+    // theirs to the end. The control features are inputs; p0's features are last
+    // written by the delay line and read by no op, so they keep their dims.
+    // Values written only by a gated range are +0 on every cycle whose enable is 0, so
+    // their clears read the enable instead of the constant (compiler::DeadClearOptions:
+    // no work on idle cycles); an enable gates its own clear (exactly 0 or 1; +0 when 0).
+    compiler::DeadClearOptions clears;
+    for (const auto& [range, enable] : gated_) {
+      const std::vector<char> gated = written_only_in(p_, range.first, range.second);
+      for (size_t v = 0; v < gated.size(); ++v) {
+        if (!gated[v]) continue;
+        // A unit's self-cleared value keeps its own enable (its clear reads that one).
+        const ValueId own = self_clear_gate(p_, static_cast<ValueId>(v));
+        clears.enable_of[static_cast<ValueId>(v)] = own != compiler::kOne ? own : enable;
+      }
+      clears.enable_of[enable] = enable;
+    }
+    compiler::ReusePlan plan = compiler::plan_dim_reuse(p_, io, o_.limits, clears);
+    std::vector<ValueId> head = now_.all();
+    const npu::EmitFeatures& f0 = features_[0];
+    for (const auto* s : {&f0.positive, &f0.negative, &f0.mantissa_hot}) head.insert(head.end(), s->begin(), s->end());
+    head.push_back(f0.zero);
+    for (ValueId v : head)
+      if (plan.lifetimes[static_cast<size_t>(v)] == compiler::Lifetime::ToLastAccess)
+        fail("machine: LM head feature '{}' would give its dim away before the head", plan.program.name(v));
+    m_.compiled.weights =
+        o_.emit_layers ? compiler::emit(plan.program, plan.schedule, plan.allocation, io, eo)
+                       : compiler::LayerEmitter(plan.program, plan.schedule, plan.allocation, io, eo).globals();
+    m_.compiled.schedule = std::move(plan.schedule);
+    m_.compiled.allocation = std::move(plan.allocation);
+    m_.program = std::move(plan.program);
+  } else {
+    m_.compiled = compiler::compile(p_, io, o_.limits, eo);
+    m_.program = p_;
+  }
+  npu::install_value_head(m_.compiled.weights, m_.compiled.allocation, features_[0], m_.encoding.vocab);
+  install_control_head(m_.compiled.weights, m_.compiled.allocation, now_, m_.control);
+  m_.interface = std::move(io);
+  m_.emit_options = eo;
+  return std::move(m_);
+}
+
+}  // namespace qpu::machine

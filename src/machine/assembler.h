@@ -1,0 +1,146 @@
+#pragma once
+// The machine assembler (docs/npu-machine.md, "M2 build order", step 2): the parts every
+// looped machine shares, so that a machine is only its units and its micro-op table.
+//
+//  * the control vocabulary, named up front (the LM head signature needs the count);
+//  * the register file: `elements` INBOX heads, element i of every register in head i,
+//    register r = row r (npu/inbox.h). A micro-op token reads one register (all elements
+//    at once, tap 0) and names the destination (register, element) of the float that
+//    follows it (written three cycles later, at the p2 cycle);
+//  * the uplink: the datapath's lanes, one selected by the token's lane flag, split into
+//    3 parts, the LM head features of each, the delay line (p1 one cycle later, p2 two,
+//    the parked successor three), the value and control LM head rows;
+//  * the micro-op table: per control token, the unit flags its embedding sets, the
+//    register it reads, where the float it sends goes, and its successor, emitted either
+//    at once (a micro-op that sends nothing: 1 cycle) or three cycles later (after the
+//    three value tokens of the float it sends or the prompt gives);
+//  * compilation with dim reuse (compiler/clear_dead.h) and the dead-value clears of a
+//    gated range of ops driven by that range's enable.
+//
+// Use: construct with the control names, append units to program() reading
+// register_out() and inputs(), call send() once with the lanes to emit, define() every
+// control token, then finish().
+#include <cstdint>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "compiler/emit.h"
+#include "engine/model.h"
+#include "machine/control_vocab.h"
+#include "npu/inbox.h"
+#include "npu/uplink.h"
+
+namespace qpu::machine {
+
+struct AssemblerOptions {
+  int elements = 8;          // register file heads: elements per register
+  int64_t key_dim = 16;      // GDN head dims of every GDN layer (one-hot reads: dk a power of 4)
+  int64_t value_dim = 64;
+  bool idle_attention_layer = true;  // stock transformers 5.24.0 needs one; HostSim rejects it
+  int value_jmin = -70, value_jmax = 20;  // binades of the value tokens (npu::ValueVocab)
+  bool reuse_dims = true;    // compiler::plan_dim_reuse: dead values share dims
+  // false: compiled.weights holds only the globals (config, embedding, LM head) and the
+  // layers are emitted on demand (AssembledMachine::model, layer): a machine of hundreds
+  // of dense layers never exists in memory at once. Needs reuse_dims.
+  bool emit_layers = true;
+  compiler::ScheduleLimits limits{.sink = true};
+};
+
+// When a micro-op's successor reaches the LM head.
+enum class SuccessorTiming {
+  Now,      // this cycle: the token sends nothing (HDR, NOP, DONE, a write-down micro-op)
+  Delayed,  // three cycles later, after the three value tokens that follow the token
+};
+
+struct MicroOp {
+  std::vector<std::pair<compiler::ValueId, float>> sets;  // unit flags its embedding sets
+  int64_t read_register = -1;   // register row read in every element (-1: none)
+  int64_t write_register = -1;  // register row the following float is written to (-1: none)
+  int write_element = 0;        // ... in this element
+  int64_t successor = -1;       // control index of the next micro-op
+  SuccessorTiming timing = SuccessorTiming::Now;
+};
+
+// What every assembled machine is: the compiled checkpoint and how to talk to it.
+struct AssembledMachine {
+  // schedule, allocation, and the weights: every layer, or only the globals when
+  // AssemblerOptions::emit_layers is off (layers empty; config complete).
+  compiler::Compiled compiled;
+  compiler::Program program;      // what was scheduled (with the dead-value clears)
+  compiler::Interface interface;  // the embedding rows
+  compiler::EmitOptions emit_options;
+  npu::InboxEncoding encoding;  // value tokens at ids [0, encoding.vocab.size())
+  ControlVocab control;
+  std::vector<std::string> control_names;
+  int delay_heads = 0;
+  int64_t register_file_heads = 0;
+  int64_t done_id = -1;  // the control token that ends a run
+
+  int64_t done() const { return done_id; }
+  // The engine model of this checkpoint; streams the layers from the program when they
+  // were not emitted (one dense layer alive at a time).
+  engine::Model model(const engine::ModelOptions& options = {}) const;
+  // The dense weights of layer l (emitted now when compiled.weights has no layers).
+  io::LayerWeights layer(int64_t l) const;
+  // Host id of the control token named `name`; throws for an unknown name.
+  int64_t id(const std::string& name) const;
+  // The value tokens of float x (split_parts_reference), 3 ids.
+  std::vector<int64_t> value_tokens(float x) const;
+  // Parts back to the float as the register file adds them: p0 + (p1 + p2), exact.
+  float decode(int64_t t0, int64_t t1, int64_t t2) const;
+};
+
+class Assembler {
+ public:
+  // `controls`: the names of the control tokens, in id order; `done`: the one that ends
+  // a run. Throws for an empty or repeated name, or options the heads cannot hold.
+  Assembler(const AssemblerOptions& options, std::vector<std::string> controls, const std::string& done);
+
+  compiler::Program& program() { return p_; }
+  const AssemblerOptions& options() const { return o_; }
+  const npu::InboxEncoding& encoding() const { return m_.encoding; }
+  int64_t control_index(const std::string& name) const;
+
+  // Element i of the register the token reads (+0 when it reads none).
+  const std::vector<compiler::ValueId>& register_out() const { return register_out_; }
+  // Values that token embeddings set (unit flags).
+  compiler::ValueId input(const std::string& name);
+  std::vector<compiler::ValueId> inputs(const std::string& name, int count);
+
+  // The float this cycle sends: lanes[i] when the token's lane flag i is set (MicroOp
+  // sets it with lane_flag(i)). Ops [first_gated_op, now) are the datapath whose every
+  // constant becomes `enable` (compiler::enable_constants): with enable = 0 it writes
+  // exact +-0, so the cycles after a sending micro-op emit nothing of their own. Call once.
+  void send(const std::vector<compiler::ValueId>& lanes, compiler::ValueId enable, size_t first_gated_op);
+  std::pair<compiler::ValueId, float> lane_flag(int lane) const;
+
+  // Values written only by ops [first_op, end_op) are +0 whenever `enable` is 0: their
+  // dead-value clears read `enable` instead of the constant (no work on idle cycles).
+  void gate_clears(size_t first_op, size_t end_op, compiler::ValueId enable);
+
+  void define(const std::string& control, MicroOp op);
+
+  // Builds the embedding rows, compiles, installs the LM head rows. Throws when a control
+  // token is undefined or names an unknown successor, register or element.
+  AssembledMachine finish();
+
+ private:
+  AssemblerOptions o_;
+  AssembledMachine m_;
+  std::map<std::string, int64_t> index_;
+  compiler::Program p_;
+  npu::InboxValues reg_;                      // shared channels, address bits and read flag
+  std::vector<compiler::ValueId> write_flags_;  // per element
+  std::vector<compiler::ValueId> register_out_;
+  std::vector<compiler::ValueId> inputs_;     // unit flags (token-set)
+  std::vector<compiler::ValueId> lanes_;      // lane flags of send()
+  SignatureFeatures now_, delayed_;
+  std::vector<npu::EmitFeatures> features_;   // p0, p1, p2 of the sent float
+  std::vector<std::pair<std::pair<size_t, size_t>, compiler::ValueId>> gated_;
+  std::vector<MicroOp> ops_;
+  std::vector<char> defined_;
+};
+
+}  // namespace qpu::machine

@@ -1,0 +1,199 @@
+#include "machine/ffn_machine.h"
+
+#include <cmath>
+#include <string>
+
+#include "common/error.h"
+#include "npu/block_ffn.h"
+#include "npu/float_ram.h"
+#include "reference/run_c_ops.h"
+
+namespace qpu::machine {
+
+using compiler::ValueId;
+
+namespace {
+
+std::string wx_name(int reg, int i) { return "WX(" + std::to_string(reg) + ")." + std::to_string(i); }
+std::string sw_name(int l, int c) { return "SW(" + std::to_string(l) + ")." + std::to_string(c); }
+std::string ffn_name(int l, int i) { return "FFN(" + std::to_string(l) + ")." + std::to_string(i); }
+
+}  // namespace
+
+void ffn_c(const reference::Llama2Checkpoint& ck, int l, std::vector<float>& x) {
+  const auto& cfg = ck.config();
+  const auto w = ck.weights();
+  const auto dim = static_cast<size_t>(cfg.dim), hidden = static_cast<size_t>(cfg.hidden_dim);
+  if (x.size() != dim) fail("ffn_c: x has {} values, dim is {}", x.size(), dim);
+  if (l < 0 || l >= cfg.n_layers) fail("ffn_c: layer {} outside [0, {})", l, cfg.n_layers);
+  const auto layer = static_cast<size_t>(l);
+  std::vector<float> xb(dim), hb(hidden), hb2(hidden);
+  reference::rmsnorm(xb, x, w.rms_ffn.subspan(layer * dim, dim));
+  reference::matmul(hb, xb, w.w1.subspan(layer * hidden * dim, hidden * dim), cfg.dim, cfg.hidden_dim);
+  reference::matmul(hb2, xb, w.w3.subspan(layer * hidden * dim, hidden * dim), cfg.dim, cfg.hidden_dim);
+  for (size_t i = 0; i < hidden; ++i) {
+    float val = hb[i];
+    val *= (1.0f / (1.0f + expf(-val)));
+    val *= hb2[i];
+    hb[i] = val;
+  }
+  reference::matmul(xb, hb, w.w2.subspan(layer * dim * hidden, dim * hidden), cfg.hidden_dim, cfg.dim);
+  for (size_t i = 0; i < dim; ++i) x[i] += xb[i];
+}
+
+int64_t FfnMachine::write_x(int reg, int i) const { return id(wx_name(reg, i)); }
+int64_t FfnMachine::swiglu(int l, int c) const { return id(sw_name(l, c)); }
+int64_t FfnMachine::ffn(int l, int i) const { return id(ffn_name(l, i)); }
+
+FfnMachine build_ffn_machine(const reference::Llama2Checkpoint& ck, const FfnMachineOptions& o) {
+  const auto& cfg = ck.config();
+  const int dim = cfg.dim, layers = cfg.n_layers, hidden = cfg.hidden_dim;
+  if (o.lanes < 1 || o.lanes > hidden) fail("ffn machine: {} lanes per chunk outside [1, {}]", o.lanes, hidden);
+  const int chunks = (hidden + o.lanes - 1) / o.lanes;
+  if (dim > 64) fail("ffn machine: dim {} needs more than 64 register elements", dim);
+
+  std::vector<std::string> names = {"HDR", "NOP", "DONE"};
+  for (int r = 0; r < 2; ++r)
+    for (int i = 0; i < dim; ++i) names.push_back(wx_name(r, i));
+  for (int l = 0; l < layers; ++l) {
+    for (int c = 0; c < chunks; ++c) names.push_back(sw_name(l, c));
+    for (int i = 0; i < dim; ++i) names.push_back(ffn_name(l, i));
+  }
+  AssemblerOptions ao;
+  ao.elements = dim;
+  ao.key_dim = o.key_dim;
+  ao.value_dim = o.value_dim;
+  ao.idle_attention_layer = o.idle_attention_layer;
+  ao.value_jmin = o.value_jmin;
+  ao.value_jmax = o.value_jmax;
+  ao.reuse_dims = true;
+  ao.emit_layers = false;  // ~300 dense layers of ~30 MB: emitted one at a time into the engine
+  ao.limits = o.limits;
+  Assembler as(ao, names, "DONE");
+  compiler::Program& p = as.program();
+  const std::vector<ValueId>& x = as.register_out();
+
+  // SW(l).c: the chunk unit, flags (layer l) for the rmsnorm and (l, c) for the rows.
+  const std::vector<ValueId> sw_layer = as.inputs("sw.layer", layers);
+  const std::vector<ValueId> sw_chunk = as.inputs("sw.chunk", layers * chunks);
+  // The units' idle contract is "every flag 0 AND operands 0", but FFN(l).i reads x
+  // too: the chunk unit reads x through a gate that passes it only on SW cycles
+  // (gate 128 * the sum of its layer flags, one-hot: x or +-0, exact).
+  const std::vector<ValueId> xs = p.values("sw.x", dim);
+  {
+    compiler::Lin on;
+    for (ValueId f : sw_layer) on.terms.push_back({f, 128.0f});
+    std::vector<compiler::Neuron> gate;
+    for (int i = 0; i < dim; ++i)
+      gate.push_back(compiler::Neuron{on, compiler::Lin{{{x[static_cast<size_t>(i)], 1.0f / 128.0f}}},
+                                      {{xs[static_cast<size_t>(i)], 1.0f}}});
+    p.mlp("sw.x_gate", std::move(gate));
+  }
+  npu::MatvecOptions mo;
+  mo.max_op_neurons = npu::kBudgetMaxOpNeurons;
+  const npu::FfnChunkUnit unit = npu::ffn_chunk_unit(p, ck, xs, sw_layer, sw_chunk, o.lanes, mo);
+  as.gate_clears(unit.first_op, p.ops().size(), unit.enable);
+
+  // The product RAM: head c holds chunk c's products in row 0; SW(l).c wipes and writes
+  // it, FFN(l).i reads every head.
+  const std::vector<ValueId> ram_write = as.inputs("ram.write", chunks);
+  const ValueId ram_read = as.input("ram.read");
+  std::vector<ValueId> prod = p.values("ram.prod", hidden);
+  std::vector<npu::FloatRamHead> heads;
+  for (int c = 0; c < chunks; ++c) {
+    npu::FloatRamHead h;
+    const int n = std::min(o.lanes, hidden - c * o.lanes);
+    h.data.assign(unit.prod.begin(), unit.prod.begin() + n);
+    h.out.assign(prod.begin() + c * o.lanes, prod.begin() + c * o.lanes + n);
+    h.write_flag = h.wipe_flag = ram_write[static_cast<size_t>(c)];
+    h.read_flag = ram_read;
+    heads.push_back(std::move(h));
+  }
+  npu::float_ram(p, npu::FloatRamWindow{o.product_low_binade}, heads, unit.enable, "ffn product RAM");
+
+  // FFN(l).i: w2 over the products + x, lane i sent up.
+  const std::vector<ValueId> out_layer = as.inputs("ffn.layer", layers);
+  const npu::FfnOut out = npu::ffn_out_block(p, ck, x, prod, out_layer);
+  as.gate_clears(out.first_op, p.ops().size(), out.enable);
+  as.send(out.x_out, out.enable, p.ops().size());
+
+  auto index = [&](const std::string& name) { return as.control_index(name); };
+  auto now = [&](const std::string& next) {
+    MicroOp op;
+    op.successor = index(next);
+    return op;
+  };
+  as.define("HDR", now(wx_name(0, 0)));
+  as.define("NOP", now("NOP"));
+  as.define("DONE", now("DONE"));
+  for (int r = 0; r < 2; ++r)
+    for (int i = 0; i < dim; ++i) {
+      MicroOp op;
+      op.write_register = r;
+      op.write_element = i;
+      op.successor = index(i + 1 < dim ? wx_name(r, i + 1) : sw_name(r, 0));
+      op.timing = SuccessorTiming::Delayed;
+      as.define(wx_name(r, i), std::move(op));
+    }
+  for (int l = 0; l < layers; ++l) {
+    const int from = l % 2, to = (l + 1) % 2;
+    for (int c = 0; c < chunks; ++c) {
+      MicroOp op = now(c + 1 < chunks ? sw_name(l, c + 1) : ffn_name(l, 0));
+      op.sets = {{sw_layer[static_cast<size_t>(l)], 1.0f},
+                 {sw_chunk[static_cast<size_t>(l * chunks + c)], 1.0f},
+                 {ram_write[static_cast<size_t>(c)], 1.0f}};
+      op.read_register = from;
+      as.define(sw_name(l, c), std::move(op));
+    }
+    for (int i = 0; i < dim; ++i) {
+      MicroOp op;
+      op.sets = {{out_layer[static_cast<size_t>(l)], 1.0f}, {ram_read, 1.0f}, as.lane_flag(i)};
+      op.read_register = from;
+      op.write_register = to;
+      op.write_element = i;
+      op.successor = index(i + 1 < dim ? ffn_name(l, i + 1) : (l + 1 < layers ? sw_name(l + 1, 0) : std::string("DONE")));
+      op.timing = SuccessorTiming::Delayed;
+      as.define(ffn_name(l, i), std::move(op));
+    }
+  }
+  FfnMachine m;
+  static_cast<AssembledMachine&>(m) = as.finish();
+  m.dim = dim;
+  m.layers = layers;
+  m.chunks = chunks;
+  m.lanes = o.lanes;
+  return m;
+}
+
+std::vector<int64_t> FfnMachine::prompt(const std::vector<float>& x, int first_layer) const {
+  if (x.size() != static_cast<size_t>(dim)) fail("ffn machine: x has {} elements, dim is {}", x.size(), dim);
+  if (first_layer < 0 || first_layer >= layers) fail("ffn machine: layer {} outside [0, {})", first_layer, layers);
+  std::vector<int64_t> t = {id("HDR")};
+  for (int i = 0; i < dim; ++i) {
+    t.push_back(write_x(first_layer % 2, i));
+    for (int64_t v : value_tokens(x[static_cast<size_t>(i)])) t.push_back(v);
+  }
+  t.push_back(swiglu(first_layer, 0));
+  return t;
+}
+
+std::vector<int64_t> FfnMachine::expected_stream(const reference::Llama2Checkpoint& ck, const std::vector<float>& x,
+                                                 int first_layer) const {
+  // Registers hold what the tokens carry: 0.0f + v (the zero token has no sign).
+  std::vector<float> r(x.size());
+  for (size_t i = 0; i < x.size(); ++i) r[i] = 0.0f + x[i];
+  std::vector<int64_t> s;
+  for (int l = first_layer; l < layers; ++l) {
+    for (int c = 1; c < chunks; ++c) s.push_back(swiglu(l, c));
+    s.push_back(ffn(l, 0));
+    ffn_c(ck, l, r);
+    for (int i = 0; i < dim; ++i) {
+      for (int64_t v : value_tokens(r[static_cast<size_t>(i)])) s.push_back(v);
+      s.push_back(i + 1 < dim ? ffn(l, i + 1) : (l + 1 < layers ? swiglu(l + 1, 0) : done()));
+      r[static_cast<size_t>(i)] = 0.0f + r[static_cast<size_t>(i)];
+    }
+  }
+  return s;
+}
+
+}  // namespace qpu::machine

@@ -1,0 +1,66 @@
+#pragma once
+// M2a (docs/npu-machine.md, "M2 build order", step 3): the nested model's FFN half-layers
+// on the looped machine. A prompt loads the residual x (dim floats) into register X0 (or
+// X1) and names the first micro-op; the machine then runs, for every layer l from there
+// to the last, run.c's
+//
+//   rmsnorm(xb, x, rms_ffn[l]); hb = w1 xb; hb2 = w3 xb; hb = silu(hb) * hb2;
+//   xb = w2 hb; x += xb
+//
+// as micro-ops over the register file, writing the new x into the other register
+// (layer l reads X(l % 2), writes X((l + 1) % 2)):
+//
+//  * SW(l).c, c < chunks (1 cycle each, sends nothing): rmsnorm(x) -> the chunk's rows of
+//    w1 and w3 -> silu * on its `lanes` lanes (npu::ffn_chunk_unit, the (l, c) flag), the
+//    products written down into the product RAM (npu/float_ram.h: head c, wiped and
+//    written at once); its successor is emitted on the same cycle;
+//  * FFN(l).i, i < dim (4 cycles each: the token, then p0, p1, p2 of x_out[i]): all
+//    hidden_dim products read back from the RAM -> w2 -> + x (npu::ffn_out_block), lane i
+//    sent up and written into element i of the other register at the p2 cycle, whose
+//    output is the parked successor (FFN(l).i+1, SW(l+1).0 or DONE).
+//
+// Stack, top to bottom: register file -> chunk unit -> product RAM -> out unit -> uplink
+// (assembler.h). There is no attention: this machine tests the FFN on the machine; the
+// composition of several layers' FFNs is what run.c would compute without attention.
+#include <cstdint>
+#include <vector>
+
+#include "machine/assembler.h"
+#include "reference/llama2_checkpoint.h"
+
+namespace qpu::machine {
+
+struct FfnMachineOptions {
+  int lanes = 7;  // SWIGLU chunk lanes (docs/npu-machine.md: 7 lanes fit the width budget)
+  int64_t key_dim = 16, value_dim = 64;
+  bool idle_attention_layer = true;
+  int value_jmin = -70, value_jmax = 20;
+  // Product RAM window: nonzero |product| in [2^low, 2^(low + 37)) (docs/trace-ranges.md:
+  // stories260K's ffn_prod spans binades -32..3).
+  int product_low_binade = -33;
+  compiler::ScheduleLimits limits{.max_neurons_per_mlp = 1024, .sink = true};
+};
+
+struct FfnMachine : AssembledMachine {
+  int dim = 0, layers = 0, chunks = 0, lanes = 0;
+
+  int64_t write_x(int reg, int i) const;  // WX(reg).i
+  int64_t swiglu(int l, int c) const;     // SW(l).c
+  int64_t ffn(int l, int i) const;        // FFN(l).i
+
+  // HDR, WX(l % 2).i + the parts of x_i for every i, then SW(l).0.
+  std::vector<int64_t> prompt(const std::vector<float>& x, int first_layer) const;
+  // What the machine generates after that prompt: per layer from first_layer on, SW(l).1
+  // .. FFN(l).0, then per i the parts of x_out[i] and the next control token; DONE last.
+  std::vector<int64_t> expected_stream(const reference::Llama2Checkpoint& checkpoint, const std::vector<float>& x,
+                                       int first_layer) const;
+};
+
+// Dimensions come from the checkpoint's header. Throws qpu::Error for options the units
+// or the heads cannot hold.
+FfnMachine build_ffn_machine(const reference::Llama2Checkpoint& checkpoint, const FfnMachineOptions& options);
+
+// run.c's FFN half-layer of layer l, in place on x.
+void ffn_c(const reference::Llama2Checkpoint& checkpoint, int layer, std::vector<float>& x);
+
+}  // namespace qpu::machine

@@ -1,0 +1,142 @@
+// M2a end to end (machine/ffn_machine.h): stories260K's FFN half-layers on the looped
+// machine. A prompt loads run.c's x before the FFN of layer l (the golden record
+// x_att_res of the greedy story) into a register; the host's own greedy argmax, one
+// token per forward, then drives SW(l).0..24 (write-down cycles) and FFN(l).0..63 for
+// every layer from l to the last. The generated stream must equal the expected one token
+// for token; the first layer's 64 floats decoded from it must equal run.c's x after the
+// FFN (x_ffn_res) bit for bit, and the later layers' the composition of run.c's FFNs.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <string>
+
+#include "common/float_bits.h"
+#include "engine/model.h"
+#include "machine/ffn_machine.h"
+#include "machine_runner.h"
+#include "npu/tests/unit_harness.h"
+
+namespace qpu::machine {
+namespace {
+
+using K = reference::TraceKind;
+using npu::unit_testing::golden;
+using npu::unit_testing::stories260k;
+
+std::string describe_token(const FfnMachine& m, int64_t id) {
+  if (m.control.contains(id)) return m.control_names[static_cast<size_t>(m.control.index(id))];
+  if (id >= 0 && id < m.encoding.vocab.size()) return "part " + describe_float(m.encoding.vocab.value(id));
+  return "id " + std::to_string(id);
+}
+
+const FfnMachine& machine() {
+  static const FfnMachine m = build_ffn_machine(stories260k(), FfnMachineOptions{});
+  return m;
+}
+
+TEST(FfnMachine, ShapeFitsTheWidthBudget) {
+  const FfnMachine& m = machine();
+  const auto& c = m.compiled.weights.config;
+  EXPECT_EQ(m.chunks, 25);  // ceil(172 / 7)
+  EXPECT_EQ(m.register_file_heads, 64);
+  EXPECT_LE(c.intermediate_size, 1024);
+  std::printf("ffn machine: layers %lld, hidden %lld, intermediate %lld, GDN heads per layer %lld (%lld x %lld), "
+              "delay heads %d, vocab %lld (%lld control tokens)\n",
+              static_cast<long long>(c.num_hidden_layers), static_cast<long long>(c.hidden_size),
+              static_cast<long long>(c.intermediate_size), static_cast<long long>(m.compiled.allocation.num_gdn_heads),
+              static_cast<long long>(c.linear_key_head_dim), static_cast<long long>(c.linear_value_head_dim),
+              m.delay_heads, static_cast<long long>(c.vocab_size), static_cast<long long>(m.control.count));
+}
+
+TEST(FfnMachine, GoldenRecordsBitExactOnTheEngine) {
+  const FfnMachine& m = machine();
+  const reference::Llama2Checkpoint& ck = stories260k();
+  const auto& gold = golden();
+  auto hosts = testing::engine_hosts(m.model());
+  int64_t floats = 0, cycles = 0;
+  double seconds = 0;
+  // Every layer as the first one (positions 5 and 40 of the greedy story): layer l's
+  // output is checked against run.c's record, the later layers against ffn_c.
+  std::vector<std::pair<int, int>> cases = {{5, 0}, {40, 1}, {5, 2}, {40, 3}, {5, 4}};
+  if (std::getenv("QPU_FFN_MACHINE_CASES")) cases.resize(std::stoul(std::getenv("QPU_FFN_MACHINE_CASES")));
+  for (const auto& [pos, first] : cases) {
+    SCOPED_TRACE("pos " + std::to_string(pos) + ", first layer " + std::to_string(first));
+    const std::vector<float>& x = gold.at(K::x_att_res, pos, first);
+    const std::vector<int64_t> prompt = m.prompt(x, first), expected = m.expected_stream(ck, x, first);
+    const testing::Run r = testing::run_greedy(m, prompt, hosts(), static_cast<int64_t>(expected.size()) + 4);
+    EXPECT_EQ(r.ambiguous, 0);
+    EXPECT_LE(r.max_nonzero_on_value_cycles, 3);
+    EXPECT_EQ(r.prompt_argmax.back(), m.swiglu(first, 1));  // SW(first).0 names its successor at once
+    ASSERT_EQ(r.generated.size(), expected.size());
+    for (size_t i = 0; i < expected.size(); ++i)
+      ASSERT_EQ(r.generated[i], expected[i]) << "generated token " << i << ": " << describe_token(m, r.generated[i])
+                                             << " instead of " << describe_token(m, expected[i]);
+    // The first layer's floats: skip SW(first).1.. and FFN(first).0, then groups of 4.
+    const std::vector<float>& want = gold.at(K::x_ffn_res, pos, first);
+    const auto first_float = r.generated.begin() + m.chunks;
+    const std::vector<int64_t> tail(first_float, first_float + 4 * m.dim);
+    const std::vector<float> got = testing::decode_stream(m, tail);
+    for (int i = 0; i < m.dim; ++i)
+      EXPECT_EQ(float_bits(got[static_cast<size_t>(i)]), float_bits(0.0f + want[static_cast<size_t>(i)]))
+          << "x[" << i << "]: " << describe_float(got[static_cast<size_t>(i)]) << " vs "
+          << describe_float(want[static_cast<size_t>(i)]);
+    floats += m.dim * (m.layers - first);
+    cycles += r.generate_forwards;
+    seconds += r.generate_seconds;
+  }
+  std::printf("ffn machine: %lld floats bit-exact over %lld generated cycles, %.3f ms per cycle (forward only)\n",
+              static_cast<long long>(floats), static_cast<long long>(cycles), cycles ? 1e3 * seconds / static_cast<double>(cycles) : 0.0);
+}
+
+// Any llama2.c checkpoint: a synthetic one whose dims come only from its header (dim 6,
+// hidden 5 in chunks of 2 lanes, the last one padded; 3 layers), random weights, random
+// x from random first layers. Narrow GDN layers (4 heads per mixer) keep it small.
+reference::Llama2Checkpoint synthetic_checkpoint(uint64_t seed) {
+  reference::Llama2Config cfg;
+  cfg.dim = 6;
+  cfg.hidden_dim = 5;
+  cfg.n_layers = 3;
+  cfg.n_heads = 2;
+  cfg.n_kv_heads = 2;
+  cfg.vocab_size = 8;
+  cfg.seq_len = 4;
+  std::mt19937_64 rng(seed);
+  const auto lay = reference::llama2_layout(cfg);
+  std::vector<float> floats(lay.total_floats);
+  for (auto& f : floats) f = npu::unit_testing::rand_float(rng, -6, -1);
+  for (size_t i = 0; i < lay.rms_ffn.count; ++i) floats[lay.rms_ffn.offset + i] = npu::unit_testing::rand_float(rng, -1, 1);
+  return reference::Llama2Checkpoint(cfg, floats);
+}
+
+TEST(FfnMachine, SyntheticCheckpointBitExactOnTheEngine) {
+  const reference::Llama2Checkpoint ck = synthetic_checkpoint(808);
+  FfnMachineOptions o;
+  o.lanes = 2;
+  o.limits.max_gdn_memories_per_mixer = 4;
+  const FfnMachine m = build_ffn_machine(ck, o);
+  EXPECT_EQ(m.chunks, 3);
+  auto hosts = testing::engine_hosts(m.model());
+  std::mt19937_64 rng(809);
+  int64_t floats = 0;
+  for (int v = 0; v < 6; ++v) {
+    const int first = v % ck.config().n_layers;
+    std::vector<float> x(static_cast<size_t>(ck.config().dim));
+    for (auto& e : x) e = v == 0 || rng() % 8 == 0 ? 0.0f : npu::unit_testing::rand_float(rng, -6, 2);
+    const std::vector<int64_t> expected = m.expected_stream(ck, x, first);
+    const testing::Run r = testing::run_greedy(m, m.prompt(x, first), hosts(), static_cast<int64_t>(expected.size()) + 4);
+    EXPECT_EQ(r.ambiguous, 0);
+    EXPECT_LE(r.max_nonzero_on_value_cycles, 3);
+    ASSERT_EQ(r.generated, expected) << "vector " << v;
+    floats += ck.config().dim * (ck.config().n_layers - first);
+  }
+  const auto& c = m.compiled.weights.config;
+  std::printf("ffn machine (synthetic dim 6, hidden 5, 3 layers): %lld floats bit-exact; layers %lld, hidden %lld, "
+              "intermediate %lld\n",
+              static_cast<long long>(floats), static_cast<long long>(c.num_hidden_layers),
+              static_cast<long long>(c.hidden_size), static_cast<long long>(c.intermediate_size));
+}
+
+}  // namespace
+}  // namespace qpu::machine

@@ -20,6 +20,16 @@ std::vector<ValueId> sorted_unique(std::vector<ValueId> v) {
   return v;
 }
 
+// A forward pair of non-empty ranges of existing ops.
+void check_order(const OpOrder& o, const std::vector<Op>& ops) {
+  for (const OpRange& r : {o.before, o.after})
+    if (r.begin >= r.end || r.end > ops.size())
+      fail("IR order: ops [{}, {}) is not a non-empty range of the program's {} ops", r.begin, r.end, ops.size());
+  if (o.before.end > o.after.begin)
+    fail("IR order: ops [{}, {}) (from '{}') must all come before ops [{}, {}) (from '{}') in program order",
+         o.before.begin, o.before.end, ops[o.before.begin].label, o.after.begin, o.after.end, ops[o.after.begin].label);
+}
+
 }  // namespace
 
 std::vector<ValueId> Op::reads() const {
@@ -97,6 +107,19 @@ void Program::gdn_memory(std::string label, GdnMemory memory) {
   ops_.push_back(std::move(op));
 }
 
+void Program::order(size_t before_op, size_t after_op) {
+  order(OpRange{before_op, before_op + 1}, OpRange{after_op, after_op + 1});
+}
+
+void Program::order(OpRange before, OpRange after) {
+  check_order({before, after}, ops_);
+  orders_.push_back({before, after});
+}
+
+void Program::check_orders() const {
+  for (const OpOrder& o : orders_) check_order(o, ops_);
+}
+
 const std::string& Program::name(ValueId v) const {
   if (v < 0 || v >= num_values()) fail("IR: no value with id {}", v);
   return names_[static_cast<size_t>(v)];
@@ -167,6 +190,7 @@ void Program::validate() const {
       for (ValueId v : m.out) check_value(op, v, false);
     }
   }
+  check_orders();
 }
 
 }  // namespace qpu::compiler

@@ -12,7 +12,10 @@
 //  * an op that reads a value runs in a later sublayer than every earlier op that
 //    writes it, and ops that write the same value keep their program order,
 //  * ops never share a destination inside one sublayer (rule of one term is then
-//    per op, under the builder's control).
+//    per op, under the builder's control),
+//  * and, opt-in, explicit ordering constraints (Program::order): an op runs in a
+//    strictly later sublayer than the ops it is ordered after, with or without a data
+//    dependence. They only move ops, never change what an op computes.
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -104,6 +107,19 @@ struct GdnMemory {
 
 enum class OpKind { Mlp, AttnMemory, GdnMemory };
 
+// Ops [begin, end) in program order (indices into Program::ops()).
+struct OpRange {
+  size_t begin = 0;
+  size_t end = 0;
+};
+
+// Every op of `after` goes to a strictly later sublayer than every op of `before`
+// (before.end <= after.begin: constraints point forward in program order, like data).
+struct OpOrder {
+  OpRange before;
+  OpRange after;
+};
+
 struct Op {
   OpKind kind = OpKind::Mlp;
   std::string label;
@@ -128,17 +144,37 @@ class Program {
   int64_t num_values() const { return static_cast<int64_t>(names_.size()); }
   const std::string& name(ValueId v) const;
   const std::vector<Op>& ops() const { return ops_; }
-  // For IR transforms (compiler/enable.h), which must keep every op's exactness.
+  // For IR transforms (compiler/enable.h), which must keep every op's exactness. A
+  // transform that removes or reorders ops must keep orders() pointing at the same ops
+  // (appending ops and shrinking back to the original size, as clear_dead does, is fine).
   std::vector<Op>& mutable_ops() { return ops_; }
+
+  // Explicit ordering, with no data dependence needed: `after_op` is placed in a strictly
+  // later sublayer than `before_op` (before_op < after_op). E.g. to compute two
+  // independent wide blocks one after the other instead of side by side, so that the
+  // first one's temporaries are dead (their dims free) before the second one starts.
+  // Throws qpu::Error unless both are existing ops and before_op < after_op.
+  void order(size_t before_op, size_t after_op);
+  // Every op of `after` strictly later than every op of `before` (one constraint, however
+  // many ops): typically `before` = the ops one builder call appended, `after` = those of
+  // the next. Throws qpu::Error unless both ranges are non-empty ranges of existing ops
+  // and before.end <= after.begin.
+  void order(OpRange before, OpRange after);
+  const std::vector<OpOrder>& orders() const { return orders_; }
 
   // Throws qpu::Error naming the op when a value id is out of range, an op is empty,
   // a memory op's data and out differ in length (or key and query bits), a weight is
-  // not finite, or a GDN memory's offset/exponent/taps/decode weights are unusable.
+  // not finite, or a GDN memory's offset/exponent/taps/decode weights are unusable, or
+  // an ordering constraint names ops that no longer exist (check_orders).
   void validate() const;
+  // Throws qpu::Error when an ordering constraint is not a forward pair of non-empty
+  // ranges of existing ops (the scheduler calls it: mutable_ops() may have shrunk).
+  void check_orders() const;
 
  private:
   std::vector<std::string> names_;
   std::vector<Op> ops_;
+  std::vector<OpOrder> orders_;
 };
 
 }  // namespace qpu::compiler

@@ -45,17 +45,38 @@ struct Occupancy {
   }
 };
 
+// The explicit ordering constraints of a program (ir.h, Program::order), indexed by op:
+// the constraints an op is in the `after` range of (it must wait for them) and in the
+// `before` range of (the ops it must stay above).
+struct OrderIndex {
+  std::vector<std::vector<size_t>> waits_for, holds_back;  // per op: indices into orders
+
+  explicit OrderIndex(const Program& program)
+      : waits_for(program.ops().size()), holds_back(program.ops().size()) {
+    program.check_orders();  // mutable_ops() may have removed ops since
+    const auto& orders = program.orders();
+    for (size_t k = 0; k < orders.size(); ++k) {
+      for (size_t i = orders[k].after.begin; i < orders[k].after.end; ++i) waits_for[i].push_back(k);
+      for (size_t i = orders[k].before.begin; i < orders[k].before.end; ++i) holds_back[i].push_back(k);
+    }
+  }
+};
+
 // Greedy ASAP placement in program order, from a given prefix.
 class Placer {
  public:
   Placer(const Program& program, const ScheduleLimits& limits)
       : limits_(limits),
+        orders_(program),
         last_write_(static_cast<size_t>(program.num_values()), -1),
-        last_read_(static_cast<size_t>(program.num_values()), -1) {}
+        last_read_(static_cast<size_t>(program.num_values()), -1),
+        before_last_(program.orders().size(), -1) {}
 
-  // The earliest sublayer the rules allow for op (against every op placed so far).
-  int64_t earliest(const Op& op) const {
+  // The earliest sublayer the rules allow for op i (against every op placed so far: in
+  // program order, so every `before` range it waits for is placed).
+  int64_t earliest(size_t i, const Op& op) const {
     int64_t s = 0;
+    for (size_t k : orders_.waits_for[i]) s = std::max(s, before_last_[k] + 1);  // explicit order
     for (ValueId v : op.reads()) s = std::max(s, last_write_[static_cast<size_t>(v)] + 1);  // RAW
     for (ValueId v : op.writes()) {
       s = std::max(s, last_write_[static_cast<size_t>(v)] + 1);  // WAW
@@ -63,25 +84,28 @@ class Placer {
     }
     return s;
   }
-  void place(const Op& op, int64_t s) {
+  void place(size_t i, const Op& op, int64_t s) {
     occupancy_.add(op, s, 1);
+    for (size_t k : orders_.holds_back[i]) before_last_[k] = std::max(before_last_[k], s);
     for (ValueId v : op.reads()) last_read_[static_cast<size_t>(v)] = std::max(last_read_[static_cast<size_t>(v)], s);
     for (ValueId v : op.writes()) last_write_[static_cast<size_t>(v)] = s;
     out_.sublayer.push_back(s);
     out_.num_sublayers = std::max(out_.num_sublayers, s + 1);
   }
-  void place_asap(const Op& op) {
+  void place_asap(size_t i, const Op& op) {
     const int64_t size = op_size(op), limit = op_limit(op, limits_);
     if (size > limit) fail("schedule: op '{}' needs {} units but a sublayer has {}", op.label, size, limit);
-    int64_t s = earliest(op);
+    int64_t s = earliest(i, op);
     while (!occupancy_.fits(op, s, limits_)) ++s;
-    place(op, s);
+    place(i, op, s);
   }
   Schedule take() { return std::move(out_); }
 
  private:
   const ScheduleLimits& limits_;
+  OrderIndex orders_;
   std::vector<int64_t> last_write_, last_read_;
+  std::vector<int64_t> before_last_;  // per order: the latest sublayer of its `before` ops placed so far
   Occupancy occupancy_;
   Schedule out_;
 };
@@ -99,9 +123,9 @@ Schedule schedule_after(const Program& program, const Schedule& placed, const Sc
   Placer p(program, limits);
   for (size_t i = 0; i < ops.size(); ++i) {
     if (i < placed.sublayer.size()) {
-      p.place(ops[i], placed.sublayer[i]);
+      p.place(i, ops[i], placed.sublayer[i]);
     } else {
-      p.place_asap(ops[i]);
+      p.place_asap(i, ops[i]);
     }
   }
   Schedule out = p.take();
@@ -117,6 +141,7 @@ Schedule sink_schedule(const Program& program, const Schedule& schedule, const S
     fail("sink_schedule: a schedule of {} ops and {}/{} value flags for {} ops and {} values", schedule.sublayer.size(),
          fixed.size(), kept.size(), ops.size(), nv);
   Schedule out = schedule;
+  const OrderIndex orders(program);
   std::vector<std::vector<ValueId>> reads(ops.size()), writes(ops.size());
   std::vector<std::vector<size_t>> accessors(nv), writers(nv);  // op indices in program order
   Occupancy occupancy;
@@ -131,7 +156,12 @@ Schedule sink_schedule(const Program& program, const Schedule& schedule, const S
     for (ValueId v : writes[i]) writers[static_cast<size_t>(v)].push_back(i);
     occupancy.add(ops[i], out.sublayer[i], 1);
   }
-  for (int pass = 0; pass < 2; ++pass)
+  // Per order: the earliest sublayer of its `after` ops (-1: not yet computed this pass).
+  // Ops are visited in reverse program order and an order's `after` ops all follow its
+  // `before` ops, so they are visited, and stay put, before any op that they hold back.
+  std::vector<int64_t> after_first(program.orders().size());
+  for (int pass = 0; pass < 2; ++pass) {
+    std::fill(after_first.begin(), after_first.end(), -1);
     for (size_t o = ops.size(); o-- > 0;) {
       // Lives this op starts and ends (a value it alone accesses keeps its length).
       int64_t starts = 0, ends = 0;
@@ -157,6 +187,15 @@ Schedule sink_schedule(const Program& program, const Schedule& schedule, const S
       for (ValueId v : reads[o])
         for (size_t j : writers[static_cast<size_t>(v)])
           if (j > o) latest = std::min(latest, out.sublayer[j]);
+      // Strictly above every op it is explicitly ordered before.
+      for (size_t k : orders.holds_back[o]) {
+        if (after_first[k] < 0) {
+          const OpRange& after = program.orders()[k].after;
+          after_first[k] = out.sublayer[after.begin];
+          for (size_t j = after.begin; j < after.end; ++j) after_first[k] = std::min(after_first[k], out.sublayer[j]);
+        }
+        latest = std::min(latest, after_first[k] - 1);
+      }
       for (int64_t s = latest; s > out.sublayer[o]; --s)
         if (occupancy.fits(ops[o], s, limits)) {
           occupancy.add(ops[o], out.sublayer[o], -1);
@@ -165,6 +204,7 @@ Schedule sink_schedule(const Program& program, const Schedule& schedule, const S
           break;
         }
     }
+  }
   return out;
 }
 
@@ -190,17 +230,33 @@ void check_schedule(const Program& program, const Schedule& schedule, const Sche
     for (ValueId v : op.reads()) last_read[static_cast<size_t>(v)] = std::max(last_read[static_cast<size_t>(v)], s);
     for (ValueId v : op.writes()) last_write[static_cast<size_t>(v)] = std::max(last_write[static_cast<size_t>(v)], s);
   }
+  program.check_orders();
+  for (const OpOrder& o : program.orders()) {
+    size_t last = o.before.begin, first = o.after.begin;
+    for (size_t i = o.before.begin; i < o.before.end; ++i)
+      if (schedule.sublayer[i] > schedule.sublayer[last]) last = i;
+    for (size_t i = o.after.begin; i < o.after.end; ++i)
+      if (schedule.sublayer[i] < schedule.sublayer[first]) first = i;
+    if (schedule.sublayer[first] <= schedule.sublayer[last])
+      fail("check_schedule: op {} '{}' (sublayer {}) must come after op {} '{}' (sublayer {}): explicit order", first,
+           ops[first].label, schedule.sublayer[first], last, ops[last].label, schedule.sublayer[last]);
+  }
 }
 
 int64_t critical_path(const Program& program) {
+  const OrderIndex orders(program);
   std::vector<int64_t> depth_of_value(static_cast<size_t>(program.num_values()), 0);
+  std::vector<int64_t> before_depth(program.orders().size(), 0);  // per order: deepest `before` op
   int64_t longest = 0;
-  for (const Op& op : program.ops()) {
+  for (size_t i = 0; i < program.ops().size(); ++i) {
+    const Op& op = program.ops()[i];
     int64_t d = 0;
     for (ValueId v : op.reads()) d = std::max(d, depth_of_value[static_cast<size_t>(v)]);
     for (ValueId v : op.writes()) d = std::max(d, depth_of_value[static_cast<size_t>(v)]);
+    for (size_t k : orders.waits_for[i]) d = std::max(d, before_depth[k]);  // each order edge counts one
     ++d;
     for (ValueId v : op.writes()) depth_of_value[static_cast<size_t>(v)] = d;
+    for (size_t k : orders.holds_back[i]) before_depth[k] = std::max(before_depth[k], d);
     longest = std::max(longest, d);
   }
   return longest;

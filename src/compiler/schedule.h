@@ -2,7 +2,8 @@
 // Stage 2: place every op of a Program into a host sublayer. Sublayer s belongs to
 // decoder layer s / 2; even sublayers are mixers (attention / Gated DeltaNet), odd
 // ones are MLPs. Greedy as-soon-as-possible in program order, under the dependence
-// rules of ir.h and per-sublayer resource limits. A mixer sublayer holds attention
+// rules of ir.h (the program's explicit orders, Program::order, included) and
+// per-sublayer resource limits. A mixer sublayer holds attention
 // memories or GDN memories, never both (a host layer is one kind of mixer).
 #include <cstdint>
 #include <vector>
@@ -41,16 +42,19 @@ Schedule schedule_after(const Program& program, const Schedule& placed, const Sc
 // residual lives it touches: an op is sunk when it starts more lives (values whose first
 // access it is, apart from `fixed` ones, e.g. interface inputs) than it ends (values
 // whose last access it is, apart from `fixed` and `kept` ones, e.g. interface outputs
-// that live to the end anyway). ASAP puts a decode or a product as early as its inputs
+// that live to the end anyway). An op never sinks to or past an op it is explicitly
+// ordered before (Program::order). ASAP puts a decode or a product as early as its inputs
 // allow, often far above its only reader; sunk, its outputs occupy dims only from just
 // before that reader on. Ops are visited in reverse program order (readers first), twice.
 Schedule sink_schedule(const Program& program, const Schedule& schedule, const ScheduleLimits& limits,
                        const std::vector<bool>& fixed, const std::vector<bool>& kept);
 
 // Throws qpu::Error naming the op when a schedule breaks a placement rule of ir.h (RAW,
-// WAW and WAR against every earlier op, kinds, mixer kinds) or a limit (tests).
+// WAW and WAR against every earlier op, kinds, mixer kinds) or a limit (tests), and
+// naming both ops when it breaks an explicit order (Program::order).
 void check_schedule(const Program& program, const Schedule& schedule, const ScheduleLimits& limits = {});
-// Length of the longest chain of dependent ops (each RAW/WAW edge counts one): the
+// Length of the longest chain of dependent ops (each RAW/WAW edge and each explicit
+// order edge counts one): the
 // floor on sublayers any schedule needs, ignoring sublayer kinds and resources.
 int64_t critical_path(const Program& program);
 

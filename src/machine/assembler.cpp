@@ -114,7 +114,7 @@ Assembler::Assembler(const AssemblerOptions& o, std::vector<std::string> control
   reg_.write_bits = p_.values("reg.write_bit", bits);
   reg_.read_bits = p_.values("reg.read_bit", bits);
   reg_.read_flag = p_.value("reg.read");
-  write_flags_ = p_.values("reg.write", o.elements);
+  const std::vector<ValueId> write_flags = p_.values("reg.write", o.elements);
   now_ = signature_features(p_, m_.control, "control");
   delayed_ = signature_features(p_, m_.control, "successor");
   if (layout.rows() < 2) fail("machine: {} rows per GDN head hold too few registers", layout.rows());
@@ -123,11 +123,12 @@ Assembler::Assembler(const AssemblerOptions& o, std::vector<std::string> control
   register_out_.resize(static_cast<size_t>(o.elements));
   for (int i = 0; i < o.elements; ++i) {
     npu::InboxValues v = reg_;
-    v.write_flag = write_flags_[static_cast<size_t>(i)];
+    v.write_flag = write_flags[static_cast<size_t>(i)];
     v.hi = p_.value("reg.hi");
     v.lo = p_.value("reg.lo");
     v.out = register_out_[static_cast<size_t>(i)] = p_.value("reg.out");
     npu::inbox(p_, m_.encoding, v, "register file head " + std::to_string(i));
+    heads_.push_back(std::move(v));
   }
   m_.register_file_heads = o.elements;
 }
@@ -136,6 +137,21 @@ int64_t Assembler::control_index(const std::string& name) const {
   const auto it = index_.find(name);
   if (it == index_.end()) fail("machine: no control token named '{}'", name);
   return it->second;
+}
+
+Assembler::Scalar Assembler::scalar_register(const std::string& name) {
+  if (!features_.empty()) fail("machine: scalar register '{}' declared after send()", name);
+  npu::InboxValues v;
+  v.channels = reg_.channels;  // the value tokens' channels, shared by every head
+  v.write_flag = input(name + ".write");
+  v.read_flag = input(name + ".read");
+  v.hi = p_.value(name + ".hi");
+  v.lo = p_.value(name + ".lo");
+  v.out = p_.value(name);
+  npu::inbox(p_, m_.encoding, v, "scalar register " + name);
+  heads_.push_back(v);
+  ++m_.register_file_heads;
+  return Scalar{v.out, v.read_flag, static_cast<int>(heads_.size()) - 1};
 }
 
 ValueId Assembler::input(const std::string& name) {
@@ -203,8 +219,10 @@ void Assembler::define(const std::string& control, MicroOp op) {
   const int64_t rows = compiler::GdnLayout::for_dims(o_.key_dim, o_.value_dim).rows();
   for (int64_t r : {op.read_register, op.write_register})
     if (r >= rows) fail("machine: micro-op '{}' names register {}, the file has {}", control, r, rows);
-  if (op.write_register >= 0 && (op.write_element < 0 || op.write_element >= o_.elements))
-    fail("machine: micro-op '{}' writes element {} of {}", control, op.write_element, o_.elements);
+  if (op.write_register >= 0 && (op.write_element < 0 || static_cast<size_t>(op.write_element) >= heads_.size()))
+    fail("machine: micro-op '{}' writes element {} of {}", control, op.write_element, heads_.size());
+  if (op.write_register > 0 && op.write_element >= o_.elements)
+    fail("machine: micro-op '{}' writes row {} of a scalar register", control, op.write_register);
   ops_[static_cast<size_t>(c)] = std::move(op);
   defined_[static_cast<size_t>(c)] = 1;
 }
@@ -222,7 +240,7 @@ AssembledMachine Assembler::finish() {
   io.inputs.insert(io.inputs.end(), reg_.write_bits.begin(), reg_.write_bits.end());
   io.inputs.insert(io.inputs.end(), reg_.read_bits.begin(), reg_.read_bits.end());
   io.inputs.push_back(reg_.read_flag);
-  io.inputs.insert(io.inputs.end(), write_flags_.begin(), write_flags_.end());
+  for (int i = 0; i < o_.elements; ++i) io.inputs.push_back(heads_[static_cast<size_t>(i)].write_flag);
   io.inputs.insert(io.inputs.end(), inputs_.begin(), inputs_.end());
   io.inputs.insert(io.inputs.end(), lanes_.begin(), lanes_.end());
   for (const auto* f : {&now_, &delayed_}) {
@@ -236,11 +254,8 @@ AssembledMachine Assembler::finish() {
   for (size_t c = 0; c < ops_.size(); ++c) {
     const MicroOp& op = ops_[c];
     const int64_t token = m_.control.id(static_cast<int64_t>(c));
-    if (op.write_register >= 0) {
-      npu::InboxValues v = reg_;
-      v.write_flag = write_flags_[static_cast<size_t>(op.write_element)];
-      npu::set_embedding_row(io, token, npu::write_token_inputs(v, op.write_register));
-    }
+    if (op.write_register >= 0)
+      npu::set_embedding_row(io, token, npu::write_token_inputs(heads_[static_cast<size_t>(op.write_element)], op.write_register));
     if (op.read_register >= 0) npu::set_embedding_row(io, token, npu::read_token_inputs(reg_, op.read_register));
     const SignatureFeatures& next = op.timing == SuccessorTiming::Now ? now_ : delayed_;
     npu::set_embedding_row(io, token, next.naming(m_.control, op.successor));
@@ -267,7 +282,8 @@ AssembledMachine Assembler::finish() {
         const ValueId own = self_clear_gate(p_, static_cast<ValueId>(v));
         clears.enable_of[static_cast<ValueId>(v)] = own != compiler::kOne ? own : enable;
       }
-      clears.enable_of[enable] = enable;
+      // An enable that is a token input (set by the embedding) is never cleared.
+      if (std::find(io.inputs.begin(), io.inputs.end(), enable) == io.inputs.end()) clears.enable_of[enable] = enable;
     }
     compiler::ReusePlan plan = compiler::plan_dim_reuse(p_, io, o_.limits, clears);
     std::vector<ValueId> head = now_.all();

@@ -105,6 +105,17 @@ class Assembler {
 
   // Element i of the register the token reads (+0 when it reads none).
   const std::vector<compiler::ValueId>& register_out() const { return register_out_; }
+  // A scalar register: one more INBOX head with one row and its own read flag, so a
+  // micro-op reads it in the same cycle as a vector register (a head answers one query
+  // per token). Written like an element: MicroOp::write_element = `element`,
+  // write_register 0; read by setting `read_flag` (MicroOp::sets). Call before send().
+  struct Scalar {
+    compiler::ValueId out = 0;        // the value read (+0 when not read)
+    compiler::ValueId read_flag = 0;  // a token input
+    int element = 0;                  // its write target
+  };
+  Scalar scalar_register(const std::string& name);
+
   // Values that token embeddings set (unit flags).
   compiler::ValueId input(const std::string& name);
   std::vector<compiler::ValueId> inputs(const std::string& name, int count);
@@ -132,7 +143,7 @@ class Assembler {
   std::map<std::string, int64_t> index_;
   compiler::Program p_;
   npu::InboxValues reg_;                      // shared channels, address bits and read flag
-  std::vector<compiler::ValueId> write_flags_;  // per element
+  std::vector<npu::InboxValues> heads_;       // the register file's elements, then the scalars
   std::vector<compiler::ValueId> register_out_;
   std::vector<compiler::ValueId> inputs_;     // unit flags (token-set)
   std::vector<compiler::ValueId> lanes_;      // lane flags of send()

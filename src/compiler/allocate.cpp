@@ -88,6 +88,7 @@ Allocation allocate(const Program& program, const Schedule& schedule, const std:
       case Lifetime::Program: intervals.push_back({-1, kForever, v}); break;
       case Lifetime::FromFirstAccess: intervals.push_back({start, kForever, v}); break;
       case Lifetime::ToLastAccess: intervals.push_back({start, first[i] == kNone ? start : last[i], v}); break;
+      case Lifetime::EmbeddingToLastAccess: intervals.push_back({-1, first[i] == kNone ? kForever : last[i], v}); break;
     }
   }
   std::stable_sort(intervals.begin(), intervals.end(),

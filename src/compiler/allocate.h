@@ -37,13 +37,18 @@ enum class Lifetime {
   Program,          // from the embedding to the output head (interface inputs)
   FromFirstAccess,  // from its first access (read or write) to the output head
   ToLastAccess,     // from its first access to its last; +0 afterwards
+  // From the embedding to its last access; +0 afterwards (interface inputs that
+  // clear_dead.h clears after their last read). No access at all: as Program.
+  EmbeddingToLastAccess,
 };
 
 // Interval allocation (linear scan over sublayers). A value occupies its dim over the
-// sublayers of its lifetime, both ends inclusive. For ToLastAccess the caller promises
-// that the dim holds exactly +0 after the last access's residual add
-// (compiler/clear_dead.h makes it so). A value whose first access is in a strictly
-// later sublayer may then take the dim: it starts at +0, as every value does (ir.h).
+// sublayers of its lifetime, both ends inclusive (the embedding is sublayer -1). For
+// ToLastAccess and EmbeddingToLastAccess the caller promises that the dim holds exactly
+// +0 after the last access's residual add (compiler/clear_dead.h makes it so). A value
+// whose first access is in a strictly later sublayer may then take the dim: it starts
+// at +0, as every value does (ir.h). Values that live from the embedding never share a
+// dim with each other (the embedding row sets each of them).
 // A value no op accesses starts at the end of the program (it only needs a dim that is
 // +0 there). The hidden size becomes about the largest number of live values at any
 // sublayer plus the rails.

@@ -40,8 +40,22 @@ DeadClears add_dead_value_clears(const Program& program, const Interface& interf
     if (v < 0 || static_cast<size_t>(v) >= n) fail("clear_dead: {} value {} out of range", what, v);
     return static_cast<size_t>(v);
   };
-  for (ValueId v : interface.outputs) out.lifetimes[check(v, "interface")] = Lifetime::FromFirstAccess;
-  for (ValueId v : interface.inputs) out.lifetimes[check(v, "interface")] = Lifetime::Program;  // set by the embedding
+  // Outputs and `keep` hold their dims to the end; inputs from the embedding on, to the
+  // end or (clear_inputs) to their clear. `embedded`: an input that may be cleared.
+  std::vector<char> pinned(n, 0), embedded(n, 0);
+  for (ValueId v : interface.outputs) {
+    out.lifetimes[check(v, "interface")] = Lifetime::FromFirstAccess;
+    pinned[static_cast<size_t>(v)] = 1;
+  }
+  for (ValueId v : options.keep) {
+    out.lifetimes[check(v, "keep")] = Lifetime::FromFirstAccess;
+    pinned[static_cast<size_t>(v)] = 1;
+  }
+  for (ValueId v : interface.inputs) {
+    const size_t u = check(v, "interface");
+    out.lifetimes[u] = Lifetime::Program;  // set by the embedding
+    embedded[u] = options.clear_inputs && !pinned[u];
+  }
   // The gate of each value's clear: the constant or its unit's enable.
   std::vector<ValueId> gate(n, kOne);
   for (const auto& [v, e] : options.enable_of) {
@@ -77,14 +91,18 @@ DeadClears add_dead_value_clears(const Program& program, const Interface& interf
   enum class Fate { Untouched, Cleared, SelfCleared, Kept };
   std::vector<Fate> fate(n, Fate::Untouched);
   std::vector<char> gates_a_clear(n, 0), gated_self(n, 0);
+  // An input's embedding is its first write, before every op (program order -1).
   for (bool changed = true; changed;) {
     changed = false;
     for (size_t v = 0; v < n; ++v) {
       gated_self[v] = 0;
-      if (out.lifetimes[v] != Lifetime::ToLastAccess || last_write[v] < 0) continue;  // interface, or +0 all along
+      if (!embedded[v] && (out.lifetimes[v] != Lifetime::ToLastAccess || last_write[v] < 0))
+        continue;  // interface or kept, or +0 all along
       Fate f = Fate::Kept;  // the final value is never read: no window guarantee
       if (last_read[v] > last_write[v] || gates_a_clear[v])
         f = Fate::Cleared;
+      else if (last_write[v] < 0)
+        f = Fate::Kept;  // an input no op reads or writes
       else if (is_self_clear(ops[static_cast<size_t>(last_write[v])], static_cast<ValueId>(v), kOne))
         f = Fate::SelfCleared;
       else if (gate[v] != kOne && is_self_clear(ops[static_cast<size_t>(last_write[v])], static_cast<ValueId>(v), gate[v]) &&
@@ -100,12 +118,16 @@ DeadClears add_dead_value_clears(const Program& program, const Interface& interf
       }
     }
   }
-  std::vector<ValueId> order;
+  // The clears of inputs go after the others (then the depth order below): the clears
+  // of the other values take the room they take without clear_inputs.
+  std::vector<ValueId> order, input_order;
   for (size_t v = 0; v < n; ++v) {
     const auto id = static_cast<ValueId>(v);
-    if (fate[v] == Fate::Kept) out.lifetimes[v] = Lifetime::FromFirstAccess;
+    if (fate[v] == Fate::Kept) out.lifetimes[v] = embedded[v] ? Lifetime::Program : Lifetime::FromFirstAccess;
+    if (embedded[v] && (fate[v] == Fate::Cleared || fate[v] == Fate::SelfCleared))
+      out.lifetimes[v] = Lifetime::EmbeddingToLastAccess;
     if (fate[v] == Fate::SelfCleared) out.self_cleared.push_back(id);
-    if (fate[v] == Fate::Cleared) order.push_back(id);
+    if (fate[v] == Fate::Cleared) (embedded[v] ? input_order : order).push_back(id);
     // An enable whose last write clears it would read +0 in every clear it gates.
     const ValueId e = gate[v];
     if ((fate[v] == Fate::Cleared || gated_self[v]) && e != kOne && e != id && last_write[static_cast<size_t>(e)] >= 0 &&
@@ -113,6 +135,7 @@ DeadClears add_dead_value_clears(const Program& program, const Interface& interf
          is_self_clear(ops[static_cast<size_t>(last_write[static_cast<size_t>(e)])], e, gate[static_cast<size_t>(e)])))
       fail("clear_dead: enable '{}' of '{}' clears itself: its final value is +0", program.name(e), program.name(id));
   }
+  order.insert(order.end(), input_order.begin(), input_order.end());
   std::stable_sort(order.begin(), order.end(),
                    [&](ValueId a, ValueId b) { return depth[static_cast<size_t>(a)] > depth[static_cast<size_t>(b)]; });
   for (ValueId id : order) {
@@ -142,30 +165,41 @@ ReusePlan plan_dim_reuse(const Program& program, const Interface& interface, con
   if (limits.sink) {
     // Interface inputs live from the embedding on; outputs and values whose final
     // contents nobody reads live to the end: moving their accesses does not change that.
+    // A cleared input is `fixed` too (sink_schedule has no "start fixed, end free"), so
+    // the original ops are placed as without clear_inputs.
     std::vector<bool> fixed(dc.lifetimes.size()), kept(dc.lifetimes.size());
     for (size_t v = 0; v < dc.lifetimes.size(); ++v) {
-      fixed[v] = dc.lifetimes[v] == Lifetime::Program;
+      fixed[v] = dc.lifetimes[v] == Lifetime::Program || dc.lifetimes[v] == Lifetime::EmbeddingToLastAccess;
       kept[v] = dc.lifetimes[v] != Lifetime::ToLastAccess;
     }
     base = sink_schedule(program, base, capped, fixed, kept);
   }
   Schedule s = schedule_after(dc.program, base, capped);
   // Drop the clears placed past the original end (their values keep their dims from
-  // the first access on); the others are placed again after the original ops.
+  // the first access on, inputs from the embedding on); the others are placed again
+  // after the original ops, until none lands past the end (placed again with fewer
+  // clears before it, a clear may still find its sublayers full).
   const size_t first_clear = program.ops().size();
   auto& ops = dc.program.mutable_ops();
-  size_t kept_ops = first_clear;
-  for (size_t i = first_clear; i < ops.size(); ++i) {
-    if (s.sublayer[i] >= base_sublayers) {
-      dc.lifetimes[static_cast<size_t>(dc.cleared[i - first_clear])] = Lifetime::FromFirstAccess;
-      continue;
+  for (bool dropped = true; dropped;) {
+    size_t kept_ops = first_clear;
+    std::vector<ValueId> still_cleared;
+    for (size_t i = first_clear; i < ops.size(); ++i) {
+      const auto v = static_cast<size_t>(dc.cleared[i - first_clear]);
+      if (s.sublayer[i] >= base_sublayers) {
+        dc.lifetimes[v] = dc.lifetimes[v] == Lifetime::EmbeddingToLastAccess ? Lifetime::Program : Lifetime::FromFirstAccess;
+        continue;
+      }
+      still_cleared.push_back(dc.cleared[i - first_clear]);
+      if (kept_ops != i) ops[kept_ops] = std::move(ops[i]);
+      ++kept_ops;
     }
-    if (kept_ops != i) ops[kept_ops] = std::move(ops[i]);
-    ++kept_ops;
-  }
-  if (kept_ops != ops.size()) {
-    ops.resize(kept_ops);
-    s = schedule_after(dc.program, base, capped);
+    dropped = kept_ops != ops.size();
+    if (dropped) {
+      ops.resize(kept_ops);
+      dc.cleared = std::move(still_cleared);
+      s = schedule_after(dc.program, base, capped);
+    }
   }
   ReusePlan r{std::move(dc.program), std::move(dc.lifetimes), std::move(s), {}};
   r.allocation = allocate(r.program, r.schedule, r.lifetimes);

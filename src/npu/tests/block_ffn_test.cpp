@@ -835,7 +835,8 @@ TEST(FfnChunkUnitHostSim, EveryLayerMatchesTheStory) {
 // (f) The unit's compiled shape under the v1 width budget (the plan the engine tests
 // run), against the fixed chunk of as many lanes (ffn_chunk_block). The unit adds
 // n_layers x chunks flag inputs, which live through the whole program as every
-// interface input does (compiler/clear_dead.h) and so sit beside the SwiGLU lanes at the
+// interface input does by default (compiler/clear_dead.h; not with clear_inputs, the
+// last check below) and so sit beside the SwiGLU lanes at the
 // peak: hidden grows by at most those flags rounded up to whole 63-value groups (each 64
 // dims holds 63 values and a rail), the intermediate size not at all (the matvec's
 // column ops, 3 x n_layers x chunks neurons per step, fit beside the rest). At 7 lanes
@@ -871,6 +872,25 @@ TEST(FfnChunkUnit, CompiledShapeFitsTheWidthBudget) {
       EXPECT_LE(a.intermediate_size, kBudgetNeurons);
     }
   }
+  // The same unit with compiler::DeadClearOptions::clear_inputs: x and the flags give
+  // their dims back after their last read (the same ops in the same sublayers).
+  const Block& u = stories_chunk_unit();
+  compiler::Interface io;
+  io.inputs = u.inputs;
+  io.outputs = u.outputs;
+  io.vocab_size = static_cast<int64_t>(io.outputs.size());
+  io.input_rows.assign(static_cast<size_t>(io.vocab_size) * io.inputs.size(), 0.0f);
+  compiler::DeadClearOptions clear_inputs;
+  clear_inputs.clear_inputs = true;
+  const compiler::ReusePlan cleared = compiler::plan_dim_reuse(u.program, io, budget_limits(), clear_inputs);
+  const auto& c = cleared.allocation;
+  std::printf("ffn chunk unit, %d lanes, clear_inputs: hidden %lld (%zu rails), was %lld; intermediate %lld, sublayers %lld\n",
+              kChunkLanes, static_cast<long long>(c.hidden_size), c.rail_dims.size(),
+              static_cast<long long>(u.plan.allocation.hidden_size), static_cast<long long>(c.intermediate_size),
+              static_cast<long long>(cleared.schedule.num_sublayers));
+  EXPECT_LT(c.hidden_size, u.plan.allocation.hidden_size);
+  EXPECT_EQ(c.intermediate_size, u.plan.allocation.intermediate_size);
+  EXPECT_EQ(cleared.schedule.num_sublayers, u.plan.schedule.num_sublayers);
 }
 
 // (e'''') The unit with the lanes that fit the budget, on the engine: the golden records

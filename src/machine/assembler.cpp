@@ -183,28 +183,48 @@ void Assembler::send(const std::vector<ValueId>& lanes, ValueId enable, size_t f
     select.push_back(Neuron{Lin{{{lanes_[i], kOn}}}, Lin{{{lanes[i], 1.0f / kOn}}}, {{result, 1.0f}}});
   p_.mlp("send.select", std::move(select));
   const auto parts = npu::split_parts(p_, result);
-  for (int k = 0; k < 3; ++k) features_.push_back(npu::emit_features(p_, parts[static_cast<size_t>(k)], m_.encoding.vocab));
-  compiler::enable_constants(p_, first_gated_op, enable);
-  gate_clears(first_gated_op, p_.ops().size(), enable);
-
-  // Delay line: p1 one cycle, p2 two, the successor three; all into the head features.
-  std::vector<DelayColumn> delayed;
-  for (int k = 1; k <= 2; ++k) {
-    const npu::EmitFeatures& src = features_[static_cast<size_t>(k)];
-    const npu::EmitFeatures& dst = features_[0];
-    for (size_t j = 0; j < src.positive.size(); ++j) {
-      delayed.push_back({src.positive[j], k, dst.positive[j]});
-      delayed.push_back({src.negative[j], k, dst.negative[j]});
-    }
-    // emit_features' mantissa one-hot is 2^-7 on the hot entry (what the value head's
-    // 2^10 weight reads as 2^3), the other features 1.
-    for (size_t j = 0; j < src.mantissa_hot.size(); ++j) delayed.push_back({src.mantissa_hot[j], k, dst.mantissa_hot[j], -7});
-    delayed.push_back({src.zero, k, dst.zero});
-  }
-  const auto later = delayed_.all(), now = now_.all();
-  for (size_t j = 0; j < later.size(); ++j) delayed.push_back({later[j], 3, now[j]});
   const compiler::GdnLayout layout = compiler::GdnLayout::for_dims(o_.key_dim, o_.value_dim);
-  m_.delay_heads = delay_line(p_, delayed, layout.capacity(false), "delay line");
+
+  // The LM head features of the three parts, one part after another: p1's (p2's) go into
+  // their delay line (tap 1, 2: into p0's feature values on the next cycles) right after
+  // they are computed, and each part's block is ordered after the previous one
+  // (Program::order), so only one part's working values are live at a time (the three
+  // side by side: ~1,220 live values; one after another: ~950).
+  m_.delay_heads = 0;
+  compiler::OpRange previous;
+  std::vector<std::pair<size_t, size_t>> datapath;  // the non-GDN ops, for gate_clears
+  datapath.push_back({first_gated_op, p_.ops().size()});
+  for (int k = 0; k < 3; ++k) {
+    const size_t begin = p_.ops().size();
+    features_.push_back(npu::emit_features(p_, parts[static_cast<size_t>(k)], m_.encoding.vocab));
+    datapath.push_back({begin, p_.ops().size()});
+    if (k > 0) {
+      const npu::EmitFeatures& src = features_[static_cast<size_t>(k)];
+      const npu::EmitFeatures& dst = features_[0];
+      std::vector<DelayColumn> delayed;
+      for (size_t j = 0; j < src.positive.size(); ++j) {
+        delayed.push_back({src.positive[j], k, dst.positive[j]});
+        delayed.push_back({src.negative[j], k, dst.negative[j]});
+      }
+      // emit_features' mantissa one-hot is 2^-7 on the hot entry (what the value head's
+      // 2^10 weight reads as 2^3), the other features 1.
+      for (size_t j = 0; j < src.mantissa_hot.size(); ++j)
+        delayed.push_back({src.mantissa_hot[j], k, dst.mantissa_hot[j], -7});
+      delayed.push_back({src.zero, k, dst.zero});
+      m_.delay_heads += delay_line(p_, delayed, layout.capacity(false), "delay line p" + std::to_string(k));
+    }
+    const compiler::OpRange block{begin, p_.ops().size()};
+    if (k > 0) p_.order(previous, block);
+    previous = block;
+  }
+  compiler::enable_constants(p_, first_gated_op, enable);  // GDN ops (the delay lines) are left as they are
+  for (const auto& [first, end] : datapath) gate_clears(first, end, enable);
+
+  // The successor: three cycles later, into the control features.
+  std::vector<DelayColumn> successor;
+  const auto later = delayed_.all(), now = now_.all();
+  for (size_t j = 0; j < later.size(); ++j) successor.push_back({later[j], 3, now[j]});
+  m_.delay_heads += delay_line(p_, successor, layout.capacity(false), "delay line successor");
 }
 
 void Assembler::gate_clears(size_t first_op, size_t end_op, ValueId enable) {
@@ -266,14 +286,21 @@ AssembledMachine Assembler::finish() {
   eo.gdn_key_head_dim = o_.key_dim;
   eo.gdn_value_head_dim = o_.value_dim;
   if (o_.reuse_dims) {
-    // Dead values share dims (compiler/clear_dead.h). The LM head reads p0's features
-    // and the control features from the final residual stream: their dims must be
-    // theirs to the end. The control features are inputs; p0's features are last
-    // written by the delay line and read by no op, so they keep their dims.
+    // Dead values share dims (compiler/clear_dead.h), token inputs too (clear_inputs:
+    // the flags a micro-op sets are read near the top of the stack and give their dims
+    // back after their last read). The LM head reads p0's features and the control
+    // features from the final residual stream: they are kept to the end.
     // Values written only by a gated range are +0 on every cycle whose enable is 0, so
     // their clears read the enable instead of the constant (compiler::DeadClearOptions:
-    // no work on idle cycles); an enable gates its own clear (exactly 0 or 1; +0 when 0).
+    // no work on idle cycles); an enable gates its own clear (exactly 0 or 1; +0 when 0),
+    // and so does every 0/1 token input (a flag is +-0 exactly when it is idle).
     compiler::DeadClearOptions clears;
+    clears.clear_inputs = true;
+    const npu::EmitFeatures& f0 = features_[0];
+    std::vector<ValueId> head = now_.all();
+    for (const auto* s : {&f0.positive, &f0.negative, &f0.mantissa_hot}) head.insert(head.end(), s->begin(), s->end());
+    head.push_back(f0.zero);
+    clears.keep = head;
     for (const auto& [range, enable] : gated_) {
       const std::vector<char> gated = written_only_in(p_, range.first, range.second);
       for (size_t v = 0; v < gated.size(); ++v) {
@@ -282,16 +309,20 @@ AssembledMachine Assembler::finish() {
         const ValueId own = self_clear_gate(p_, static_cast<ValueId>(v));
         clears.enable_of[static_cast<ValueId>(v)] = own != compiler::kOne ? own : enable;
       }
-      // An enable that is a token input (set by the embedding) is never cleared.
-      if (std::find(io.inputs.begin(), io.inputs.end(), enable) == io.inputs.end()) clears.enable_of[enable] = enable;
+      clears.enable_of[enable] = enable;
     }
+    std::vector<ValueId> flags = reg_.write_bits;
+    flags.insert(flags.end(), reg_.read_bits.begin(), reg_.read_bits.end());
+    flags.push_back(reg_.read_flag);
+    for (const auto& h : heads_) flags.push_back(h.write_flag);
+    for (const auto* s : {&inputs_, &lanes_}) flags.insert(flags.end(), s->begin(), s->end());
+    const auto successor = delayed_.all();
+    flags.insert(flags.end(), successor.begin(), successor.end());
+    for (ValueId f : flags) clears.enable_of[f] = f;
     compiler::ReusePlan plan = compiler::plan_dim_reuse(p_, io, o_.limits, clears);
-    std::vector<ValueId> head = now_.all();
-    const npu::EmitFeatures& f0 = features_[0];
-    for (const auto* s : {&f0.positive, &f0.negative, &f0.mantissa_hot}) head.insert(head.end(), s->begin(), s->end());
-    head.push_back(f0.zero);
     for (ValueId v : head)
-      if (plan.lifetimes[static_cast<size_t>(v)] == compiler::Lifetime::ToLastAccess)
+      if (plan.lifetimes[static_cast<size_t>(v)] == compiler::Lifetime::ToLastAccess ||
+          plan.lifetimes[static_cast<size_t>(v)] == compiler::Lifetime::EmbeddingToLastAccess)
         fail("machine: LM head feature '{}' would give its dim away before the head", plan.program.name(v));
     m_.compiled.weights =
         o_.emit_layers ? compiler::emit(plan.program, plan.schedule, plan.allocation, io, eo)

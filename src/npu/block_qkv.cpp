@@ -4,34 +4,12 @@
 #include <vector>
 
 #include "common/error.h"
-#include "npu/neurons.h"
 #include "npu/unit_rmsnorm.h"
 #include "npu/unit_rope.h"
 
 namespace qpu::npu {
 
-using compiler::Neuron;
 using compiler::ValueId;
-using detail::kOn;
-using detail::lin;
-
-namespace {
-
-// silu(128 f) * (f / 128) = f for f in {0, 1}: the value f, written by an op that also
-// reads `after` with weight 0 (the ordering edge of block_qkv.h; the emitted column of
-// a weight-0 term is the 0 it holds without it, so the neuron computes exactly f).
-std::vector<ValueId> flags_after(compiler::Program& p, const std::vector<ValueId>& flags, const std::vector<ValueId>& after,
-                                 const std::string& label) {
-  std::vector<ValueId> late = p.values(label, static_cast<int>(flags.size()));
-  std::vector<Neuron> neurons;
-  for (size_t l = 0; l < flags.size(); ++l)
-    neurons.push_back(Neuron{lin({{flags[l], kOn}}), lin({{flags[l], 1.0f / kOn}}), {{late[l], 1.0f}}});
-  for (ValueId v : after) neurons[0].up.terms.push_back({v, 0.0f});
-  p.mlp(label, std::move(neurons));
-  return late;
-}
-
-}  // namespace
 
 QkvBlock qkv_block(compiler::Program& p, const reference::Llama2Checkpoint& checkpoint, const std::vector<ValueId>& x,
                    const std::vector<ValueId>& layer_flags, ValueId pos, const MatvecOptions& options, int row_blocks) {
@@ -69,22 +47,19 @@ QkvBlock qkv_block(compiler::Program& p, const reference::Llama2Checkpoint& chec
     stacks.push_back(stack_rows("wq|wk|wv", {llama2_matrix(checkpoint, "wq", l), llama2_matrix(checkpoint, "wk", l),
                                              llama2_matrix(checkpoint, "wv", l)}));
   std::vector<ValueId> y;  // the stacked lanes, in row order
-  std::vector<ValueId> flags = layer_flags;
-  std::vector<ValueId> previous;  // the lanes of the block before
+  compiler::OpRange previous;  // the ops of the block before
   for (int blk = 0; blk < row_blocks; ++blk) {
     const int lo = rows * blk / row_blocks, hi = rows * (blk + 1) / row_blocks;
-    if (blk > 0) {
-      first = static_cast<ValueId>(p.num_values());
-      flags = flags_after(p, layer_flags, previous, "qkv.flags" + std::to_string(blk));
-      own(first, b.enable);
-    }
     std::vector<NestedMatrix> parts;
     for (const NestedMatrix& s : stacks) parts.push_back(row_blocks == 1 ? s : row_block(s, lo, hi - lo));
     first = static_cast<ValueId>(p.num_values());
-    const MatvecUnit mv = matvec_unit(p, parts, b.xb, flags, options);
+    const compiler::OpRange ops{p.ops().size(), 0};
+    const MatvecUnit mv = matvec_unit(p, parts, b.xb, layer_flags, options);
+    const compiler::OpRange block{ops.begin, p.ops().size()};
+    if (blk > 0) p.order(previous, block);  // block b + 1 strictly after block b (block_qkv.h)
+    previous = block;
     own(first, mv.enable);
     y.insert(y.end(), mv.y.begin(), mv.y.end());
-    previous = mv.y;
   }
   b.q_raw.assign(y.begin(), y.begin() + dim);
   b.k_raw.assign(y.begin() + dim, y.begin() + dim + kv_dim);

@@ -18,12 +18,8 @@
 // [R b / B, R (b + 1) / B) of the stack (row_block; every row is its own C loop, so the
 // rows are the same floats); block b + 1 starts only after block b has ended, so its
 // rotating values can take the dims block b's have freed (with add_dead_clear_enables).
-// The order is an ordering edge, not arithmetic: block b + 1's layer flags are copies of
-// the flags (silu(128 f) f / 128 = f for f in {0, 1}) made by an op that also reads every
-// output of block b with weight 0. A weight-0 term is the 0 the emitted weight column
-// holds anyway (the emitter adds each term's weight into the column), so the copy
-// computes exactly f; the scheduler, seeing the read, puts the copy (and so block b + 1)
-// after block b's last step. Cost: one MLP sublayer per block boundary.
+// The order is an ordering edge (compiler::Program::order over the two blocks' ops), not
+// arithmetic: no float changes, the scheduler places block b + 1 after block b's last step.
 //
 // The position: pos is an exact integer in [0, seq_len) when the block runs; RoPE reads
 // it with the block's enable (the rmsnorm's: the sum of the layer flags), so the block

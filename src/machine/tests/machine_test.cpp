@@ -161,10 +161,11 @@ TEST(MachineEngine, ShapeAndCounts) {
   EXPECT_EQ(attention, 1);  // the idle layer stock transformers needs
   EXPECT_EQ(c.vocab_size, 23297 + 3 + 3 * 8);
   EXPECT_EQ(m.register_file_heads, 8);
-  // Heads of 63 columns, one unit per head, a value's 2 columns (taps 1, 2) never split:
-  // the 2^-7 mantissa one-hot (128 values) in 5 heads of <= 31 values; the 183 other
-  // feature values and the 18 successor columns (2 groups + 16 members, tap 3) in 7.
-  EXPECT_EQ(m.delay_heads, 12);
+  // Heads of 63 columns, one unit per head, one delay line per part (assembler.h: p1's
+  // and p2's features are handed over as soon as they are computed): per part the 2^-7
+  // mantissa one-hot (128 columns) in 3 heads and the 183 other features (91 binades x 2
+  // signs + zero) in 3; the 18 successor columns (2 groups + 16 members, tap 3) in 1.
+  EXPECT_EQ(m.delay_heads, 2 * (3 + 3) + 1);
   std::printf("machine w=8: layers %lld, hidden %lld, intermediate %lld, GDN heads per layer %lld (%lld x %lld), "
               "delay heads %d, vocab %lld\n",
               static_cast<long long>(c.num_hidden_layers), static_cast<long long>(c.hidden_size),

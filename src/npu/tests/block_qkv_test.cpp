@@ -374,8 +374,9 @@ TEST(QkvBlock, CompiledShapeFitsTheWidthBudget) {
   const auto& a = b.plan.allocation;
   EXPECT_LE(a.hidden_size - static_cast<int64_t>(a.rail_dims.size()), kBudgetHidden);
   EXPECT_LE(a.intermediate_size, kBudgetNeurons);
-  // The chain: rmsnorm (102 MLP sublayers), per row block the copy of the flags (not the
-  // first) and a matvec of 1 + ceil((dim - 1)/3), RoPE's rotation after the last block.
+  // The chain: rmsnorm (102 MLP sublayers), per row block a matvec of 1 + ceil((dim - 1)/3)
+  // and (not the first) the ordering edge to the block before, which critical_path
+  // counts as one step; RoPE's rotation after the last block.
   const auto& cfg = ck.config();
   const int64_t critical = compiler::critical_path(b.program);
   const int64_t chain = 102 + kQkvRowBlocks * (1 + (cfg.dim + 1) / 3) + (kQkvRowBlocks - 1) + 1;

@@ -86,6 +86,14 @@ io::LayerWeights AssembledMachine::layer(int64_t l) const {
   return compiler::LayerEmitter(program, compiled.schedule, compiled.allocation, interface, emit_options).layer(l);
 }
 
+io::Qwen35Weights AssembledMachine::dense_weights() const {
+  io::Qwen35Weights w = compiled.weights;
+  if (!w.layers.empty()) return w;
+  const compiler::LayerEmitter emitter(program, compiled.schedule, compiled.allocation, interface, emit_options);
+  for (int64_t l = 0; l < emitter.num_layers(); ++l) w.layers.push_back(emitter.layer(l));
+  return w;
+}
+
 float AssembledMachine::decode(int64_t t0, int64_t t1, int64_t t2) const {
   // The INBOX's order (npu/inbox.h): p1 + p2 is exact, p0 + p2 may round when p0 carried.
   return encoding.vocab.value(t0) + (encoding.vocab.value(t1) + encoding.vocab.value(t2));

@@ -84,6 +84,8 @@ struct AssembledMachine {
   engine::Model model(const engine::ModelOptions& options = {}) const;
   // The dense weights of layer l (emitted now when compiled.weights has no layers).
   io::LayerWeights layer(int64_t l) const;
+  // Every tensor dense (for export: small machines only; a copy when already dense).
+  io::Qwen35Weights dense_weights() const;
   // Host id of the control token named `name`; throws for an unknown name.
   int64_t id(const std::string& name) const;
   // The value tokens of float x (split_parts_reference), 3 ids.

@@ -1,0 +1,85 @@
+// The assembler's checks (machine/assembler.h): every malformed machine description is a
+// qpu::Error naming what is wrong, before anything is compiled. The machines that do
+// compile are tested end to end in machine_test.cpp, ffn_machine_test.cpp and
+// qkv_machine_test.cpp.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "common/error.h"
+#include "machine/assembler.h"
+
+namespace qpu::machine {
+namespace {
+
+AssemblerOptions small() {
+  AssemblerOptions o;
+  o.elements = 2;
+  o.value_jmin = -8;
+  o.value_jmax = 8;
+  return o;
+}
+
+// The message of the qpu::Error that f throws ("" when it throws none).
+template <class F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(Assembler, RejectsBadControlNames) {
+  EXPECT_NE(error_of([] { Assembler(small(), {}, "DONE"); }), "");
+  EXPECT_NE(error_of([] { Assembler(small(), {"A", ""}, "A"); }).find("no name"), std::string::npos);
+  EXPECT_NE(error_of([] { Assembler(small(), {"A", "B", "A"}, "A"); }).find("named twice"), std::string::npos);
+  EXPECT_NE(error_of([] { Assembler(small(), {"A", "B"}, "DONE"); }).find("DONE"), std::string::npos);
+  AssemblerOptions o = small();
+  o.elements = 0;
+  EXPECT_NE(error_of([&] { Assembler(o, {"DONE"}, "DONE"); }), "");
+  o = small();
+  o.emit_layers = false;
+  o.reuse_dims = false;
+  EXPECT_NE(error_of([&] { Assembler(o, {"DONE"}, "DONE"); }).find("reuse_dims"), std::string::npos);
+}
+
+TEST(Assembler, RejectsBadMicroOps) {
+  Assembler as(small(), {"HDR", "DONE", "W"}, "DONE");
+  const auto flag = as.input("flag");
+  EXPECT_NE(error_of([&] { as.lane_flag(0); }).find("lane 0"), std::string::npos);  // before send()
+  as.send(as.register_out(), flag, as.program().ops().size());
+  EXPECT_NE(error_of([&] { as.send(as.register_out(), flag, as.program().ops().size()); }).find("twice"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { as.scalar_register("POS"); }).find("after send"), std::string::npos);
+  EXPECT_NE(error_of([&] { as.lane_flag(2); }).find("lane 2"), std::string::npos);
+  MicroOp op;
+  EXPECT_NE(error_of([&] { as.define("HDR", op); }).find("successor"), std::string::npos);  // none given
+  op.successor = 3;
+  EXPECT_NE(error_of([&] { as.define("HDR", op); }).find("successor"), std::string::npos);
+  op.successor = 1;
+  EXPECT_NE(error_of([&] { as.define("NOPE", op); }).find("NOPE"), std::string::npos);
+  MicroOp w = op;
+  w.write_register = 0;
+  w.write_element = 2;  // two elements, no scalar
+  EXPECT_NE(error_of([&] { as.define("W", w); }).find("element 2"), std::string::npos);
+  w.write_element = 1;
+  w.write_register = 99;
+  EXPECT_NE(error_of([&] { as.define("W", w); }).find("register 99"), std::string::npos);
+  as.define("HDR", op);
+  EXPECT_NE(error_of([&] { as.define("HDR", op); }).find("defined twice"), std::string::npos);
+  // W and DONE are still undefined: finish() names the first one.
+  EXPECT_NE(error_of([&] { as.finish(); }).find("'DONE' has no micro-op"), std::string::npos);
+}
+
+TEST(Assembler, FinishNeedsSend) {
+  Assembler as(small(), {"DONE"}, "DONE");
+  MicroOp op;
+  op.successor = 0;
+  as.define("DONE", op);
+  EXPECT_NE(error_of([&] { as.finish(); }).find("send()"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace qpu::machine

@@ -7,6 +7,7 @@
 #include "compiler/gdn_layout.h"
 #include "npu/block_qkv.h"
 #include "npu/float_ram.h"
+#include "npu/kv_address.h"
 
 namespace qpu::machine {
 
@@ -15,6 +16,9 @@ using compiler::ValueId;
 namespace {
 
 std::string name(const char* prefix, int i) { return std::string(prefix) + "." + std::to_string(i); }
+std::string cache_name(const char* prefix, int l, int i) {
+  return std::string(prefix) + "(" + std::to_string(l) + ")." + std::to_string(i);
+}
 
 // Float RAM heads holding `data` (split into rows of `per_row` floats), read into `out`;
 // every head wiped and written by `store`, read by `read`.
@@ -37,15 +41,28 @@ int64_t QkvMachine::qkv(int l) const { return id(name("QKV", l)); }
 
 QkvMachine build_qkv_machine(const reference::Llama2Checkpoint& ck, const QkvMachineOptions& o) {
   const auto& cfg = ck.config();
-  const int dim = cfg.dim, layers = cfg.n_layers, kv_dim = cfg.dim * cfg.n_kv_heads / cfg.n_heads;
+  const int dim = cfg.dim, layers = cfg.n_layers, kv_dim = cfg.kv_dim(), head_size = cfg.dim / cfg.n_heads;
+  const int kv_heads = cfg.n_kv_heads;
   if (dim > 64) fail("qkv machine: dim {} needs more than 64 register elements", dim);
+  const compiler::GdnLayout layout = compiler::GdnLayout::for_dims(o.key_dim, o.value_dim);
+  const int positions = o.max_positions > 0 ? o.max_positions : cfg.seq_len;
+  const int banks = o.kv_banks, slots = std::min(banks, 8);
+  if (banks < 1 || (banks > 8 && banks % 8 != 0)) fail("qkv machine: {} KV banks (a multiple of 8, or 1..8)", banks);
+  int row_bits = 0;
+  while ((int64_t{banks} << row_bits) < positions) ++row_bits;
+  if ((int64_t{1} << row_bits) > layout.rows())
+    fail("qkv machine: {} positions in {} banks need {} rows, a head has {}", positions, banks, 1 << row_bits,
+         layout.rows());
+  if (2 * head_size > npu::floats_per_row(layout))
+    fail("qkv machine: k and v of a kv head ({} floats) do not fit one row", 2 * head_size);
 
   std::vector<std::string> names = {"HDR", "NOP", "DONE", "WPOS"};
   for (int i = 0; i < dim; ++i) names.push_back(name("WX", i));
   for (int l = 0; l < layers; ++l) names.push_back(name("QKV", l));
   for (int i = 0; i < dim; ++i) names.push_back(name("RQ", i));
-  for (const char* r : {"RK", "RV"})
-    for (int i = 0; i < kv_dim; ++i) names.push_back(name(r, i));
+  for (int l = 0; l < layers; ++l)
+    for (const char* r : {"RK", "RV"})
+      for (int i = 0; i < kv_dim; ++i) names.push_back(cache_name(r, l, i));
   AssemblerOptions ao;
   ao.elements = dim;
   ao.key_dim = o.key_dim;
@@ -59,30 +76,79 @@ QkvMachine build_qkv_machine(const reference::Llama2Checkpoint& ck, const QkvMac
   compiler::Program& p = as.program();
   const Assembler::Scalar pos = as.scalar_register("POS");
 
-  // QKV(l): x and pos are read only on QKV cycles, so the block's operands are 0 (its
-  // idle contract; pos may be anything) whenever its flags are 0.
+  // QKV(l): x is read only by QKV tokens, so the block's operands are 0 whenever its
+  // flags are (pos is also read by the cache read-backs: the block's idle contract allows
+  // any pos).
   const std::vector<ValueId> layer_flags = as.inputs("qkv.layer", layers);
   const npu::QkvBlock b = npu::qkv_block(p, ck, as.register_out(), layer_flags, pos.out);
   as.gate_clears(b.first_op, p.ops().size(), b.enable);
 
-  // q, k and v down into float RAMs, wiped and written by QKV, read by RQ/RK/RV.
-  const ValueId store = as.input("ram.store");
-  const std::vector<ValueId> read = as.inputs("ram.read", 3);
-  const std::vector<ValueId> q = p.values("ram.q", dim), k = p.values("ram.k", kv_dim), v = p.values("ram.v", kv_dim);
-  const auto per_row =
-      static_cast<size_t>(npu::floats_per_row(compiler::GdnLayout::for_dims(o.key_dim, o.value_dim)));
-  std::vector<npu::FloatRamHead> heads;
-  add_heads(heads, b.q, q, per_row, store, read[0]);
-  add_heads(heads, b.k, k, per_row, store, read[1]);
-  add_heads(heads, b.v, v, per_row, store, read[2]);
-  npu::float_ram(p, npu::FloatRamWindow{o.ram_low_binade}, heads, b.enable, "qkv RAM");
+  // q into the q RAM, wiped and written by QKV, read by RQ.
+  const ValueId store = as.input("qram.store");
+  const ValueId q_read = as.input("qram.read");
+  const std::vector<ValueId> q = p.values("qram.q", dim);
+  const auto per_row = static_cast<size_t>(npu::floats_per_row(layout));
+  std::vector<npu::FloatRamHead> q_heads;
+  add_heads(q_heads, b.q, q, per_row, store, q_read);
+  npu::float_ram(p, npu::FloatRamWindow{o.ram_low_binade}, q_heads, b.enable, "q RAM");
 
-  // The read-back: lanes q ++ k ++ v, sent when a read-back token sets `send`.
+  // The KV cache. Addresses from POS: per layer one for the write (enabled by QKV(l)) and
+  // one for the read (enabled by RK(l)/RV(l)); idle, both are +-0 (no head is touched).
+  const std::vector<ValueId> kv_write = as.inputs("kv.write", layers), kv_read = as.inputs("kv.read", layers);
+  std::vector<npu::KvAddress> waddr, raddr;
+  for (int l = 0; l < layers; ++l) {
+    waddr.push_back(npu::kv_address(p, pos.out, kv_write[static_cast<size_t>(l)], banks, row_bits));
+    raddr.push_back(npu::kv_address(p, pos.out, kv_read[static_cast<size_t>(l)], banks, row_bits));
+  }
+  // Row data per kv head j: k_j || v_j, and their negations once for every head.
+  std::vector<std::vector<ValueId>> rows(static_cast<size_t>(kv_heads));
+  for (int j = 0; j < kv_heads; ++j) {
+    auto& r = rows[static_cast<size_t>(j)];
+    r.assign(b.k.begin() + j * head_size, b.k.begin() + (j + 1) * head_size);
+    r.insert(r.end(), b.v.begin() + j * head_size, b.v.begin() + (j + 1) * head_size);
+  }
+  std::vector<npu::FloatRamHead> pseudo(rows.size());
+  for (size_t j = 0; j < rows.size(); ++j) pseudo[j].data = rows[j];
+  const auto negations = npu::float_ram_negations(p, pseudo, b.enable, "kv cache");
+  // Slot s holds what bank b = s (mod 8) reads: slot_out[s][j * 2 hs + e].
+  std::vector<std::vector<ValueId>> slot_out;
+  for (int s = 0; s < slots; ++s) slot_out.push_back(p.values("kv.slot" + std::to_string(s), 2 * kv_dim));
+  for (int l = 0; l < layers; ++l)
+    for (int g = 0; g < banks / slots; ++g) {
+      std::vector<npu::FloatRamHead> heads;
+      for (int j = 0; j < kv_heads; ++j)
+        for (int s = 0; s < slots; ++s) {
+          const int bank = g * slots + s;
+          npu::FloatRamHead h;
+          h.data = rows[static_cast<size_t>(j)];
+          h.negated = negations[static_cast<size_t>(j)];
+          h.key_bits = waddr[static_cast<size_t>(l)].row_bits;
+          h.write_flag = waddr[static_cast<size_t>(l)].bank[static_cast<size_t>(bank)];
+          h.query_bits = raddr[static_cast<size_t>(l)].row_bits;
+          h.read_flag = raddr[static_cast<size_t>(l)].bank[static_cast<size_t>(bank)];
+          const auto& so = slot_out[static_cast<size_t>(s)];
+          h.out.assign(so.begin() + j * 2 * head_size, so.begin() + (j + 1) * 2 * head_size);
+          heads.push_back(std::move(h));
+        }
+      npu::float_ram(p, npu::FloatRamWindow{o.ram_low_binade}, heads, b.enable,
+                     "kv cache l" + std::to_string(l) + " banks " + std::to_string(g * slots) + "+");
+    }
+
+  // The read-back: lanes q ++ (the slots added: one bank reads, the others are +0), sent
+  // when a read-back token sets `send`.
   const ValueId send = as.input("send.on");
+  const size_t first_sum = p.ops().size();
+  const std::vector<ValueId> kv = p.values("kv.read", 2 * kv_dim);
+  std::vector<compiler::Neuron> sum;
+  for (int n = 0; n < 2 * kv_dim; ++n)
+    for (int s = 0; s < slots; ++s)
+      sum.push_back(compiler::Neuron{compiler::Lin{{{compiler::kOne, 128.0f}}},
+                                     compiler::Lin{{{slot_out[static_cast<size_t>(s)][static_cast<size_t>(n)], 1.0f / 128.0f}}},
+                                     {{kv[static_cast<size_t>(n)], 1.0f}}});
+  p.mlp("kv read sum", std::move(sum));
   std::vector<ValueId> lanes = q;
-  lanes.insert(lanes.end(), k.begin(), k.end());
-  lanes.insert(lanes.end(), v.begin(), v.end());
-  as.send(lanes, send, p.ops().size());
+  lanes.insert(lanes.end(), kv.begin(), kv.end());
+  as.send(lanes, send, first_sum);
 
   auto index = [&](const std::string& n) { return as.control_index(n); };
   auto now = [&](const std::string& next) {
@@ -111,23 +177,36 @@ QkvMachine build_qkv_machine(const reference::Llama2Checkpoint& ck, const QkvMac
   }
   for (int l = 0; l < layers; ++l) {
     MicroOp op = now(name("RQ", 0));
-    op.sets = {{layer_flags[static_cast<size_t>(l)], 1.0f}, {pos.read_flag, 1.0f}, {store, 1.0f}};
+    op.sets = {{layer_flags[static_cast<size_t>(l)], 1.0f},
+               {pos.read_flag, 1.0f},
+               {store, 1.0f},
+               {kv_write[static_cast<size_t>(l)], 1.0f}};
     op.read_register = 0;
     as.define(name("QKV", l), std::move(op));
   }
-  // Read-back order: RQ.0 .. RQ.dim-1, RK.0 .., RV.0 .. RV.kv_dim-1, DONE.
-  std::vector<std::string> order;
-  for (int i = 0; i < dim; ++i) order.push_back(name("RQ", i));
-  for (const char* r : {"RK", "RV"})
-    for (int i = 0; i < kv_dim; ++i) order.push_back(name(r, i));
-  for (size_t n = 0; n < order.size(); ++n) {
+  auto sends = [&](int lane, const std::string& next) {
     MicroOp op;
-    const size_t ram = n < static_cast<size_t>(dim) ? 0 : n < static_cast<size_t>(dim + kv_dim) ? 1 : 2;
-    op.sets = {{read[ram], 1.0f}, {send, 1.0f}, as.lane_flag(static_cast<int>(n))};
-    op.successor = index(n + 1 < order.size() ? order[n + 1] : std::string("DONE"));
+    op.sets = {{send, 1.0f}, as.lane_flag(lane)};
+    op.successor = index(next);
     op.timing = SuccessorTiming::Delayed;
-    as.define(order[n], std::move(op));
+    return op;
+  };
+  for (int i = 0; i < dim; ++i) {
+    MicroOp op = sends(i, i + 1 < dim ? name("RQ", i + 1) : std::string("DONE"));
+    op.sets.push_back({q_read, 1.0f});
+    as.define(name("RQ", i), std::move(op));
   }
+  for (int l = 0; l < layers; ++l)
+    for (int kind = 0; kind < 2; ++kind)
+      for (int i = 0; i < kv_dim; ++i) {
+        const int j = i / head_size, e = i % head_size;
+        const std::string next = i + 1 < kv_dim ? cache_name(kind == 0 ? "RK" : "RV", l, i + 1)
+                                                : (kind == 0 ? cache_name("RV", l, 0) : std::string("DONE"));
+        MicroOp op = sends(dim + j * 2 * head_size + kind * head_size + e, next);
+        op.sets.push_back({pos.read_flag, 1.0f});
+        op.sets.push_back({kv_read[static_cast<size_t>(l)], 1.0f});
+        as.define(cache_name(kind == 0 ? "RK" : "RV", l, i), std::move(op));
+      }
   QkvMachine m;
   static_cast<AssembledMachine&>(m) = as.finish();
   m.dim = dim;
@@ -136,35 +215,53 @@ QkvMachine build_qkv_machine(const reference::Llama2Checkpoint& ck, const QkvMac
   return m;
 }
 
-std::vector<int64_t> QkvMachine::prompt(const std::vector<float>& x, int pos, int layer) const {
+std::vector<int64_t> QkvMachine::set_pos(int pos) const {
+  std::vector<int64_t> t = {id("WPOS")};
+  for (int64_t v : value_tokens(static_cast<float>(pos))) t.push_back(v);
+  return t;
+}
+
+std::vector<int64_t> QkvMachine::load_and_run(const std::vector<float>& x, int pos, int layer) const {
   if (x.size() != static_cast<size_t>(dim)) fail("qkv machine: x has {} elements, dim is {}", x.size(), dim);
   if (layer < 0 || layer >= layers) fail("qkv machine: layer {} outside [0, {})", layer, layers);
-  std::vector<int64_t> t = {id("HDR")};
+  std::vector<int64_t> t;
   for (int i = 0; i < dim; ++i) {
     t.push_back(id(name("WX", i)));
     for (int64_t v : value_tokens(x[static_cast<size_t>(i)])) t.push_back(v);
   }
-  t.push_back(id("WPOS"));
-  for (int64_t v : value_tokens(static_cast<float>(pos))) t.push_back(v);
+  for (int64_t v : set_pos(pos)) t.push_back(v);
   t.push_back(qkv(layer));
   return t;
 }
 
-std::vector<int64_t> QkvMachine::expected_stream(const std::vector<float>& q, const std::vector<float>& k,
-                                                 const std::vector<float>& v) const {
-  std::vector<float> all = q;
-  all.insert(all.end(), k.begin(), k.end());
-  all.insert(all.end(), v.begin(), v.end());
-  std::vector<std::string> order;
-  for (int i = 0; i < dim; ++i) order.push_back(name("RQ", i));
-  for (const char* r : {"RK", "RV"})
-    for (int i = 0; i < kv_dim; ++i) order.push_back(name(r, i));
-  std::vector<int64_t> s = {id(order[0])};
-  for (size_t n = 0; n < all.size(); ++n) {
-    for (int64_t t : value_tokens(all[n])) s.push_back(t);
-    s.push_back(n + 1 < order.size() ? id(order[n + 1]) : done());
+namespace {
+
+// The parts of every float and the control token after it (the last one: DONE).
+std::vector<int64_t> sent(const AssembledMachine& m, const std::vector<float>& floats,
+                          const std::vector<std::string>& controls) {
+  std::vector<int64_t> s;
+  for (size_t n = 0; n < floats.size(); ++n) {
+    for (int64_t t : m.value_tokens(floats[n])) s.push_back(t);
+    s.push_back(n + 1 < controls.size() ? m.id(controls[n + 1]) : m.done());
   }
   return s;
+}
+
+}  // namespace
+
+std::vector<int64_t> QkvMachine::expected_q(const std::vector<float>& q) const {
+  std::vector<std::string> order;
+  for (int i = 0; i < dim; ++i) order.push_back(name("RQ", i));
+  return sent(*this, q, order);
+}
+
+std::vector<int64_t> QkvMachine::expected_kv(int layer, const std::vector<float>& k, const std::vector<float>& v) const {
+  std::vector<std::string> order;
+  for (const char* r : {"RK", "RV"})
+    for (int i = 0; i < kv_dim; ++i) order.push_back(cache_name(r, layer, i));
+  std::vector<float> all = k;
+  all.insert(all.end(), v.begin(), v.end());
+  return sent(*this, all, order);
 }
 
 }  // namespace qpu::machine

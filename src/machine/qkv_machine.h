@@ -1,18 +1,24 @@
 #pragma once
-// M2b, first step (docs/npu-machine.md, "M2b plan"): the nested model's QKV micro-op on
-// the looped machine, with the position in a scalar register. A prompt loads run.c's x
-// at the start of layer l into register X and the position into POS and names QKV(l);
-// QKV(l) (1 cycle, sends nothing) runs
+// M2b (docs/npu-machine.md, "M2b plan"): the nested model's QKV micro-op on the looped
+// machine, with the position in a scalar register and the KV cache in GDN RAM. A prompt
+// loads run.c's x at the start of layer l into register X and the position into POS and
+// names QKV(l); QKV(l) (1 cycle, sends nothing) runs
 //
 //   rmsnorm(xb, x, rms_att[l]); q = wq xb; k = wk xb; v = wv xb; RoPE(pos) on q and k
 //
-// (npu::qkv_block) and writes q, k and v down into float RAMs (npu/float_ram.h, wiped
-// and written at once). The read-back micro-ops RQ.i, RK.i, RV.i (4 cycles each) read the
-// RAMs and send element i up, so a test sees every float the QKV cycle stored. The
-// KV cache proper (rows per position, npu/kv_address.h) comes next; here k and v of the
-// current position are kept like q.
+// (npu::qkv_block), writes q into the q RAM (npu/float_ram.h, wiped and written at once)
+// and k, v into the KV cache: per (layer l, kv head j), `kv_banks` heads, position t in
+// head t mod banks, row t / banks (npu/kv_address.h computes the address from POS), one
+// row = k_t,j || v_t,j, written once. The read-back micro-ops (4 cycles each) send a
+// stored float up: RQ.i element i of q; RK(l).i / RV(l).i element i of k / v of layer l
+// at the position POS holds, so a test sees every float, at any earlier position.
 //
-// Stack: register file + POS → QKV block → q, k, v RAMs → uplink (assembler.h).
+// The cache's out values are shared in slots: bank b reads into slot b mod 8 (a SCORE
+// micro-op will read 8 consecutive positions, one per slot); the heads of one (layer,
+// group of 8 banks) are one float RAM, and the groups write the same slot values in
+// later sublayers (exact: one bank reads at a time).
+//
+// Stack: register file + POS → QKV block → KV addresses → q RAM, KV cache → uplink.
 #include <cstdint>
 #include <vector>
 
@@ -28,6 +34,8 @@ struct QkvMachineOptions {
   // RAM window: nonzero |q|, |k|, |v| in [2^low, 2^(low + 37)) (docs/trace-ranges.md:
   // q_rope binades -22..5, k_rope -24..4, v -23..1).
   int ram_low_binade = -31;
+  int kv_banks = 32;      // heads per (layer, kv head); a multiple of 8 or less than 8
+  int max_positions = 0;  // positions the cache holds (0: the checkpoint's seq_len)
   compiler::ScheduleLimits limits{.max_neurons_per_mlp = 1024, .sink = true};
 };
 
@@ -35,12 +43,14 @@ struct QkvMachine : AssembledMachine {
   int dim = 0, kv_dim = 0, layers = 0;
 
   int64_t qkv(int l) const;  // QKV(l)
-  // HDR, WX.i + the parts of x_i for every i, WPOS + the parts of pos, QKV(l).
-  std::vector<int64_t> prompt(const std::vector<float>& x, int pos, int layer) const;
-  // What the machine generates after that prompt: RQ.0, then per float of q, k, v (in
-  // that order) its three parts and the next control token, DONE last.
-  std::vector<int64_t> expected_stream(const std::vector<float>& q, const std::vector<float>& k,
-                                       const std::vector<float>& v) const;
+  // Tokens that load x into X and pos into POS, then run QKV(l) (no HDR).
+  std::vector<int64_t> load_and_run(const std::vector<float>& x, int pos, int layer) const;
+  // WPOS + the parts of pos.
+  std::vector<int64_t> set_pos(int pos) const;
+  // What RQ.0 generates: per float of q its three parts and the next token, DONE last.
+  std::vector<int64_t> expected_q(const std::vector<float>& q) const;
+  // What RK(l).0 generates: k then v of layer l at POS, DONE last.
+  std::vector<int64_t> expected_kv(int layer, const std::vector<float>& k, const std::vector<float>& v) const;
 };
 
 // Dimensions come from the checkpoint's header (dim <= 64 register elements). Throws

@@ -1,13 +1,15 @@
-// M2b's first step end to end (machine/qkv_machine.h): a prompt loads run.c's x at the
-// start of layer l (the golden record x_in of the greedy story) into register X and the
-// position into POS; QKV(l) stores q, k, v (after RoPE) into the float RAMs in one cycle;
-// the read-back micro-ops send every stored float up. The stream must equal the expected
-// one token for token, i.e. every float equals run.c's q_rope, k_rope and v bit for bit.
+// M2b end to end (machine/qkv_machine.h): prompts load run.c's x at the start of layer l
+// (the golden record x_in of the greedy story) into register X and a position into POS
+// and run QKV(l), which stores q into the q RAM and k, v into the KV cache row of that
+// position, all in one cycle. In one host session: QKV(l) at p1, then at p2; RQ sends q
+// (of p2) up; then with POS = p1 and POS = p2, RK(l)/RV(l) send the cached k and v up.
+// Every stream must equal the expected one token for token, i.e. every float equals
+// run.c's q_rope (p2), k_rope and v (p1 and p2) bit for bit, and the later write did not
+// touch the earlier row.
 #include <gtest/gtest.h>
 
 #include <cstdio>
 
-#include "common/float_bits.h"
 #include "machine/qkv_machine.h"
 #include "machine_runner.h"
 #include "npu/tests/unit_harness.h"
@@ -19,7 +21,25 @@ using K = reference::TraceKind;
 using npu::unit_testing::golden;
 using npu::unit_testing::stories260k;
 
-TEST(QkvMachine, GoldenRecordsBitExactOnTheEngine) {
+struct Tally {
+  int64_t floats = 0, cycles = 0;
+  double seconds = 0;
+};
+
+// One run from the current host state; checks the stream.
+void expect_run(const QkvMachine& m, const std::vector<int64_t>& prompt, const testing::Step& host,
+                const std::vector<int64_t>& expected, Tally& t) {
+  const testing::Run r = testing::run_greedy(m, prompt, host, static_cast<int64_t>(expected.size()) + 4);
+  EXPECT_EQ(r.ambiguous, 0);
+  EXPECT_LE(r.max_nonzero_on_value_cycles, 3);
+  ASSERT_EQ(r.generated.size(), expected.size());
+  for (size_t i = 0; i < expected.size(); ++i) ASSERT_EQ(r.generated[i], expected[i]) << "generated token " << i;
+  t.floats += static_cast<int64_t>(expected.size() / 4);
+  t.cycles += r.generate_forwards;
+  t.seconds += r.generate_seconds;
+}
+
+TEST(QkvMachine, GoldenRecordsAndTheKvCacheBitExactOnTheEngine) {
   const QkvMachine m = build_qkv_machine(stories260k(), QkvMachineOptions{});
   const auto& c = m.compiled.weights.config;
   std::printf("qkv machine: layers %lld, hidden %lld, intermediate %lld, GDN heads per layer %lld, vocab %lld\n",
@@ -29,27 +49,26 @@ TEST(QkvMachine, GoldenRecordsBitExactOnTheEngine) {
   EXPECT_LE(c.intermediate_size, 1024);
   const auto& gold = golden();
   auto hosts = testing::engine_hosts(m.model());
-  int64_t floats = 0, cycles = 0;
-  double seconds = 0;
-  // Position 0 (RoPE's identity), a middle one and the last golden one; every layer.
-  for (const auto& [pos, l] : std::vector<std::pair<int, int>>{{0, 0}, {37, 1}, {95, 2}, {12, 3}, {64, 4}}) {
-    SCOPED_TRACE("pos " + std::to_string(pos) + ", layer " + std::to_string(l));
-    const std::vector<int64_t> expected =
-        m.expected_stream(gold.at(K::q_rope, pos, l), gold.at(K::k_rope, pos, l), gold.at(K::v, pos, l));
-    const testing::Run r = testing::run_greedy(m, m.prompt(gold.at(K::x_in, pos, l), pos, l), hosts(),
-                                               static_cast<int64_t>(expected.size()) + 4);
-    EXPECT_EQ(r.ambiguous, 0);
-    EXPECT_LE(r.max_nonzero_on_value_cycles, 3);
-    EXPECT_EQ(r.prompt_argmax.back(), m.id("RQ.0"));  // QKV names its successor at once
-    ASSERT_EQ(r.generated.size(), expected.size());
-    for (size_t i = 0; i < expected.size(); ++i) ASSERT_EQ(r.generated[i], expected[i]) << "generated token " << i;
-    floats += m.dim + 2 * m.kv_dim;
-    cycles += r.generate_forwards;
-    seconds += r.generate_seconds;
+  Tally t;
+  // Positions in different banks and rows (32 banks: 95 = row 2 bank 31), every layer.
+  for (const auto& [p1, p2, l] : std::vector<std::tuple<int, int, int>>{{0, 37, 0}, {37, 95, 1}, {95, 1, 2}, {12, 44, 3}, {64, 63, 4}}) {
+    SCOPED_TRACE("positions " + std::to_string(p1) + ", " + std::to_string(p2) + ", layer " + std::to_string(l));
+    const testing::Step host = hosts();
+    std::vector<int64_t> prompt = {m.id("HDR")};
+    for (const int p : {p1, p2})
+      for (int64_t tok : m.load_and_run(gold.at(K::x_in, p, l), p, l)) prompt.push_back(tok);
+    prompt.push_back(m.id("RQ.0"));
+    expect_run(m, prompt, host, m.expected_q(gold.at(K::q_rope, p2, l)), t);
+    for (const int p : {p1, p2}) {
+      std::vector<int64_t> read = m.set_pos(p);
+      read.push_back(m.id("RK(" + std::to_string(l) + ").0"));
+      expect_run(m, read, host, m.expected_kv(l, gold.at(K::k_rope, p, l), gold.at(K::v, p, l)), t);
+    }
   }
-  std::printf("qkv machine: %lld floats bit-exact (q, k after RoPE, v) over %lld generated cycles, %.3f ms per cycle\n",
-              static_cast<long long>(floats), static_cast<long long>(cycles),
-              cycles ? 1e3 * seconds / static_cast<double>(cycles) : 0.0);
+  std::printf("qkv machine: %lld floats bit-exact (q, and k, v from the cache) over %lld generated cycles, %.3f ms per "
+              "cycle\n",
+              static_cast<long long>(t.floats), static_cast<long long>(t.cycles),
+              t.cycles ? 1e3 * t.seconds / static_cast<double>(t.cycles) : 0.0);
 }
 
 }  // namespace

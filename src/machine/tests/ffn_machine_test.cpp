@@ -16,6 +16,7 @@
 #include "engine/model.h"
 #include "machine/ffn_machine.h"
 #include "machine_runner.h"
+#include "synthetic_checkpoint.h"
 #include "npu/tests/unit_harness.h"
 
 namespace qpu::machine {
@@ -90,28 +91,11 @@ TEST(FfnMachine, GoldenRecordsBitExactOnTheEngine) {
               static_cast<long long>(floats), static_cast<long long>(cycles), cycles ? 1e3 * seconds / static_cast<double>(cycles) : 0.0);
 }
 
-// Any llama2.c checkpoint: a synthetic one whose dims come only from its header (dim 6,
-// hidden 5 in chunks of 2 lanes, the last one padded; 3 layers), random weights, random
-// x from random first layers. Narrow GDN layers (4 heads per mixer) keep it small.
-reference::Llama2Checkpoint synthetic_checkpoint(uint64_t seed) {
-  reference::Llama2Config cfg;
-  cfg.dim = 6;
-  cfg.hidden_dim = 5;
-  cfg.n_layers = 3;
-  cfg.n_heads = 2;
-  cfg.n_kv_heads = 2;
-  cfg.vocab_size = 8;
-  cfg.seq_len = 4;
-  std::mt19937_64 rng(seed);
-  const auto lay = reference::llama2_layout(cfg);
-  std::vector<float> floats(lay.total_floats);
-  for (auto& f : floats) f = npu::unit_testing::rand_float(rng, -6, -1);
-  for (size_t i = 0; i < lay.rms_ffn.count; ++i) floats[lay.rms_ffn.offset + i] = npu::unit_testing::rand_float(rng, -1, 1);
-  return reference::Llama2Checkpoint(cfg, floats);
-}
-
+// Any llama2.c checkpoint: a synthetic one (synthetic_checkpoint.h), random x from
+// random first layers. Narrow GDN layers (4 heads per mixer) keep it small.
 TEST(FfnMachine, SyntheticCheckpointBitExactOnTheEngine) {
-  const reference::Llama2Checkpoint ck = synthetic_checkpoint(808);
+  std::mt19937_64 weights(808);
+  const reference::Llama2Checkpoint ck = testing::synthetic_checkpoint(weights);
   FfnMachineOptions o;
   o.lanes = 2;
   o.limits.max_gdn_memories_per_mixer = 4;

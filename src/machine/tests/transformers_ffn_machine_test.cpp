@@ -17,6 +17,7 @@
 #include "machine/ffn_machine.h"
 #include "npu/export.h"
 #include "npu/tests/unit_harness.h"
+#include "synthetic_checkpoint.h"
 
 namespace qpu::machine {
 namespace {
@@ -24,20 +25,9 @@ namespace {
 TEST(TransformersFfnMachine, GeneratesTheSameStream) {
   const std::string python = QPU_PYTHON;
   if (python.empty()) GTEST_SKIP() << "QPU_PYTHON not set";
-  reference::Llama2Config cfg;
-  cfg.dim = 6;
-  cfg.hidden_dim = 5;
-  cfg.n_layers = 3;
-  cfg.n_heads = 2;
-  cfg.n_kv_heads = 2;
-  cfg.vocab_size = 8;
-  cfg.seq_len = 4;
   std::mt19937_64 rng(909);
-  const auto lay = reference::llama2_layout(cfg);
-  std::vector<float> floats(lay.total_floats);
-  for (auto& f : floats) f = npu::unit_testing::rand_float(rng, -6, -1);
-  for (size_t i = 0; i < lay.rms_ffn.count; ++i) floats[lay.rms_ffn.offset + i] = npu::unit_testing::rand_float(rng, -1, 1);
-  const reference::Llama2Checkpoint ck(cfg, floats);
+  const reference::Llama2Checkpoint ck = testing::synthetic_checkpoint(rng);
+  const auto& cfg = ck.config();
   FfnMachineOptions o;
   o.lanes = 2;
   o.value_jmin = -40;

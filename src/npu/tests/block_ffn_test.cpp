@@ -57,6 +57,7 @@ namespace {
 
 using compiler::ValueId;
 using unit_testing::rand_float;
+using unit_testing::random_checkpoint;
 using K = reference::TraceKind;
 
 constexpr int64_t kCases = QPU_NPU_CASES;
@@ -978,11 +979,7 @@ TEST(FfnBlockSmall, SyntheticCheckpointMatchesRunC) {
   cfg.vocab_size = 8;
   cfg.seq_len = 4;
   std::mt19937_64 rng(606);
-  std::vector<float> floats(reference::llama2_layout(cfg).total_floats);
-  for (auto& f : floats) f = rand_float(rng, -6, -1);
-  const auto lay = reference::llama2_layout(cfg);
-  for (size_t i = 0; i < lay.rms_ffn.count; ++i) floats[lay.rms_ffn.offset + i] = rand_float(rng, -1, 1);
-  const reference::Llama2Checkpoint ck(cfg, floats);
+  const reference::Llama2Checkpoint ck = random_checkpoint(cfg, rng, {&reference::Llama2Layout::rms_ffn});
   const auto b = build_block(ck);
   std::vector<std::vector<float>> xs, expect;
   std::vector<int> layers;

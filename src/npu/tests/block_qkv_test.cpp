@@ -43,6 +43,7 @@ namespace {
 
 using compiler::ValueId;
 using unit_testing::rand_float;
+using unit_testing::random_checkpoint;
 using K = reference::TraceKind;
 
 constexpr int64_t kCases = QPU_NPU_CASES;
@@ -399,11 +400,7 @@ TEST(QkvBlockSmall, SyntheticCheckpointMatchesRunC) {
   cfg.vocab_size = 8;
   cfg.seq_len = 5;
   std::mt19937_64 rng(707);
-  const auto lay = reference::llama2_layout(cfg);
-  std::vector<float> floats(lay.total_floats);
-  for (auto& f : floats) f = rand_float(rng, -6, -1);
-  for (size_t i = 0; i < lay.rms_att.count; ++i) floats[lay.rms_att.offset + i] = rand_float(rng, -1, 1);
-  const reference::Llama2Checkpoint ck(cfg, floats);
+  const reference::Llama2Checkpoint ck = random_checkpoint(cfg, rng, {&reference::Llama2Layout::rms_att});
   for (int blocks : {1, 3}) {
     const auto b = build_block(ck, {}, blocks);
     Cases k;

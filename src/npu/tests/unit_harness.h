@@ -7,6 +7,7 @@
 // Also: the "idle = zero" check after every layer, and the golden records of run.c.
 #include <cmath>
 #include <cstdint>
+#include <initializer_list>
 #include <map>
 #include <memory>
 #include <random>
@@ -29,6 +30,20 @@ inline float rand_float(std::mt19937_64& rng, int emin, int emax) {
   const int e = emin + static_cast<int>(rng() % static_cast<uint64_t>(emax - emin + 1));
   const float x = std::ldexp(1.0f + static_cast<float>(rng() & 0x7fffff) * 0x1p-23f, e);
   return (rng() & 1) ? -x : x;
+}
+
+// A synthetic llama2.c checkpoint of `cfg` (the units' and machines' "dims from the
+// header only" tests): every float of binades [-6, -1] with a random sign, then the
+// weight vectors `norms` (e.g. &reference::Llama2Layout::rms_ffn) drawn again from
+// binades [-1, 1], in that order from `rng`.
+inline reference::Llama2Checkpoint random_checkpoint(const reference::Llama2Config& cfg, std::mt19937_64& rng,
+                                                     std::initializer_list<reference::Llama2Layout::Range reference::Llama2Layout::*> norms) {
+  const reference::Llama2Layout lay = reference::llama2_layout(cfg);
+  std::vector<float> floats(lay.total_floats);
+  for (auto& f : floats) f = rand_float(rng, -6, -1);
+  for (const auto norm : norms)
+    for (size_t i = 0; i < (lay.*norm).count; ++i) floats[(lay.*norm).offset + i] = rand_float(rng, -1, 1);
+  return reference::Llama2Checkpoint(cfg, std::move(floats));
 }
 
 struct UnitProgram {

@@ -34,18 +34,24 @@
 
 namespace qpu::machine {
 
-struct AssemblerOptions {
-  int elements = 8;          // register file heads: elements per register
+// What every machine's options share: the host's GDN head shape, the value tokens and the
+// schedule limits (the width budget of docs/npu-machine.md "M2": <= 1,024 neurons per MLP
+// sublayer, ops sunk as late as useful).
+struct HostOptions {
   int64_t key_dim = 16;      // GDN head dims of every GDN layer (one-hot reads: dk a power of 4)
   int64_t value_dim = 64;
   bool idle_attention_layer = true;  // stock transformers 5.24.0 needs one; HostSim rejects it
-  int value_jmin = -70, value_jmax = 20;  // binades of the value tokens (npu::ValueVocab)
+  int value_jmin = -70, value_jmax = 20;  // binades of the value tokens (npu::ValueVocab; narrower: smaller machines)
+  compiler::ScheduleLimits limits{.max_neurons_per_mlp = 1024, .sink = true};
+};
+
+struct AssemblerOptions : HostOptions {
+  int elements = 8;          // register file heads: elements per register
   bool reuse_dims = true;    // compiler::plan_dim_reuse: dead values share dims
   // false: compiled.weights holds only the globals (config, embedding, LM head) and the
   // layers are emitted on demand (AssembledMachine::model, layer): a machine of hundreds
   // of dense layers never exists in memory at once. Needs reuse_dims.
   bool emit_layers = true;
-  compiler::ScheduleLimits limits{.sink = true};
 };
 
 // When a micro-op's successor reaches the LM head.

@@ -60,15 +60,9 @@ FfnMachine build_ffn_machine(const reference::Llama2Checkpoint& ck, const FfnMac
     for (int i = 0; i < dim; ++i) names.push_back(ffn_name(l, i));
   }
   AssemblerOptions ao;
+  static_cast<HostOptions&>(ao) = o;
   ao.elements = dim;
-  ao.key_dim = o.key_dim;
-  ao.value_dim = o.value_dim;
-  ao.idle_attention_layer = o.idle_attention_layer;
-  ao.value_jmin = o.value_jmin;
-  ao.value_jmax = o.value_jmax;
-  ao.reuse_dims = true;
-  ao.emit_layers = false;  // ~300 dense layers of ~30 MB: emitted one at a time into the engine
-  ao.limits = o.limits;
+  ao.emit_layers = false;  // ~400 dense layers of ~30 MB: emitted one at a time into the engine
   Assembler as(ao, names, "DONE");
   compiler::Program& p = as.program();
   const std::vector<ValueId>& x = as.register_out();

@@ -30,15 +30,11 @@
 
 namespace qpu::machine {
 
-struct FfnMachineOptions {
+struct FfnMachineOptions : HostOptions {
   int lanes = 7;  // SWIGLU chunk lanes (docs/npu-machine.md: 7 lanes fit the width budget)
-  int64_t key_dim = 16, value_dim = 64;
-  bool idle_attention_layer = true;
-  int value_jmin = -70, value_jmax = 20;
   // Product RAM window: nonzero |product| in [2^low, 2^(low + 37)) (docs/trace-ranges.md:
   // stories260K's ffn_prod spans binades -32..3).
   int product_low_binade = -33;
-  compiler::ScheduleLimits limits{.max_neurons_per_mlp = 1024, .sink = true};
 };
 
 struct FfnMachine : AssembledMachine {

@@ -36,14 +36,9 @@ Machine build_machine(const MachineOptions& o) {
   for (const char* prefix : {"WX", "MV(A)", "MV(B)"})
     for (int i = 0; i < w; ++i) names.push_back(std::string(prefix) + "." + std::to_string(i));
   AssemblerOptions ao;
+  static_cast<HostOptions&>(ao) = o;
   ao.elements = w;
-  ao.key_dim = o.key_dim;
-  ao.value_dim = o.value_dim;
-  ao.idle_attention_layer = o.idle_attention_layer;
-  ao.value_jmin = o.value_jmin;
-  ao.value_jmax = o.value_jmax;
   ao.reuse_dims = o.reuse_dims;
-  ao.limits = o.limits;
   Assembler as(ao, names, "DONE");
   compiler::Program& p = as.program();
 

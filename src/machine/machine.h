@@ -33,17 +33,15 @@
 
 namespace qpu::machine {
 
-struct MachineOptions {
+struct MachineOptions : HostOptions {
+  // M1 predates the width budget: no neuron limit (sink only: ops moved as late as useful
+  // before the dead-value clears, schedule.h: hidden 1,792 -> 1,408 at w = 8, 1,920 ->
+  // 1,536 at w = 64, same layers and streams).
+  MachineOptions() { limits = compiler::ScheduleLimits{.sink = true}; }
+
   int width = 8;             // w: elements per vector register (= register heads)
   std::vector<float> a, b;   // w x w, row-major (run.c's layout: w[i * n + j])
-  int64_t key_dim = 16;      // GDN head dims of every GDN layer (one-hot reads: dk a power of 4)
-  int64_t value_dim = 64;
-  bool idle_attention_layer = true;  // stock transformers 5.24.0 needs one; HostSim rejects it
-  int value_jmin = -70, value_jmax = 20;  // binades of the value tokens (npu::ValueVocab; narrower: smaller tests)
   bool reuse_dims = true;  // compiler::plan_dim_reuse: dead values share dims (hidden ~ max live values)
-  // sink: ops moved as late as useful before the dead-value clears (schedule.h): hidden
-  // 1,792 -> 1,408 at w = 8, 1,920 -> 1,536 at w = 64, same layers and streams.
-  compiler::ScheduleLimits limits{.sink = true};
 };
 
 enum Register : int64_t { kX = 0, kY = 1, kZ = 2 };

@@ -64,14 +64,9 @@ QkvMachine build_qkv_machine(const reference::Llama2Checkpoint& ck, const QkvMac
     for (const char* r : {"RK", "RV"})
       for (int i = 0; i < kv_dim; ++i) names.push_back(cache_name(r, l, i));
   AssemblerOptions ao;
+  static_cast<HostOptions&>(ao) = o;
   ao.elements = dim;
-  ao.key_dim = o.key_dim;
-  ao.value_dim = o.value_dim;
-  ao.idle_attention_layer = o.idle_attention_layer;
-  ao.value_jmin = o.value_jmin;
-  ao.value_jmax = o.value_jmax;
   ao.emit_layers = false;
-  ao.limits = o.limits;
   Assembler as(ao, names, "DONE");
   compiler::Program& p = as.program();
   const Assembler::Scalar pos = as.scalar_register("POS");

@@ -27,16 +27,12 @@
 
 namespace qpu::machine {
 
-struct QkvMachineOptions {
-  int64_t key_dim = 16, value_dim = 64;
-  bool idle_attention_layer = true;
-  int value_jmin = -70, value_jmax = 20;
+struct QkvMachineOptions : HostOptions {
   // RAM window: nonzero |q|, |k|, |v| in [2^low, 2^(low + 37)) (docs/trace-ranges.md:
   // q_rope binades -22..5, k_rope -24..4, v -23..1).
   int ram_low_binade = -31;
   int kv_banks = 32;      // heads per (layer, kv head); a multiple of 8 or less than 8
   int max_positions = 0;  // positions the cache holds (0: the checkpoint's seq_len)
-  compiler::ScheduleLimits limits{.max_neurons_per_mlp = 1024, .sink = true};
 };
 
 struct QkvMachine : AssembledMachine {

@@ -24,6 +24,7 @@
 #include "npu/engine_host.h"
 #include "npu/export.h"
 #include "npu/float_ram.h"
+#include "transformers_gdn_run.h"
 #include "unit_harness.h"
 
 namespace qpu::npu {
@@ -782,26 +783,8 @@ TEST(FloatRamTransformers, ReadsMatchWrittenBits) {
   RamOptions o = configurations(240)[0];
   const RamCase c = build_ram_case(o);
   for (const auto& type : c.compiled.weights.config.layer_types) ASSERT_EQ(type, io::LayerType::LinearAttention);
-  const auto dir = std::filesystem::temp_directory_path() / ("qpu_npu_tf_float_ram_" + std::to_string(::getpid()));
-  export_checkpoint(c.compiled.weights, dir);
-  std::vector<int64_t> tokens(static_cast<size_t>(c.tokens));
-  for (int64_t t = 0; t < c.tokens; ++t) tokens[static_cast<size_t>(t)] = t;
-  std::ofstream(dir / "tokens.bin", std::ios::binary)
-      .write(reinterpret_cast<const char*>(tokens.data()), static_cast<std::streamsize>(tokens.size() * 8));
-  const auto n_out = static_cast<int64_t>(c.out_dims.size());
-  const std::string cmd = python + " " + QPU_SOURCE_DIR + "/src/npu/tests/transformers_gdn_logits.py " + dir.string() +
-                          " " + (dir / "tokens.bin").string() + " " + std::to_string(n_out) + " " +
-                          (dir / "logits.bin").string();
-  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
-  std::vector<float> logits(static_cast<size_t>(c.tokens * n_out));
-  std::ifstream in(dir / "logits.bin", std::ios::binary);
-  in.read(reinterpret_cast<char*>(logits.data()), static_cast<std::streamsize>(logits.size() * 4));
-  ASSERT_EQ(in.gcount(), static_cast<std::streamsize>(logits.size() * 4));
-  int64_t mismatches = 0;
-  for (size_t i = 0; i < logits.size(); ++i)
-    if (float_bits(logits[i]) != float_bits(c.expected[i]) && mismatches++ < 3)
-      ADD_FAILURE() << "token " << i / static_cast<size_t>(n_out) << " out " << i % static_cast<size_t>(n_out)
-                    << ": expected " << describe_float(c.expected[i]) << " got " << describe_float(logits[i]);
+  const int64_t mismatches = testing::transformers_gdn_mismatches(
+      c.compiled.weights, c.tokens, static_cast<int64_t>(c.out_dims.size()), c.expected, "float_ram");
   std::printf("float ram, transformers: %lld tokens, %lld floats written, %lld read from written rows (%lld negative), "
               "%lld refills, %lld idle tokens: %lld mismatches\n",
               static_cast<long long>(c.tokens), static_cast<long long>(c.floats_written),
@@ -811,7 +794,6 @@ TEST(FloatRamTransformers, ReadsMatchWrittenBits) {
   EXPECT_GT(c.read_from_written, 4000);
   EXPECT_GT(c.negative_read, 1000);
   EXPECT_GT(c.refills, 0);
-  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

@@ -58,6 +58,9 @@ namespace {
 using compiler::ValueId;
 using unit_testing::rand_float;
 using unit_testing::random_checkpoint;
+using unit_testing::budget_limits;
+using unit_testing::kBudgetHidden;
+using unit_testing::kBudgetNeurons;
 using K = reference::TraceKind;
 
 constexpr int64_t kCases = QPU_NPU_CASES;
@@ -339,15 +342,7 @@ Checked check_cases(const Block& b, int n_layers, const std::vector<std::vector<
   return k;
 }
 
-// The v1 width budget (docs/npu-machine.md, "M2 ... The width budget"): the split FFN's
-// micro-ops are compiled with these limits.
-compiler::ScheduleLimits budget_limits() {
-  compiler::ScheduleLimits limits;
-  limits.max_neurons_per_mlp = 1024;
-  limits.sink = true;
-  return limits;
-}
-constexpr int64_t kBudgetHidden = 1024, kBudgetNeurons = 1024;
+// The split FFN's micro-ops are compiled with the width budget (unit_testing::budget_limits).
 // The SWIGLU micro-op's lanes: the most that fit the budget (CompiledShapeFitsTheWidthBudget
 // prints 4, 8, 16: a chunk's hidden grows ~128 dims per lane, and beside the SwiGLU lanes
 // it holds the inputs x and the flags for the whole program; 8 lanes need 1,134 + 18 rails).

@@ -44,6 +44,9 @@ namespace {
 using compiler::ValueId;
 using unit_testing::rand_float;
 using unit_testing::random_checkpoint;
+using unit_testing::budget_limits;
+using unit_testing::kBudgetHidden;
+using unit_testing::kBudgetNeurons;
 using K = reference::TraceKind;
 
 constexpr int64_t kCases = QPU_NPU_CASES;
@@ -70,14 +73,6 @@ std::vector<float> run_c_qkv(const reference::Llama2Checkpoint& ck, int l, int p
   return out;
 }
 
-// The v1 width budget (docs/npu-machine.md, "M2 ... The width budget").
-compiler::ScheduleLimits budget_limits() {
-  compiler::ScheduleLimits limits;
-  limits.max_neurons_per_mlp = 1024;
-  limits.sink = true;
-  return limits;
-}
-constexpr int64_t kBudgetHidden = 1024, kBudgetNeurons = 1024;
 
 // A block as planned: inputs x (dim), the layer flags, pos; outputs q, k (after RoPE), v.
 struct Block {

@@ -32,6 +32,16 @@ inline float rand_float(std::mt19937_64& rng, int emin, int emax) {
   return (rng() & 1) ? -x : x;
 }
 
+// The v1 width budget (docs/npu-machine.md, "M2 ... The width budget"): at most 1,024
+// neurons per MLP sublayer and 1,024 live values, ops sunk as late as useful.
+inline compiler::ScheduleLimits budget_limits() {
+  compiler::ScheduleLimits limits;
+  limits.max_neurons_per_mlp = 1024;
+  limits.sink = true;
+  return limits;
+}
+inline constexpr int64_t kBudgetHidden = 1024, kBudgetNeurons = 1024;
+
 // A synthetic llama2.c checkpoint of `cfg` (the units' and machines' "dims from the
 // header only" tests): every float of binades [-6, -1] with a random sign, then the
 // weight vectors `norms` (e.g. &reference::Llama2Layout::rms_ffn) drawn again from

@@ -56,7 +56,7 @@ QkvMachine build_qkv_machine(const reference::Llama2Checkpoint& ck, const QkvMac
   if (2 * head_size > npu::floats_per_row(layout))
     fail("qkv machine: k and v of a kv head ({} floats) do not fit one row", 2 * head_size);
 
-  std::vector<std::string> names = {"HDR", "NOP", "DONE", "WPOS"};
+  std::vector<std::string> names = {"HDR", "NOP", "DONE", "WPOS", "INC"};
   for (int i = 0; i < dim; ++i) names.push_back(name("WX", i));
   for (int l = 0; l < layers; ++l) names.push_back(name("QKV", l));
   for (int i = 0; i < dim; ++i) names.push_back(name("RQ", i));
@@ -141,8 +141,15 @@ QkvMachine build_qkv_machine(const reference::Llama2Checkpoint& ck, const QkvMac
                                      compiler::Lin{{{slot_out[static_cast<size_t>(s)][static_cast<size_t>(n)], 1.0f / 128.0f}}},
                                      {{kv[static_cast<size_t>(n)], 1.0f}}});
   p.mlp("kv read sum", std::move(sum));
+  // INC: pos + 1 (one neuron: gate 128 inc, up (pos + 1) / 128, an exact small integer).
+  const ValueId inc = as.input("inc");
+  const ValueId next_pos = p.value("pos.next");
+  p.mlp("pos + 1", {compiler::Neuron{compiler::Lin{{{inc, 128.0f}}},
+                                     compiler::Lin{{{pos.out, 1.0f / 128.0f}, {compiler::kOne, 1.0f / 128.0f}}},
+                                     {{next_pos, 1.0f}}}});
   std::vector<ValueId> lanes = q;
   lanes.insert(lanes.end(), kv.begin(), kv.end());
+  lanes.push_back(next_pos);
   as.send(lanes, send, first_sum);
 
   auto index = [&](const std::string& n) { return as.control_index(n); };
@@ -170,6 +177,22 @@ QkvMachine build_qkv_machine(const reference::Llama2Checkpoint& ck, const QkvMac
     op.timing = SuccessorTiming::Delayed;
     as.define("WPOS", std::move(op));
   }
+  auto sends = [&](int lane, const std::string& next) {
+    MicroOp op;
+    op.sets = {{send, 1.0f}, as.lane_flag(lane)};
+    op.successor = index(next);
+    op.timing = SuccessorTiming::Delayed;
+    return op;
+  };
+  {
+    // INC: POS <- POS + 1, sent up and written back like any float (4 cycles).
+    MicroOp op = sends(dim + 2 * kv_dim, "DONE");
+    op.sets.push_back({pos.read_flag, 1.0f});
+    op.sets.push_back({inc, 1.0f});
+    op.write_register = 0;
+    op.write_element = pos.element;
+    as.define("INC", std::move(op));
+  }
   for (int l = 0; l < layers; ++l) {
     MicroOp op = now(name("RQ", 0));
     op.sets = {{layer_flags[static_cast<size_t>(l)], 1.0f},
@@ -179,13 +202,6 @@ QkvMachine build_qkv_machine(const reference::Llama2Checkpoint& ck, const QkvMac
     op.read_register = 0;
     as.define(name("QKV", l), std::move(op));
   }
-  auto sends = [&](int lane, const std::string& next) {
-    MicroOp op;
-    op.sets = {{send, 1.0f}, as.lane_flag(lane)};
-    op.successor = index(next);
-    op.timing = SuccessorTiming::Delayed;
-    return op;
-  };
   for (int i = 0; i < dim; ++i) {
     MicroOp op = sends(i, i + 1 < dim ? name("RQ", i + 1) : std::string("DONE"));
     op.sets.push_back({q_read, 1.0f});
@@ -216,14 +232,19 @@ std::vector<int64_t> QkvMachine::set_pos(int pos) const {
   return t;
 }
 
-std::vector<int64_t> QkvMachine::load_and_run(const std::vector<float>& x, int pos, int layer) const {
+std::vector<int64_t> QkvMachine::load_x(const std::vector<float>& x) const {
   if (x.size() != static_cast<size_t>(dim)) fail("qkv machine: x has {} elements, dim is {}", x.size(), dim);
-  if (layer < 0 || layer >= layers) fail("qkv machine: layer {} outside [0, {})", layer, layers);
   std::vector<int64_t> t;
   for (int i = 0; i < dim; ++i) {
     t.push_back(id(name("WX", i)));
     for (int64_t v : value_tokens(x[static_cast<size_t>(i)])) t.push_back(v);
   }
+  return t;
+}
+
+std::vector<int64_t> QkvMachine::load_and_run(const std::vector<float>& x, int pos, int layer) const {
+  if (layer < 0 || layer >= layers) fail("qkv machine: layer {} outside [0, {})", layer, layers);
+  std::vector<int64_t> t = load_x(x);
   for (int64_t v : set_pos(pos)) t.push_back(v);
   t.push_back(qkv(layer));
   return t;

@@ -11,7 +11,9 @@
 // head t mod banks, row t / banks (npu/kv_address.h computes the address from POS), one
 // row = k_t,j || v_t,j, written once. The read-back micro-ops (4 cycles each) send a
 // stored float up: RQ.i element i of q; RK(l).i / RV(l).i element i of k / v of layer l
-// at the position POS holds, so a test sees every float, at any earlier position.
+// at the position POS holds, so a test sees every float, at any earlier position. INC
+// (4 cycles) reads POS and sends pos + 1 up into POS, as the nested token's last
+// micro-op will.
 //
 // The cache's out values are shared in slots: bank b reads into slot b mod 8 (a SCORE
 // micro-op will read 8 consecutive positions, one per slot); the heads of one (layer,
@@ -39,6 +41,8 @@ struct QkvMachine : AssembledMachine {
   int dim = 0, kv_dim = 0, layers = 0;
 
   int64_t qkv(int l) const;  // QKV(l)
+  // WX.i + the parts of x_i for every i.
+  std::vector<int64_t> load_x(const std::vector<float>& x) const;
   // Tokens that load x into X and pos into POS, then run QKV(l) (no HDR).
   std::vector<int64_t> load_and_run(const std::vector<float>& x, int pos, int layer) const;
   // WPOS + the parts of pos.

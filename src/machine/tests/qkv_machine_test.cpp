@@ -1,8 +1,9 @@
 // M2b end to end (machine/qkv_machine.h): prompts load run.c's x at the start of layer l
 // (the golden record x_in of the greedy story) into register X and a position into POS
 // and run QKV(l), which stores q into the q RAM and k, v into the KV cache row of that
-// position, all in one cycle. In one host session: QKV(l) at p1, then at p2; RQ sends q
-// (of p2) up; then with POS = p1 and POS = p2, RK(l)/RV(l) send the cached k and v up.
+// position, all in one cycle. In one host session: QKV(l) at p1; POS = p2 - 1 and INC
+// (POS becomes p2, sent up as a float); QKV(l) at p2 and RQ sends q up; then with
+// POS = p1 and POS = p2, RK(l)/RV(l) send the cached k and v up.
 // Every stream must equal the expected one token for token, i.e. every float equals
 // run.c's q_rope (p2), k_rope and v (p1 and p2) bit for bit, and the later write did not
 // touch the earlier row.
@@ -54,11 +55,17 @@ TEST(QkvMachine, GoldenRecordsAndTheKvCacheBitExactOnTheEngine) {
   for (const auto& [p1, p2, l] : std::vector<std::tuple<int, int, int>>{{0, 37, 0}, {37, 95, 1}, {95, 1, 2}, {12, 44, 3}, {64, 63, 4}}) {
     SCOPED_TRACE("positions " + std::to_string(p1) + ", " + std::to_string(p2) + ", layer " + std::to_string(l));
     const testing::Step host = hosts();
+    // QKV(l) at p1; then x of p2 with POS = p2 - 1, and INC sends p2 up into POS.
     std::vector<int64_t> prompt = {m.id("HDR")};
-    for (const int p : {p1, p2})
-      for (int64_t tok : m.load_and_run(gold.at(K::x_in, p, l), p, l)) prompt.push_back(tok);
-    prompt.push_back(m.id("RQ.0"));
-    expect_run(m, prompt, host, m.expected_q(gold.at(K::q_rope, p2, l)), t);
+    for (int64_t tok : m.load_and_run(gold.at(K::x_in, p1, l), p1, l)) prompt.push_back(tok);
+    for (int64_t tok : m.load_x(gold.at(K::x_in, p2, l))) prompt.push_back(tok);
+    for (int64_t tok : m.set_pos(p2 - 1)) prompt.push_back(tok);
+    prompt.push_back(m.id("INC"));
+    std::vector<int64_t> incremented = m.value_tokens(static_cast<float>(p2));
+    incremented.push_back(m.done());
+    expect_run(m, prompt, host, incremented, t);
+    // QKV(l) at the incremented position, then q read back.
+    expect_run(m, {m.qkv(l), m.id("RQ.0")}, host, m.expected_q(gold.at(K::q_rope, p2, l)), t);
     for (const int p : {p1, p2}) {
       std::vector<int64_t> read = m.set_pos(p);
       read.push_back(m.id("RK(" + std::to_string(l) + ").0"));

@@ -147,19 +147,32 @@ int64_t Assembler::control_index(const std::string& name) const {
   return it->second;
 }
 
+Assembler::Vector Assembler::vector_register(const std::string& name, int elements) {
+  if (!features_.empty()) fail("machine: register '{}' declared after send()", name);
+  if (elements < 1) fail("machine: register '{}' with {} elements", name, elements);
+  Vector r;
+  r.read_flag = input(name + ".read");
+  r.first_element = static_cast<int>(heads_.size());
+  for (int i = 0; i < elements; ++i) {
+    const std::string element = elements == 1 ? name : name + "." + std::to_string(i);
+    npu::InboxValues v;
+    v.channels = reg_.channels;  // the value tokens' channels, shared by every head
+    v.write_flag = input(element + ".write");
+    v.read_flag = r.read_flag;
+    v.hi = p_.value(element + ".hi");
+    v.lo = p_.value(element + ".lo");
+    v.out = p_.value(element);
+    npu::inbox(p_, m_.encoding, v, "register " + element);
+    heads_.push_back(v);
+    r.out.push_back(v.out);
+    ++m_.register_file_heads;
+  }
+  return r;
+}
+
 Assembler::Scalar Assembler::scalar_register(const std::string& name) {
-  if (!features_.empty()) fail("machine: scalar register '{}' declared after send()", name);
-  npu::InboxValues v;
-  v.channels = reg_.channels;  // the value tokens' channels, shared by every head
-  v.write_flag = input(name + ".write");
-  v.read_flag = input(name + ".read");
-  v.hi = p_.value(name + ".hi");
-  v.lo = p_.value(name + ".lo");
-  v.out = p_.value(name);
-  npu::inbox(p_, m_.encoding, v, "scalar register " + name);
-  heads_.push_back(v);
-  ++m_.register_file_heads;
-  return Scalar{v.out, v.read_flag, static_cast<int>(heads_.size()) - 1};
+  const Vector r = vector_register(name, 1);
+  return Scalar{r.out[0], r.read_flag, r.first_element};
 }
 
 ValueId Assembler::input(const std::string& name) {

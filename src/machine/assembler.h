@@ -123,6 +123,14 @@ class Assembler {
     int element = 0;                  // its write target
   };
   Scalar scalar_register(const std::string& name);
+  // The same with `elements` heads sharing one read flag (e.g. XB, the attention's output,
+  // read in the same cycle as X): element i is written at write_element first_element + i.
+  struct Vector {
+    std::vector<compiler::ValueId> out;
+    compiler::ValueId read_flag = 0;
+    int first_element = 0;
+  };
+  Vector vector_register(const std::string& name, int elements);
 
   // Values that token embeddings set (unit flags).
   compiler::ValueId input(const std::string& name);

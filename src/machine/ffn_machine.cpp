@@ -17,6 +17,8 @@ namespace {
 std::string wx_name(int reg, int i) { return "WX(" + std::to_string(reg) + ")." + std::to_string(i); }
 std::string sw_name(int l, int c) { return "SW(" + std::to_string(l) + ")." + std::to_string(c); }
 std::string ffn_name(int l, int i) { return "FFN(" + std::to_string(l) + ")." + std::to_string(i); }
+std::string atto_name(int l, int i) { return "ATTO(" + std::to_string(l) + ")." + std::to_string(i); }
+std::string wxb_name(int i) { return "WXB." + std::to_string(i); }
 
 }  // namespace
 
@@ -55,7 +57,9 @@ FfnMachine build_ffn_machine(const reference::Llama2Checkpoint& ck, const FfnMac
   std::vector<std::string> names = {"HDR", "NOP", "DONE"};
   for (int r = 0; r < 2; ++r)
     for (int i = 0; i < dim; ++i) names.push_back(wx_name(r, i));
+  for (int i = 0; i < dim; ++i) names.push_back(wxb_name(i));
   for (int l = 0; l < layers; ++l) {
+    for (int i = 0; i < dim; ++i) names.push_back(atto_name(l, i));
     for (int c = 0; c < chunks; ++c) names.push_back(sw_name(l, c));
     for (int i = 0; i < dim; ++i) names.push_back(ffn_name(l, i));
   }
@@ -66,6 +70,7 @@ FfnMachine build_ffn_machine(const reference::Llama2Checkpoint& ck, const FfnMac
   Assembler as(ao, names, "DONE");
   compiler::Program& p = as.program();
   const std::vector<ValueId>& x = as.register_out();
+  const Assembler::Vector xb = as.vector_register("XB", dim);  // the attention's output (run.c's xb)
 
   // SW(l).c: the chunk unit, flags (layer l) for the rmsnorm and (l, c) for the rows.
   const std::vector<ValueId> sw_layer = as.inputs("sw.layer", layers);
@@ -108,8 +113,21 @@ FfnMachine build_ffn_machine(const reference::Llama2Checkpoint& ck, const FfnMac
   // FFN(l).i: w2 over the products + x, lane i sent up.
   const std::vector<ValueId> out_layer = as.inputs("ffn.layer", layers);
   const npu::FfnOut out = npu::ffn_out_block(p, ck, x, prod, out_layer);
+  const compiler::OpRange out_ops{out.first_op, p.ops().size()};
   as.gate_clears(out.first_op, p.ops().size(), out.enable);
-  as.send(out.x_out, out.enable, p.ops().size());
+
+  // ATTO(l).i: wo xb + x (xb from XB, read only on ATTO cycles), lane dim + i sent up.
+  // It runs strictly after the FFN's out block (Program::order): side by side their
+  // working values would not fit the width budget.
+  const std::vector<ValueId> atto_layer = as.inputs("atto.layer", layers);
+  const npu::FfnOut atto = npu::attention_out_block(p, ck, x, xb.out, atto_layer);
+  as.gate_clears(atto.first_op, p.ops().size(), atto.enable);
+  p.order(out_ops, compiler::OpRange{atto.first_op, p.ops().size()});
+
+  const ValueId send = as.input("send.on");  // set by FFN and ATTO tokens
+  std::vector<ValueId> lanes = out.x_out;
+  lanes.insert(lanes.end(), atto.x_out.begin(), atto.x_out.end());
+  as.send(lanes, send, p.ops().size());
 
   auto index = [&](const std::string& name) { return as.control_index(name); };
   auto now = [&](const std::string& next) {
@@ -129,8 +147,28 @@ FfnMachine build_ffn_machine(const reference::Llama2Checkpoint& ck, const FfnMac
       op.timing = SuccessorTiming::Delayed;
       as.define(wx_name(r, i), std::move(op));
     }
+  for (int i = 0; i < dim; ++i) {
+    MicroOp op;
+    op.write_register = 0;
+    op.write_element = xb.first_element + i;
+    op.successor = index(i + 1 < dim ? wxb_name(i + 1) : atto_name(0, 0));
+    op.timing = SuccessorTiming::Delayed;
+    as.define(wxb_name(i), std::move(op));
+  }
   for (int l = 0; l < layers; ++l) {
+    // Layer l's input x lives in X((l + 1) % 2): ATTO(l) writes x + wo xb into X(l % 2),
+    // which SW(l) and FFN(l) read; FFN(l) writes X((l + 1) % 2), layer l + 1's input.
     const int from = l % 2, to = (l + 1) % 2;
+    for (int i = 0; i < dim; ++i) {
+      MicroOp op;
+      op.sets = {{atto_layer[static_cast<size_t>(l)], 1.0f}, {xb.read_flag, 1.0f}, {send, 1.0f}, as.lane_flag(dim + i)};
+      op.read_register = to;
+      op.write_register = from;
+      op.write_element = i;
+      op.successor = index(i + 1 < dim ? atto_name(l, i + 1) : sw_name(l, 0));
+      op.timing = SuccessorTiming::Delayed;
+      as.define(atto_name(l, i), std::move(op));
+    }
     for (int c = 0; c < chunks; ++c) {
       MicroOp op = now(c + 1 < chunks ? sw_name(l, c + 1) : ffn_name(l, 0));
       op.sets = {{sw_layer[static_cast<size_t>(l)], 1.0f},
@@ -141,7 +179,7 @@ FfnMachine build_ffn_machine(const reference::Llama2Checkpoint& ck, const FfnMac
     }
     for (int i = 0; i < dim; ++i) {
       MicroOp op;
-      op.sets = {{out_layer[static_cast<size_t>(l)], 1.0f}, {ram_read, 1.0f}, as.lane_flag(i)};
+      op.sets = {{out_layer[static_cast<size_t>(l)], 1.0f}, {ram_read, 1.0f}, {send, 1.0f}, as.lane_flag(i)};
       op.read_register = from;
       op.write_register = to;
       op.write_element = i;
@@ -169,6 +207,44 @@ std::vector<int64_t> FfnMachine::prompt(const std::vector<float>& x, int first_l
   }
   t.push_back(swiglu(first_layer, 0));
   return t;
+}
+
+std::vector<int64_t> FfnMachine::prompt_layer(const std::vector<float>& x, const std::vector<float>& xb, int layer) const {
+  if (x.size() != static_cast<size_t>(dim) || xb.size() != static_cast<size_t>(dim))
+    fail("ffn machine: x has {} and xb {} elements, dim is {}", x.size(), xb.size(), dim);
+  if (layer < 0 || layer >= layers) fail("ffn machine: layer {} outside [0, {})", layer, layers);
+  std::vector<int64_t> t = {id("HDR")};
+  for (int i = 0; i < dim; ++i) {
+    t.push_back(write_x((layer + 1) % 2, i));
+    for (int64_t v : value_tokens(x[static_cast<size_t>(i)])) t.push_back(v);
+  }
+  for (int i = 0; i < dim; ++i) {
+    t.push_back(id(wxb_name(i)));
+    for (int64_t v : value_tokens(xb[static_cast<size_t>(i)])) t.push_back(v);
+  }
+  t.push_back(id(atto_name(layer, 0)));
+  return t;
+}
+
+std::vector<int64_t> FfnMachine::expected_layer(const reference::Llama2Checkpoint& ck, const std::vector<float>& x,
+                                                const std::vector<float>& xb, int layer) const {
+  // Registers hold what the tokens carry: 0.0f + v (the zero token has no sign).
+  const auto& cfg = ck.config();
+  const auto n = static_cast<size_t>(dim), ul = static_cast<size_t>(layer);
+  std::vector<float> r(n), b(n), xb2(n);
+  for (size_t i = 0; i < n; ++i) {
+    r[i] = 0.0f + x[i];
+    b[i] = 0.0f + xb[i];
+  }
+  reference::matmul(xb2, b, ck.weights().wo.subspan(ul * n * n, n * n), cfg.dim, cfg.dim);
+  for (size_t i = 0; i < n; ++i) r[i] += xb2[i];
+  std::vector<int64_t> s;
+  for (int i = 0; i < dim; ++i) {
+    for (int64_t v : value_tokens(r[static_cast<size_t>(i)])) s.push_back(v);
+    s.push_back(i + 1 < dim ? id(atto_name(layer, i + 1)) : swiglu(layer, 0));
+  }
+  for (int64_t t : expected_stream(ck, r, layer)) s.push_back(t);
+  return s;
 }
 
 std::vector<int64_t> FfnMachine::expected_stream(const reference::Llama2Checkpoint& ck, const std::vector<float>& x,

@@ -8,12 +8,16 @@
 //   xb = w2 hb; x += xb
 //
 // as micro-ops over the register file, writing the new x into the other register
-// (layer l reads X(l % 2), writes X((l + 1) % 2)):
+// (layer l's FFN reads X(l % 2), writes X((l + 1) % 2); its ATTO reads X((l + 1) % 2)
+// and XB and writes X(l % 2)):
 //
 //  * SW(l).c, c < chunks (1 cycle each, sends nothing): rmsnorm(x) -> the chunk's rows of
 //    w1 and w3 -> silu * on its `lanes` lanes (npu::ffn_chunk_unit, the (l, c) flag), the
 //    products written down into the product RAM (npu/float_ram.h: head c, wiped and
 //    written at once); its successor is emitted on the same cycle;
+//  * ATTO(l).i, i < dim (4 cycles each): run.c's x += wo xb (npu::attention_out_block),
+//    xb (the attention's output) read from register XB, lane i sent up into element i of
+//    the register the SW(l) micro-ops read;
 //  * FFN(l).i, i < dim (4 cycles each: the token, then p0, p1, p2 of x_out[i]): all
 //    hidden_dim products read back from the RAM -> w2 -> + x (npu::ffn_out_block), lane i
 //    sent up and written into element i of the other register at the p2 cycle, whose
@@ -50,6 +54,13 @@ struct FfnMachine : AssembledMachine {
   // .. FFN(l).0, then per i the parts of x_out[i] and the next control token; DONE last.
   std::vector<int64_t> expected_stream(const reference::Llama2Checkpoint& checkpoint, const std::vector<float>& x,
                                        int first_layer) const;
+  // The whole layer but the attention itself: HDR, x (layer l's input) into X((l + 1) % 2),
+  // the attention's output xb into XB, then ATTO(l).0.
+  std::vector<int64_t> prompt_layer(const std::vector<float>& x, const std::vector<float>& xb, int layer) const;
+  // What it generates: per i the parts of x + wo xb and the next control token (the last
+  // one SW(l).0), then expected_stream from that x at layer l.
+  std::vector<int64_t> expected_layer(const reference::Llama2Checkpoint& checkpoint, const std::vector<float>& x,
+                                      const std::vector<float>& xb, int layer) const;
 };
 
 // Dimensions come from the checkpoint's header. Throws qpu::Error for options the units

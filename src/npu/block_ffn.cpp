@@ -24,16 +24,18 @@ void check_sizes(const char* who, const reference::Llama2Config& cfg, const std:
     fail("{}: {} layer flags for a checkpoint of {} layers", who, layer_flags.size(), cfg.n_layers);
 }
 
-// w2 prod, then x[i] += xb[i]. `enable`: the residual add's enable (kOne: the matvec's).
-FfnOut append_out(compiler::Program& p, const reference::Llama2Checkpoint& checkpoint, const std::vector<ValueId>& x,
-                  const std::vector<ValueId>& prod, const std::vector<ValueId>& layer_flags, ValueId enable) {
+// matrix[l] prod (w2, or wo for the attention's output), then x[i] += xb[i]. `enable`:
+// the residual add's enable (kOne: the matvec's).
+FfnOut append_out(compiler::Program& p, const reference::Llama2Checkpoint& checkpoint, const char* matrix,
+                  const std::vector<ValueId>& x, const std::vector<ValueId>& prod,
+                  const std::vector<ValueId>& layer_flags, ValueId enable) {
   const auto& cfg = checkpoint.config();
   const auto dim = static_cast<size_t>(cfg.dim);
   FfnOut o;
   o.first_op = p.ops().size();
-  std::vector<NestedMatrix> w2;
-  for (int l = 0; l < cfg.n_layers; ++l) w2.push_back(llama2_matrix(checkpoint, "w2", l));
-  const MatvecUnit down = matvec_unit(p, w2, prod, layer_flags);
+  std::vector<NestedMatrix> w;
+  for (int l = 0; l < cfg.n_layers; ++l) w.push_back(llama2_matrix(checkpoint, matrix, l));
+  const MatvecUnit down = matvec_unit(p, w, prod, layer_flags);
   o.w2_out = down.y;
   o.enable = enable == compiler::kOne ? down.enable : enable;
 
@@ -145,7 +147,17 @@ FfnOut ffn_out_block(compiler::Program& p, const reference::Llama2Checkpoint& ch
   check_sizes("ffn_out_block", cfg, x, layer_flags);
   if (prod.size() != static_cast<size_t>(cfg.hidden_dim))
     fail("ffn_out_block: {} products for a checkpoint of hidden_dim {}", prod.size(), cfg.hidden_dim);
-  return append_out(p, checkpoint, x, prod, layer_flags, compiler::kOne);
+  return append_out(p, checkpoint, "w2", x, prod, layer_flags, compiler::kOne);
+}
+
+FfnOut attention_out_block(compiler::Program& p, const reference::Llama2Checkpoint& checkpoint,
+                           const std::vector<ValueId>& x, const std::vector<ValueId>& xb,
+                           const std::vector<ValueId>& layer_flags) {
+  const auto& cfg = checkpoint.config();
+  check_sizes("attention_out_block", cfg, x, layer_flags);
+  if (xb.size() != static_cast<size_t>(cfg.dim))
+    fail("attention_out_block: {} xb values for a checkpoint of dim {}", xb.size(), cfg.dim);
+  return append_out(p, checkpoint, "wo", x, xb, layer_flags, compiler::kOne);
 }
 
 FfnBlock ffn_block(compiler::Program& p, const reference::Llama2Checkpoint& checkpoint, const std::vector<ValueId>& x,
@@ -159,7 +171,7 @@ FfnBlock ffn_block(compiler::Program& p, const reference::Llama2Checkpoint& chec
   b.hb = std::move(all.hb);
   b.hb2 = std::move(all.hb2);
   b.prod = std::move(all.prod);
-  FfnOut out = append_out(p, checkpoint, x, b.prod, layer_flags, b.enable);
+  FfnOut out = append_out(p, checkpoint, "w2", x, b.prod, layer_flags, b.enable);
   b.w2_out = std::move(out.w2_out);
   b.x_out = std::move(out.x_out);
   return b;

@@ -117,4 +117,12 @@ FfnOut ffn_out_block(compiler::Program& p, const reference::Llama2Checkpoint& ch
                      const std::vector<compiler::ValueId>& x, const std::vector<compiler::ValueId>& prod,
                      const std::vector<compiler::ValueId>& layer_flags);
 
+// The attention half-layer's output, the same unit with wo: run.c's
+//   matmul(xb2, xb, w->wo + l*dim*dim, dim, dim);  for i: x[i] += xb2[i];
+// for the layer whose flag is 1 (xb: the attention's output, dim values). Idle (flags 0,
+// xb = 0, x = 0): writes only +-0. Throws qpu::Error on a size mismatch.
+FfnOut attention_out_block(compiler::Program& p, const reference::Llama2Checkpoint& checkpoint,
+                           const std::vector<compiler::ValueId>& x, const std::vector<compiler::ValueId>& xb,
+                           const std::vector<compiler::ValueId>& layer_flags);
+
 }  // namespace qpu::npu

@@ -41,7 +41,7 @@ TEST(FfnMachine, ShapeFitsTheWidthBudget) {
   const FfnMachine& m = machine();
   const auto& c = m.compiled.weights.config;
   EXPECT_EQ(m.chunks, 25);  // ceil(172 / 7)
-  EXPECT_EQ(m.register_file_heads, 64);
+  EXPECT_EQ(m.register_file_heads, 2 * 64);  // X0/X1 (one head per element) and XB
   EXPECT_LE(c.intermediate_size, 1024);
   std::printf("ffn machine: layers %lld, hidden %lld, intermediate %lld, GDN heads per layer %lld (%lld x %lld), "
               "delay heads %d, vocab %lld (%lld control tokens)\n",
@@ -91,6 +91,43 @@ TEST(FfnMachine, GoldenRecordsBitExactOnTheEngine) {
               static_cast<long long>(floats), static_cast<long long>(cycles), cycles ? 1e3 * seconds / static_cast<double>(cycles) : 0.0);
 }
 
+// The whole nested layer but the attention itself: x_in of layer l into X((l + 1) % 2)
+// and run.c's attention output xb (att_out) into XB, then ATTO(l) (x += wo xb), SW(l),
+// FFN(l) and the later layers' FFNs. Layer l's 64 floats after ATTO must equal run.c's
+// x_att_res, and after the FFN x_ffn_res: the input of layer l + 1.
+TEST(FfnMachine, WholeLayerButAttentionBitExactOnTheEngine) {
+  const FfnMachine& m = machine();
+  const reference::Llama2Checkpoint& ck = stories260k();
+  const auto& gold = golden();
+  auto hosts = testing::engine_hosts(m.model());
+  int64_t floats = 0;
+  for (const auto& [pos, l] : std::vector<std::pair<int, int>>{{3, 0}, {77, 2}, {50, 4}}) {
+    SCOPED_TRACE("pos " + std::to_string(pos) + ", layer " + std::to_string(l));
+    const std::vector<float>& x = gold.at(K::x_in, pos, l);
+    const std::vector<float>& xb = gold.at(K::att_out, pos, l);
+    const std::vector<int64_t> expected = m.expected_layer(ck, x, xb, l);
+    const testing::Run r =
+        testing::run_greedy(m, m.prompt_layer(x, xb, l), hosts(), static_cast<int64_t>(expected.size()) + 4);
+    EXPECT_EQ(r.ambiguous, 0);
+    EXPECT_LE(r.max_nonzero_on_value_cycles, 3);
+    ASSERT_EQ(r.generated.size(), expected.size());
+    for (size_t i = 0; i < expected.size(); ++i)
+      ASSERT_EQ(r.generated[i], expected[i]) << "generated token " << i << ": " << describe_token(m, r.generated[i])
+                                             << " instead of " << describe_token(m, expected[i]);
+    const std::vector<float> atto = testing::decode_stream(m, {r.generated.begin(), r.generated.begin() + 4 * m.dim});
+    const auto first_ffn = r.generated.begin() + 4 * m.dim + m.chunks;
+    const std::vector<float> ffn = testing::decode_stream(m, {first_ffn, first_ffn + 4 * m.dim});
+    for (int i = 0; i < m.dim; ++i) {
+      const auto u = static_cast<size_t>(i);
+      EXPECT_EQ(float_bits(atto[u]), float_bits(0.0f + gold.at(K::x_att_res, pos, l)[u])) << "x_att_res[" << i << "]";
+      EXPECT_EQ(float_bits(ffn[u]), float_bits(0.0f + gold.at(K::x_ffn_res, pos, l)[u])) << "x_ffn_res[" << i << "]";
+    }
+    floats += 2 * m.dim;
+  }
+  std::printf("ffn machine, whole layer but attention: %lld golden floats (x_att_res, x_ffn_res) bit-exact\n",
+              static_cast<long long>(floats));
+}
+
 // Any llama2.c checkpoint: a synthetic one (synthetic_checkpoint.h), random x from
 // random first layers. Narrow GDN layers (4 heads per mixer) keep it small.
 TEST(FfnMachine, SyntheticCheckpointBitExactOnTheEngine) {
@@ -114,6 +151,14 @@ TEST(FfnMachine, SyntheticCheckpointBitExactOnTheEngine) {
     EXPECT_LE(r.max_nonzero_on_value_cycles, 3);
     ASSERT_EQ(r.generated, expected) << "vector " << v;
     floats += ck.config().dim * (ck.config().n_layers - first);
+    // ATTO too: the same layer from x_in with a random attention output xb.
+    std::vector<float> xb(x.size());
+    for (auto& e : xb) e = npu::unit_testing::rand_float(rng, -6, 1);
+    const std::vector<int64_t> layer = m.expected_layer(ck, x, xb, first);
+    const testing::Run a = testing::run_greedy(m, m.prompt_layer(x, xb, first), hosts(), static_cast<int64_t>(layer.size()) + 4);
+    EXPECT_EQ(a.ambiguous, 0);
+    ASSERT_EQ(a.generated, layer) << "vector " << v << " through ATTO";
+    floats += ck.config().dim * (ck.config().n_layers - first + 1);
   }
   const auto& c = m.compiled.weights.config;
   std::printf("ffn machine (synthetic dim 6, hidden 5, 3 layers): %lld floats bit-exact; layers %lld, hidden %lld, "

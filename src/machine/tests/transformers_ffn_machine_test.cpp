@@ -3,7 +3,7 @@
 // the checkpoint is exported, fed its prompt one token per forward with the cache, then
 // generates greedily (argmax fed back, one token per forward) until DONE. The stream
 // must equal the expected one token for token: every float of every layer's FFN equals
-// run.c's (ffn_c) bit for bit. Sized for the test machine: value tokens of binades
+// run.c's (ffn_c) bit for bit, and of the attention's output step (x + wo xb). Sized for the test machine: value tokens of binades
 // [-40, 8], 384 neurons per MLP sublayer, 2 GDN heads per mixer (≈ 1.4 GB fp32).
 #include <gtest/gtest.h>
 
@@ -47,6 +47,15 @@ TEST(TransformersFfnMachine, GeneratesTheSameStream) {
     all.insert(all.end(), p.begin(), p.end());
     expected.push_back(m.expected_stream(ck, x, first));
   }
+  {  // the last layer from its input: ATTO (x + wo xb, xb random), then the FFN
+    std::vector<float> x(static_cast<size_t>(cfg.dim)), xb(static_cast<size_t>(cfg.dim));
+    for (auto& e : x) e = npu::unit_testing::rand_float(rng, -6, 2);
+    for (auto& e : xb) e = npu::unit_testing::rand_float(rng, -6, 1);
+    const auto p = m.prompt_layer(x, xb, cfg.n_layers - 1);
+    all.push_back(static_cast<int64_t>(p.size()));
+    all.insert(all.end(), p.begin(), p.end());
+    expected.push_back(m.expected_layer(ck, x, xb, cfg.n_layers - 1));
+  }
   std::ofstream(dir / "prompts.bin", std::ios::binary)
       .write(reinterpret_cast<const char*>(all.data()), static_cast<std::streamsize>(all.size() * 8));
   const std::string cmd = python + " " + QPU_SOURCE_DIR + "/src/machine/tests/transformers_machine_generate.py " +
@@ -63,9 +72,9 @@ TEST(TransformersFfnMachine, GeneratesTheSameStream) {
     EXPECT_EQ(got, expected[v]) << "vector " << v;
   }
   const auto& c = m.compiled.weights.config;
-  std::printf("ffn machine in transformers: %zu + %zu tokens as expected; layers %lld, hidden %lld, intermediate %lld, "
+  std::printf("ffn machine in transformers: %zu + %zu + %zu tokens as expected; layers %lld, hidden %lld, intermediate %lld, "
               "%lld bytes on disk (%lld bf16 / %lld f32 tensors)\n",
-              expected[0].size(), expected[1].size(), static_cast<long long>(c.num_hidden_layers),
+              expected[0].size(), expected[1].size(), expected[2].size(), static_cast<long long>(c.num_hidden_layers),
               static_cast<long long>(c.hidden_size), static_cast<long long>(c.intermediate_size),
               static_cast<long long>(stats.bytes), static_cast<long long>(stats.bf16_tensors),
               static_cast<long long>(stats.f32_tensors));

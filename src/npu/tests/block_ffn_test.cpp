@@ -1033,6 +1033,10 @@ TEST(FfnBlock, RejectsWrongSizes) {
   EXPECT_THROW(ffn_out_block(p, ck, x, std::vector<ValueId>(prod.begin(), prod.end() - 1), f), Error);
   EXPECT_THROW(ffn_out_block(p, ck, std::vector<ValueId>(x.begin(), x.end() - 1), prod, f), Error);
   EXPECT_THROW(ffn_out_block(p, ck, x, prod, std::vector<ValueId>(f.begin(), f.end() - 1)), Error);
+  // The attention's output step (wo): xb of dim values.
+  EXPECT_THROW(attention_out_block(p, ck, x, std::vector<ValueId>(x.begin(), x.end() - 1), f), Error);
+  EXPECT_THROW(attention_out_block(p, ck, x, prod, f), Error);
+  EXPECT_THROW(attention_out_block(p, ck, x, x, std::vector<ValueId>(f.begin(), f.end() - 1)), Error);
   // The chunk unit: chunk flags for n_layers x ceil(hidden_dim / lanes), lanes in [1, hidden_dim].
   const int chunks = chunks_of(ck.config(), 7);
   const auto g = p.values("g", ck.config().n_layers * chunks);

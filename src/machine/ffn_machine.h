@@ -1,6 +1,6 @@
 #pragma once
 // M2a (docs/npu-machine.md, "M2 build order", step 3): the nested model's FFN half-layers
-// on the looped machine. A prompt loads the residual x (dim floats) into register X0 (or
+// and the attention's output step (ATTO) on the looped machine. A prompt loads the residual x (dim floats) into register X0 (or
 // X1) and names the first micro-op; the machine then runs, for every layer l from there
 // to the last, run.c's
 //
@@ -23,9 +23,10 @@
 //    sent up and written into element i of the other register at the p2 cycle, whose
 //    output is the parked successor (FFN(l).i+1, SW(l+1).0 or DONE).
 //
-// Stack, top to bottom: register file -> chunk unit -> product RAM -> out unit -> uplink
-// (assembler.h). There is no attention: this machine tests the FFN on the machine; the
-// composition of several layers' FFNs is what run.c would compute without attention.
+// Stack, top to bottom: register file and XB -> chunk unit -> product RAM -> out unit ->
+// ATTO block (ordered after the out block: the width budget) -> uplink (assembler.h).
+// There is no attention itself: a prompt gives xb (run.c's attention output) for ATTO,
+// and the FFNs of the later layers compose as run.c's would without attention.
 #include <cstdint>
 #include <vector>
 

@@ -268,6 +268,26 @@ void Assembler::define(const std::string& control, MicroOp op) {
   defined_[static_cast<size_t>(c)] = 1;
 }
 
+MicroOp Assembler::step(const std::string& successor) const {
+  MicroOp op;
+  op.successor = control_index(successor);
+  return op;
+}
+
+MicroOp Assembler::write(int64_t reg, int element, const std::string& successor) const {
+  MicroOp op = step(successor);
+  op.write_register = reg;
+  op.write_element = element;
+  op.timing = SuccessorTiming::Delayed;
+  return op;
+}
+
+void Assembler::define_header(const std::string& first) {
+  define("HDR", step(first));
+  define("NOP", step("NOP"));
+  define("DONE", step("DONE"));
+}
+
 AssembledMachine Assembler::finish() {
   if (features_.empty()) fail("machine: send() was never called");
   for (size_t c = 0; c < defined_.size(); ++c)

@@ -148,6 +148,15 @@ class Assembler {
   void gate_clears(size_t first_op, size_t end_op, compiler::ValueId enable);
 
   void define(const std::string& control, MicroOp op);
+  // Micro-op builders, successors by name. step: a token that sends nothing (its
+  // successor reaches the LM head on its own cycle). write: a token followed by the three
+  // value tokens of a float (the datapath's or the prompt's) that lands in element
+  // `element` of register row `reg` (its successor waits three cycles in the delay line).
+  MicroOp step(const std::string& successor) const;
+  MicroOp write(int64_t reg, int element, const std::string& successor) const;
+  // HDR (host position 0: reads and writes nothing, names `first`), NOP and DONE (each
+  // names itself).
+  void define_header(const std::string& first);
 
   // Builds the embedding rows, compiles, installs the LM head rows. Throws when a control
   // token is undefined or names an unknown successor, register or element.

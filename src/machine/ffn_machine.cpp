@@ -129,48 +129,23 @@ FfnMachine build_ffn_machine(const reference::Llama2Checkpoint& ck, const FfnMac
   lanes.insert(lanes.end(), atto.x_out.begin(), atto.x_out.end());
   as.send(lanes, send, p.ops().size());
 
-  auto index = [&](const std::string& name) { return as.control_index(name); };
-  auto now = [&](const std::string& next) {
-    MicroOp op;
-    op.successor = index(next);
-    return op;
-  };
-  as.define("HDR", now(wx_name(0, 0)));
-  as.define("NOP", now("NOP"));
-  as.define("DONE", now("DONE"));
+  as.define_header(wx_name(0, 0));
   for (int r = 0; r < 2; ++r)
-    for (int i = 0; i < dim; ++i) {
-      MicroOp op;
-      op.write_register = r;
-      op.write_element = i;
-      op.successor = index(i + 1 < dim ? wx_name(r, i + 1) : sw_name(r, 0));
-      op.timing = SuccessorTiming::Delayed;
-      as.define(wx_name(r, i), std::move(op));
-    }
-  for (int i = 0; i < dim; ++i) {
-    MicroOp op;
-    op.write_register = 0;
-    op.write_element = xb.first_element + i;
-    op.successor = index(i + 1 < dim ? wxb_name(i + 1) : atto_name(0, 0));
-    op.timing = SuccessorTiming::Delayed;
-    as.define(wxb_name(i), std::move(op));
-  }
+    for (int i = 0; i < dim; ++i) as.define(wx_name(r, i), as.write(r, i, i + 1 < dim ? wx_name(r, i + 1) : sw_name(r, 0)));
+  for (int i = 0; i < dim; ++i)
+    as.define(wxb_name(i), as.write(0, xb.first_element + i, i + 1 < dim ? wxb_name(i + 1) : atto_name(0, 0)));
   for (int l = 0; l < layers; ++l) {
     // Layer l's input x lives in X((l + 1) % 2): ATTO(l) writes x + wo xb into X(l % 2),
     // which SW(l) and FFN(l) read; FFN(l) writes X((l + 1) % 2), layer l + 1's input.
     const int from = l % 2, to = (l + 1) % 2;
     for (int i = 0; i < dim; ++i) {
-      MicroOp op;
+      MicroOp op = as.write(from, i, i + 1 < dim ? atto_name(l, i + 1) : sw_name(l, 0));
       op.sets = {{atto_layer[static_cast<size_t>(l)], 1.0f}, {xb.read_flag, 1.0f}, {send, 1.0f}, as.lane_flag(dim + i)};
       op.read_register = to;
-      op.write_register = from;
-      op.write_element = i;
-      op.successor = index(i + 1 < dim ? atto_name(l, i + 1) : sw_name(l, 0));
-      op.timing = SuccessorTiming::Delayed;
       as.define(atto_name(l, i), std::move(op));
     }
     for (int c = 0; c < chunks; ++c) {
-      MicroOp op = now(c + 1 < chunks ? sw_name(l, c + 1) : ffn_name(l, 0));
+      MicroOp op = as.step(c + 1 < chunks ? sw_name(l, c + 1) : ffn_name(l, 0));
       op.sets = {{sw_layer[static_cast<size_t>(l)], 1.0f},
                  {sw_chunk[static_cast<size_t>(l * chunks + c)], 1.0f},
                  {ram_write[static_cast<size_t>(c)], 1.0f}};
@@ -178,13 +153,10 @@ FfnMachine build_ffn_machine(const reference::Llama2Checkpoint& ck, const FfnMac
       as.define(sw_name(l, c), std::move(op));
     }
     for (int i = 0; i < dim; ++i) {
-      MicroOp op;
+      MicroOp op =
+          as.write(to, i, i + 1 < dim ? ffn_name(l, i + 1) : (l + 1 < layers ? sw_name(l + 1, 0) : std::string("DONE")));
       op.sets = {{out_layer[static_cast<size_t>(l)], 1.0f}, {ram_read, 1.0f}, {send, 1.0f}, as.lane_flag(i)};
       op.read_register = from;
-      op.write_register = to;
-      op.write_element = i;
-      op.successor = index(i + 1 < dim ? ffn_name(l, i + 1) : (l + 1 < layers ? sw_name(l + 1, 0) : std::string("DONE")));
-      op.timing = SuccessorTiming::Delayed;
       as.define(ffn_name(l, i), std::move(op));
     }
   }

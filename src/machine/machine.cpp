@@ -51,32 +51,16 @@ Machine build_machine(const MachineOptions& o) {
   as.gate_clears(mv.first_op, p.ops().size(), mv.enable);
   as.send(mv.y, mv.enable, p.ops().size());
 
-  auto index = [&](const std::string& name) { return as.control_index(name); };
   auto at = [](const char* prefix, int i) { return std::string(prefix) + "." + std::to_string(i); };
-  auto next_now = [&](const std::string& next) {
-    MicroOp op;
-    op.successor = index(next);
-    return op;
-  };
-  as.define("HDR", next_now(at("WX", 0)));
-  as.define("NOP", next_now("NOP"));
-  as.define("DONE", next_now("DONE"));
+  as.define_header(at("WX", 0));
   // A write token and a matvec token are followed by the three value tokens of the float
   // they write: their successor waits in the delay line.
-  auto writes = [&](int64_t reg, int i, const std::string& next) {
-    MicroOp op;
-    op.write_register = reg;
-    op.write_element = i;
-    op.successor = index(next);
-    op.timing = SuccessorTiming::Delayed;
-    return op;
-  };
-  for (int i = 0; i < w; ++i) as.define(at("WX", i), writes(kX, i, i + 1 < w ? at("WX", i + 1) : at("MV(A)", 0)));
+  for (int i = 0; i < w; ++i) as.define(at("WX", i), as.write(kX, i, i + 1 < w ? at("WX", i + 1) : at("MV(A)", 0)));
   for (int mat = 0; mat < 2; ++mat)
     for (int i = 0; i < w; ++i) {
       const char* self = mat == 0 ? "MV(A)" : "MV(B)";
       const std::string next = i + 1 < w ? at(self, i + 1) : (mat == 0 ? at("MV(B)", 0) : std::string("DONE"));
-      MicroOp op = writes(mat == 0 ? kY : kZ, i, next);
+      MicroOp op = as.write(mat == 0 ? kY : kZ, i, next);
       op.sets = {{matrix_flags[static_cast<size_t>(mat)], 1.0f}, as.lane_flag(i)};
       op.read_register = mat == 0 ? kX : kY;
       as.define(at(self, i), std::move(op));

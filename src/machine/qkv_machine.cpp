@@ -152,49 +152,24 @@ QkvMachine build_qkv_machine(const reference::Llama2Checkpoint& ck, const QkvMac
   lanes.push_back(next_pos);
   as.send(lanes, send, first_sum);
 
-  auto index = [&](const std::string& n) { return as.control_index(n); };
-  auto now = [&](const std::string& next) {
-    MicroOp op;
-    op.successor = index(next);
-    return op;
-  };
-  as.define("HDR", now(name("WX", 0)));
-  as.define("NOP", now("NOP"));
-  as.define("DONE", now("DONE"));
-  for (int i = 0; i < dim; ++i) {
-    MicroOp op;
-    op.write_register = 0;
-    op.write_element = i;
-    op.successor = index(i + 1 < dim ? name("WX", i + 1) : std::string("WPOS"));
-    op.timing = SuccessorTiming::Delayed;
-    as.define(name("WX", i), std::move(op));
-  }
-  {
-    MicroOp op;
-    op.write_register = 0;
-    op.write_element = pos.element;
-    op.successor = index(name("QKV", 0));
-    op.timing = SuccessorTiming::Delayed;
-    as.define("WPOS", std::move(op));
-  }
+  as.define_header(name("WX", 0));
+  for (int i = 0; i < dim; ++i) as.define(name("WX", i), as.write(0, i, i + 1 < dim ? name("WX", i + 1) : std::string("WPOS")));
+  as.define("WPOS", as.write(0, pos.element, name("QKV", 0)));
+  // A read-back token sends lane `lane` up (nothing is written: the host only reads it).
   auto sends = [&](int lane, const std::string& next) {
-    MicroOp op;
+    MicroOp op = as.step(next);
     op.sets = {{send, 1.0f}, as.lane_flag(lane)};
-    op.successor = index(next);
     op.timing = SuccessorTiming::Delayed;
     return op;
   };
   {
     // INC: POS <- POS + 1, sent up and written back like any float (4 cycles).
-    MicroOp op = sends(dim + 2 * kv_dim, "DONE");
-    op.sets.push_back({pos.read_flag, 1.0f});
-    op.sets.push_back({inc, 1.0f});
-    op.write_register = 0;
-    op.write_element = pos.element;
+    MicroOp op = as.write(0, pos.element, "DONE");
+    op.sets = {{send, 1.0f}, as.lane_flag(dim + 2 * kv_dim), {pos.read_flag, 1.0f}, {inc, 1.0f}};
     as.define("INC", std::move(op));
   }
   for (int l = 0; l < layers; ++l) {
-    MicroOp op = now(name("RQ", 0));
+    MicroOp op = as.step(name("RQ", 0));
     op.sets = {{layer_flags[static_cast<size_t>(l)], 1.0f},
                {pos.read_flag, 1.0f},
                {store, 1.0f},

@@ -163,8 +163,10 @@ float attn_probability_reference(float mant, int exponent, float sum) {
 }
 
 ScoreBlock attn_score_block(Program& p, const std::vector<ValueId>& q, const std::vector<std::vector<ValueId>>& keys,
-                            ValueId running_max) {
+                            ValueId running_max, const std::vector<ValueId>& invalid) {
   if (keys.empty()) fail("attn_score_block: no key rows");
+  if (!invalid.empty() && invalid.size() != keys.size())
+    fail("attn_score_block: {} invalid bits for {} key rows", invalid.size(), keys.size());
   const float c = std::sqrt(static_cast<float>(q.size()));  // run.c: sqrtf(head_size)
   ScoreBlock b;
   for (const auto& k : keys) {
@@ -176,7 +178,9 @@ ScoreBlock attn_score_block(Program& p, const std::vector<ValueId>& q, const std
   // pairwise tree of greater + select gives run.c's left-to-right scan.
   std::vector<ValueId> level;
   if (running_max != kNoMax) level.push_back(running_max);
-  level.insert(level.end(), b.scaled.begin(), b.scaled.end());
+  level.push_back(b.scaled[0]);
+  for (size_t r = 1; r < b.scaled.size(); ++r)
+    level.push_back(invalid.empty() ? b.scaled[r] : select(p, invalid[r], b.scaled[0], b.scaled[r], "attn.masked"));
   while (level.size() > 1) {
     std::vector<ValueId> next;
     for (size_t i = 0; i + 1 < level.size(); i += 2)
@@ -186,6 +190,19 @@ ScoreBlock attn_score_block(Program& p, const std::vector<ValueId>& q, const std
   }
   b.max = level[0];
   return b;
+}
+
+ValueId attn_int_positive(Program& p, const Lin& d, const char* label) {
+  Lin g1, g2;
+  for (const Term& t : d.terms) {
+    g1.terms.push_back({t.value, t.weight * 128.0f});
+    g2.terms.push_back({t.value, t.weight * 128.0f});
+  }
+  g2.terms.push_back({compiler::kOne, -128.0f});
+  const ValueId r = p.value(label);
+  const Lin up{{{compiler::kOne, 1.0f / 128.0f}}};
+  p.mlp(label, {Neuron{g1, up, {{r, 1.0f}}}, Neuron{g2, up, {{r, -1.0f}}}});
+  return r;
 }
 
 float attn_score_block_reference(const float* q, const float* keys, int rows, int head_size, bool has_max,

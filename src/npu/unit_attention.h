@@ -45,8 +45,19 @@ struct ScoreBlock {
   std::vector<ValueId> scaled;  // one per key row
   ValueId max;                  // max(running_max, scaled...)
 };
+// invalid (optional, one per key row): rows whose bit is 1 (exactly 0 or 1) do not take
+// part in the max -- they stand in with row 0's scaled score, which must be valid (the
+// machine's last block of positions, whose rows past the position hold stale or empty
+// keys). `scaled` stays every row's own score.
 ScoreBlock attn_score_block(Program& p, const std::vector<ValueId>& q, const std::vector<std::vector<ValueId>>& keys,
-                            ValueId running_max);
+                            ValueId running_max, const std::vector<ValueId>& invalid = {});
+
+// [d >= 1] for an integer linear form d with |d| <= 2^16 (terms in value units, kOne for
+// constants), exactly 0 or 1: silu(128 d) / 128 - silu(128 (d - 1)) / 128 = min(max(d, 0), 1)
+// on integers (sigmoid(128) is 1 in fp32 and silu(-128) is -0). One sublayer, 2 neurons.
+// With its constants turned into a unit's enable (compiler::enable_constants) and d's
+// constants too, an idle unit whose d is <= 0 writes +-0.
+ValueId attn_int_positive(Program& p, const compiler::Lin& d, const char* label = "attn.after");
 
 // C of the same: scores into `scaled`, returns the new running max (has_max: whether
 // running_max is meaningful).

@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include "common/error.h"
+#include "compiler/enable.h"
 #include "compiler/schedule.h"
 #include "npu/engine_host.h"
 #include "npu/expf.h"
@@ -318,6 +319,76 @@ TEST(AttnScoreBlock, EngineMatchesC) {
     const PrimitiveSpec s = score_block_spec(has_max);
     expect_spec_exact(s, kCases / 2);
   }
+}
+
+// The machine's last block: rows whose invalid bit is 1 (positions past the nested
+// position: stale or empty keys) leave the max alone; row 0 is always valid.
+PrimitiveSpec masked_score_block_spec() {
+  PrimitiveSpec s;
+  s.name = "attn_score_block_masked";
+  s.inputs = kHs + kBlock * kHs + kBlock;
+  s.outputs = kBlock + 1;
+  s.build = [](Program& p, const std::vector<ValueId>& in) {
+    std::vector<ValueId> q(in.begin(), in.begin() + kHs);
+    std::vector<std::vector<ValueId>> keys;
+    for (int r = 0; r < kBlock; ++r) keys.emplace_back(in.begin() + kHs + r * kHs, in.begin() + kHs + (r + 1) * kHs);
+    const std::vector<ValueId> invalid(in.begin() + kHs + kBlock * kHs, in.end());
+    const ScoreBlock b = attn_score_block(p, q, keys, kNoMax, invalid);
+    std::vector<ValueId> out = b.scaled;
+    out.push_back(b.max);
+    return out;
+  };
+  s.reference = [](const float* in, float* out) {
+    const float* invalid = in + kHs + kBlock * kHs;
+    attn_score_block_reference(in, in + kHs, kBlock, kHs, false, 0.0f, out);
+    float m = out[0];  // run.c's scan over the valid rows only
+    for (int r = 1; r < kBlock; ++r)
+      if (invalid[r] == 0.0f && out[r] > m) m = out[r];
+    out[kBlock] = m;
+  };
+  s.random_case = [](std::mt19937_64& rng, float* in) {
+    for (int i = 0; i < kHs; ++i) in[i] = rand_float(rng, -8, 2);
+    for (int r = 0; r < kBlock; ++r)
+      for (int i = 0; i < kHs; ++i) in[kHs + r * kHs + i] = rng() % 5 == 0 ? 0.0f : rand_float(rng, -6, 2);
+    // The valid rows are a prefix (1..8 rows), as in the machine.
+    const int valid = 1 + static_cast<int>(rng() % kBlock);
+    for (int r = 0; r < kBlock; ++r) in[kHs + kBlock * kHs + r] = r < valid ? 0.0f : 1.0f;
+  };
+  // Every valid row scores below an invalid one: the max must ignore the invalid rows.
+  std::vector<float> below(static_cast<size_t>(s.inputs), 0.0f);
+  for (int i = 0; i < kHs; ++i) below[static_cast<size_t>(i)] = 1.0f;
+  for (int r = 0; r < kBlock; ++r)
+    for (int i = 0; i < kHs; ++i) below[static_cast<size_t>(kHs + r * kHs + i)] = r < 3 ? -1.0f - static_cast<float>(r) : 2.0f;
+  for (int r = 3; r < kBlock; ++r) below[static_cast<size_t>(kHs + kBlock * kHs + r)] = 1.0f;
+  std::vector<float> empty_rows = below;  // invalid rows with +0 keys (score +0 > every valid one)
+  for (int r = 3; r < kBlock; ++r)
+    for (int i = 0; i < kHs; ++i) empty_rows[static_cast<size_t>(kHs + r * kHs + i)] = 0.0f;
+  s.edge_cases = {below, empty_rows};
+  return s;
+}
+
+TEST(AttnScoreBlock, MaskedRowsDoNotTakePartInTheMax) { expect_spec_exact(masked_score_block_spec(), kCases / 2); }
+
+TEST(AttnIntPositive, EveryIntegerAndTheIdleUnit) {
+  // Inputs d and enable; the unit's constants become enable (as in the machine).
+  PrimitiveSpec s;
+  s.name = "attn_int_positive";
+  s.inputs = 2;
+  s.outputs = 1;
+  s.build = [](Program& p, const std::vector<ValueId>& in) {
+    const size_t first = p.ops().size();
+    const ValueId r = attn_int_positive(p, compiler::Lin{{{in[0], 1.0f}}});
+    compiler::enable_constants(p, first, in[1]);
+    return std::vector<ValueId>{r};
+  };
+  s.reference = [](const float* in, float* out) { out[0] = in[1] != 0.0f && in[0] >= 1.0f ? 1.0f : 0.0f; };
+  s.random_case = [](std::mt19937_64& rng, float* in) {
+    in[0] = static_cast<float>(static_cast<int64_t>(rng() % 131073) - 65536);
+    in[1] = static_cast<float>(rng() % 2);
+  };
+  for (int d = -600; d <= 600; ++d)
+    for (float e : {0.0f, 1.0f}) s.edge_cases.push_back({static_cast<float>(d), e});
+  expect_spec_exact(s, kCases / 2);
 }
 
 // Every real head and position, block by block: the scaled scores equal att_scaled and

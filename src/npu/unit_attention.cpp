@@ -173,14 +173,19 @@ ScoreBlock attn_score_block(Program& p, const std::vector<ValueId>& q, const std
     if (k.size() != q.size()) fail("attn_score_block: a key row has {} values, q has {}", k.size(), q.size());
     b.scaled.push_back(divide_const(p, dot_var_fused(p, q, k), c));
   }
-  // The max over the block (and the running max): with strict > the max's value is the
-  // same in any order (no NaN; scores are never -0: 0.0f + x is +0 for x = -0), so a
-  // pairwise tree of greater + select gives run.c's left-to-right scan.
+  // The max over the block (and the running max). Scores are never -0 (0.0f + x is +0
+  // for x = -0), so the tree gives run.c's left-to-right scan.
   std::vector<ValueId> level;
   if (running_max != kNoMax) level.push_back(running_max);
   level.push_back(b.scaled[0]);
   for (size_t r = 1; r < b.scaled.size(); ++r)
     level.push_back(invalid.empty() ? b.scaled[r] : select(p, invalid[r], b.scaled[0], b.scaled[r], "attn.masked"));
+  b.max = attn_max_tree(p, std::move(level));
+  return b;
+}
+
+ValueId attn_max_tree(Program& p, std::vector<ValueId> level) {
+  if (level.empty()) fail("attn_max_tree: no values");
   while (level.size() > 1) {
     std::vector<ValueId> next;
     for (size_t i = 0; i + 1 < level.size(); i += 2)
@@ -188,8 +193,7 @@ ScoreBlock attn_score_block(Program& p, const std::vector<ValueId>& q, const std
     if (level.size() % 2) next.push_back(level.back());
     level = std::move(next);
   }
-  b.max = level[0];
-  return b;
+  return level[0];
 }
 
 ValueId attn_int_positive(Program& p, const Lin& d, const char* label) {

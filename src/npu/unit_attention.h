@@ -48,9 +48,14 @@ struct ScoreBlock {
 // invalid (optional, one per key row): rows whose bit is 1 (exactly 0 or 1) do not take
 // part in the max -- they stand in with row 0's scaled score, which must be valid (the
 // machine's last block of positions, whose rows past the position hold stale or empty
-// keys). `scaled` stays every row's own score.
+// keys; invalid[0] is not read). `scaled` stays every row's own score.
 ScoreBlock attn_score_block(Program& p, const std::vector<ValueId>& q, const std::vector<std::vector<ValueId>>& keys,
                             ValueId running_max, const std::vector<ValueId>& invalid = {});
+
+// run.c's max scan (`if (x > max) max = x`) over `values` as a pairwise tree of greater +
+// select: with strict > its value is the same in any order (no NaN, and no -0 among
+// scores). 5 sublayers per level.
+ValueId attn_max_tree(Program& p, std::vector<ValueId> values);
 
 // [d >= 1] for an integer linear form d with |d| <= 2^16 (terms in value units, kOne for
 // constants), exactly 0 or 1: silu(128 d) / 128 - silu(128 (d - 1)) / 128 = min(max(d, 0), 1)

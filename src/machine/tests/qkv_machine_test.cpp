@@ -9,11 +9,14 @@
 // touch the earlier row.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <tuple>
 
 #include "machine/qkv_machine.h"
 #include "machine_runner.h"
 #include "npu/tests/unit_harness.h"
+#include "npu/unit_attention.h"
 
 namespace qpu::machine {
 namespace {
@@ -76,6 +79,97 @@ TEST(QkvMachine, GoldenRecordsAndTheKvCacheBitExactOnTheEngine) {
               "cycle\n",
               static_cast<long long>(t.floats), static_cast<long long>(t.cycles),
               t.cycles ? 1e3 * t.seconds / static_cast<double>(t.cycles) : 0.0);
+}
+
+// run.c's scaled scores of layer l at position pos (att[] before the softmax): per head h,
+// q_rope(pos)[h] . k_rope(t)[kv head of h] / sqrtf(head_size) for t <= pos (scores[t][h]),
+// and the max of each head.
+struct CScores {
+  std::vector<std::vector<float>> scores;  // [t][head]
+  std::vector<float> max;                  // [head]
+};
+CScores c_scores(int layer, int pos, int heads, int kv_heads, int head_size) {
+  const auto& gold = golden();
+  CScores c;
+  c.scores.assign(static_cast<size_t>(pos + 1), std::vector<float>(static_cast<size_t>(heads)));
+  const std::vector<float>& q = gold.at(K::q_rope, pos, layer);
+  for (int h = 0; h < heads; ++h) {
+    const int j = h / (heads / kv_heads);
+    std::vector<float> keys;
+    for (int t = 0; t <= pos; ++t) {
+      const std::vector<float>& k = gold.at(K::k_rope, t, layer);
+      keys.insert(keys.end(), k.begin() + j * head_size, k.begin() + (j + 1) * head_size);
+    }
+    std::vector<float> scaled(static_cast<size_t>(pos + 1));
+    c.max.push_back(npu::attn_score_block_reference(q.data() + h * head_size, keys.data(), pos + 1, head_size, false,
+                                                    0.0f, scaled.data()));
+    for (int t = 0; t <= pos; ++t) c.scores[static_cast<size_t>(t)][static_cast<size_t>(h)] = scaled[static_cast<size_t>(t)];
+  }
+  return c;
+}
+
+// M2c's first stages (options.scores): the cache of layer l is filled by QKV(l) at
+// positions 0..pos (golden x_in) and at a later position (a stale row inside pos's
+// block); SCORE(l).0 .. SCORE(l).(pos / 8) and MAX(l) at POS = pos; RM sends every head's
+// max, RS at a few positions t every head's score. A second case at another layer and a
+// smaller position runs in the same host session after the first, so the score RAM
+// (wiped at each group's row 0) and the block-max RAM (blocks past pos still hold the
+// first case's maxima) carry stale values the stages must leave out.
+TEST(QkvMachine, ScoresAndMaxBitExactOnTheEngine) {
+  QkvMachineOptions o;
+  o.scores = true;
+  o.max_positions = 64;  // 8 blocks
+  const QkvMachine m = build_qkv_machine(stories260k(), o);
+  const auto& c = m.compiled.weights.config;
+  std::printf("qkv machine with scores: layers %lld, hidden %lld, intermediate %lld, GDN heads per layer %lld, "
+              "vocab %lld\n",
+              static_cast<long long>(c.num_hidden_layers), static_cast<long long>(c.hidden_size),
+              static_cast<long long>(c.intermediate_size), static_cast<long long>(m.compiled.allocation.num_gdn_heads),
+              static_cast<long long>(c.vocab_size));
+  EXPECT_LE(c.intermediate_size, 1024);
+  const auto& cfg = stories260k().config();
+  const int heads = cfg.n_heads, head_size = cfg.dim / cfg.n_heads;
+  ASSERT_EQ(m.heads, heads);
+  const auto& gold = golden();
+  auto hosts = testing::engine_hosts(m.model());
+  const testing::Step host = hosts();
+  Tally t;
+  bool first = true;
+  int stale_wins = 0;  // heads whose max would change if the stale rows took part
+  for (const auto& [l, pos, stale] : std::vector<std::tuple<int, int, int>>{{1, 37, 39}, {3, 9, -1}}) {
+    SCOPED_TRACE("layer " + std::to_string(l) + ", position " + std::to_string(pos));
+    std::vector<int64_t> prompt;
+    if (first) prompt.push_back(m.id("HDR"));
+    first = false;
+    if (stale >= 0)
+      for (int64_t tok : m.load_and_run(gold.at(K::x_in, stale, l), stale, l)) prompt.push_back(tok);
+    for (int p = 0; p <= pos; ++p)
+      for (int64_t tok : m.load_and_run(gold.at(K::x_in, p, l), p, l)) prompt.push_back(tok);
+    for (int64_t tok : m.set_pos(pos)) prompt.push_back(tok);
+    for (int64_t tok : m.score_and_max(l, pos)) prompt.push_back(tok);
+    const CScores want = c_scores(l, pos, heads, cfg.n_kv_heads, head_size);
+    if (stale >= 0) {
+      // The rows of pos's block past pos: the stale row's score, and +0 for the empty ones.
+      const CScores with_stale = c_scores(l, stale, heads, cfg.n_kv_heads, head_size);
+      for (int h = 0; h < heads; ++h) {
+        float m_all = want.max[static_cast<size_t>(h)];
+        const float st = with_stale.scores[static_cast<size_t>(stale)][static_cast<size_t>(h)];
+        m_all = std::max({m_all, st, 0.0f});
+        stale_wins += m_all != want.max[static_cast<size_t>(h)];
+      }
+    }
+    expect_run(m, prompt, host, m.expected_max(want.max), t);
+    for (const int at : {0, 7, 8, pos - 1, pos}) {
+      std::vector<int64_t> read = m.set_pos(at);
+      read.push_back(m.id("RS.0"));
+      expect_run(m, read, host, m.expected_scores(want.scores[static_cast<size_t>(at)]), t);
+    }
+  }
+  std::printf("scores and maxima: %lld floats bit-exact over %lld generated cycles, %.3f ms per cycle; %d heads whose "
+              "max the stale rows would have changed\n",
+              static_cast<long long>(t.floats), static_cast<long long>(t.cycles),
+              t.cycles ? 1e3 * t.seconds / static_cast<double>(t.cycles) : 0.0, stale_wins);
+  EXPECT_GT(stale_wins, 0);  // the case exercises the mask
 }
 
 }  // namespace

@@ -210,6 +210,23 @@ QkvMachine build_qkv_machine(const reference::Llama2Checkpoint& ck, const QkvMac
                      "kv cache l" + std::to_string(l) + " banks " + std::to_string(g * slots) + "+");
     }
 
+  // The cache read back (RK, RV): the slots added (one bank reads, the others are +0), at
+  // once below the cache, so that the 8 slots (k and v of every kv head) die there and
+  // only the sums travel down to the uplink. Gated by the read flags (exactly 128 on a
+  // read-back cycle, 0 otherwise: no constant, nothing to do on other cycles).
+  const size_t kv_sum_op = p.ops().size();
+  const std::vector<ValueId> kv = p.values("kv.read", 2 * kv_dim);
+  {
+    Lin gate, sum_up;
+    for (ValueId f : kv_read) gate.terms.push_back({f, 128.0f});
+    std::vector<Neuron> sum;
+    for (int n = 0; n < 2 * kv_dim; ++n)
+      for (int s = 0; s < slots; ++s)
+        sum.push_back(Neuron{gate, Lin{{{slot_out[static_cast<size_t>(s)][static_cast<size_t>(n)], 1.0f / 128.0f}}},
+                             {{kv[static_cast<size_t>(n)], 1.0f}}});
+    p.mlp("kv read sum", std::move(sum));
+  }
+
   // M2c: SCORE, the score RAM and the block-max RAM; MAX and the max RAM.
   std::vector<std::vector<ValueId>> score_slot;  // [slot][head]: what score bank b = slot (mod 8) reads
   std::vector<ValueId> max_out;                  // the max RAM's out values, one per head
@@ -226,6 +243,7 @@ QkvMachine build_qkv_machine(const reference::Llama2Checkpoint& ck, const QkvMac
     }
     std::vector<std::vector<ValueId>> data(8);  // [slot][head]: the scaled scores stored
     std::vector<ValueId> block_max;
+    std::vector<compiler::OpRange> wave_ops;
     for (int h = 0; h < n_heads; ++h) {
       const int j = h / (n_heads / kv_heads);
       const std::vector<ValueId> qh(q.begin() + h * head_size, q.begin() + (h + 1) * head_size);
@@ -234,12 +252,20 @@ QkvMachine build_qkv_machine(const reference::Llama2Checkpoint& ck, const QkvMac
         const auto& so = slot_out[static_cast<size_t>(s8)];
         keys.emplace_back(so.begin() + j * 2 * head_size, so.begin() + j * 2 * head_size + head_size);
       }
+      const size_t head_first = p.ops().size();
       const npu::ScoreBlock sb = npu::attn_score_block(p, qh, keys, npu::kNoMax, invalid);
       for (int s8 = 0; s8 < 8; ++s8) data[static_cast<size_t>(s8)].push_back(sb.scaled[static_cast<size_t>(s8)]);
       block_max.push_back(sb.max);
+      // Heads in waves of score_wave_heads, one wave below the other: a wave's divisions
+      // are the widest part of the stack (docs/npu-machine.md, M2c width).
+      const int wave = h / o.score_wave_heads;
+      if (wave >= static_cast<int>(wave_ops.size())) wave_ops.push_back({head_first, head_first});
+      wave_ops.back().end = p.ops().size();
     }
+    for (size_t w = 1; w < wave_ops.size(); ++w) p.order(wave_ops[w - 1], wave_ops[w]);
     compiler::enable_constants(p, first, si.on);
     as.gate_clears(first, p.ops().size(), si.on);
+    p.order(compiler::OpRange{kv_sum_op, kv_sum_op + 1}, compiler::OpRange{first, p.ops().size()});
 
     // The score RAM: the cache's layout (bank t mod banks, row t / banks), one row = the
     // heads' scores at one position; wiped group by group at the group's row 0. Read
@@ -306,23 +332,17 @@ QkvMachine build_qkv_machine(const reference::Llama2Checkpoint& ck, const QkvMac
   // when a read-back token sets `send`.
   const ValueId send = as.input("send.on");
   const size_t first_sum = p.ops().size();
-  const std::vector<ValueId> kv = p.values("kv.read", 2 * kv_dim);
-  std::vector<compiler::Neuron> sum;
-  for (int n = 0; n < 2 * kv_dim; ++n)
-    for (int s = 0; s < slots; ++s)
-      sum.push_back(compiler::Neuron{compiler::Lin{{{compiler::kOne, 128.0f}}},
-                                     compiler::Lin{{{slot_out[static_cast<size_t>(s)][static_cast<size_t>(n)], 1.0f / 128.0f}}},
-                                     {{kv[static_cast<size_t>(n)], 1.0f}}});
   std::vector<ValueId> scores;  // RS: the score RAM's slots added, per head
   if (o.scores) {
     scores = p.values("score.read", n_heads);
+    std::vector<Neuron> sum;
     for (int h = 0; h < n_heads; ++h)
       for (int s8 = 0; s8 < 8; ++s8)
         sum.push_back(Neuron{Lin{{{kOne, 128.0f}}},
                              Lin{{{score_slot[static_cast<size_t>(s8)][static_cast<size_t>(h)], 1.0f / 128.0f}}},
                              {{scores[static_cast<size_t>(h)], 1.0f}}});
+    p.mlp("score read sum", std::move(sum));
   }
-  p.mlp("kv read sum", std::move(sum));
   // INC: pos + 1 (one neuron: gate 128 inc, up (pos + 1) / 128, an exact small integer).
   const ValueId inc = as.input("inc");
   const ValueId next_pos = p.value("pos.next");

@@ -48,6 +48,7 @@ struct QkvMachineOptions : HostOptions {
   // with the score RAM, the block-max RAM and the max RAM, and their read-backs RS.h and
   // RM.h. Needs kv_banks a multiple of 8. Off: the M2b machine.
   bool scores = false;
+  int score_wave_heads = 4;    // heads scored side by side (the rest in waves below them)
   int score_low_binade = -27;  // scaled scores and maxima (binades -23..9) in [2^-27, 2^10)
 };
 

@@ -1,11 +1,13 @@
 #include "machine/qkv_machine.h"
 
 #include <algorithm>
+#include <optional>
 #include <string>
 
 #include "common/error.h"
 #include "compiler/enable.h"
 #include "compiler/gdn_layout.h"
+#include "machine/attention_stages.h"
 #include "npu/block_qkv.h"
 #include "npu/float_ram.h"
 #include "npu/kv_address.h"
@@ -41,45 +43,6 @@ void add_heads(std::vector<npu::FloatRamHead>& heads, const std::vector<ValueId>
   }
 }
 
-// out = a + b for values that are exactly 0 or 1, at most one of them 1 (two address
-// sources of one RAM: a computed one and a token's), one neuron each, no constant.
-std::vector<ValueId> either(compiler::Program& p, const std::vector<ValueId>& a, const std::vector<ValueId>& b,
-                            const std::string& label) {
-  std::vector<ValueId> out = p.values(label, static_cast<int>(a.size()));
-  std::vector<Neuron> ns;
-  for (size_t i = 0; i < a.size(); ++i)
-    ns.push_back(Neuron{Lin{{{a[i], 128.0f}, {b[i], 128.0f}}}, Lin{{{a[i], 1.0f / 128.0f}, {b[i], 1.0f / 128.0f}}},
-                        {{out[i], 1.0f}}});
-  p.mlp(label, std::move(ns));
-  return out;
-}
-
-// The token inputs of the SCORE micro-ops (all 0/1 flags).
-struct ScoreInputs {
-  ValueId on = 0;                   // any SCORE token: the score unit's enable
-  std::vector<ValueId> row;         // row bits of the block's row (cache and score RAM)
-  std::vector<ValueId> read;        // [layer * groups + group]: the cache banks read
-  std::vector<ValueId> group;       // the score RAM's bank group written
-  std::vector<ValueId> wipe;        // ... and wiped first (row 0 of the group)
-  std::vector<ValueId> block;       // the block-max RAM head written
-};
-
-// Float RAM heads for one bank of each group: bank 8 g + s stores `data[s]`.
-void add_banked_heads(std::vector<npu::FloatRamHead>& heads, const std::vector<ValueId>& data,
-                      const std::vector<ValueId>& negated, const std::vector<ValueId>& key_bits, ValueId write,
-                      ValueId wipe, const std::vector<ValueId>& query_bits, ValueId read, const std::vector<ValueId>& out) {
-  npu::FloatRamHead h;
-  h.data = data;
-  h.negated = negated;
-  h.key_bits = key_bits;
-  h.write_flag = write;
-  h.wipe_flag = wipe;
-  h.query_bits = query_bits;
-  h.read_flag = read;
-  h.out = out;
-  heads.push_back(std::move(h));
-}
-
 }  // namespace
 
 int64_t QkvMachine::qkv(int l) const { return id(name("QKV", l)); }
@@ -100,10 +63,17 @@ QkvMachine build_qkv_machine(const reference::Llama2Checkpoint& ck, const QkvMac
          layout.rows());
   if (2 * head_size > npu::floats_per_row(layout))
     fail("qkv machine: k and v of a kv head ({} floats) do not fit one row", 2 * head_size);
-  const int n_heads = cfg.n_heads, groups = banks / slots, blocks = (positions + 7) / 8;
-  if (o.scores && banks % 8 != 0) fail("qkv machine: SCORE reads 8 banks of a row; {} banks", banks);
-  if (o.scores && n_heads > npu::floats_per_row(layout))
-    fail("qkv machine: the scores of {} heads do not fit one row", n_heads);
+  AttentionGeometry ag;
+  ag.layers = layers;
+  ag.heads = cfg.n_heads;
+  ag.kv_heads = kv_heads;
+  ag.head_size = head_size;
+  ag.banks = banks;
+  ag.row_bits = row_bits;
+  ag.positions = positions;
+  ag.wave_heads = o.wave_heads;
+  if (o.attention && 2 * ag.heads > npu::floats_per_row(layout))
+    fail("qkv machine: the exps of {} heads do not fit one row", ag.heads);
 
   std::vector<std::string> names = {"HDR", "NOP", "DONE", "WPOS", "INC"};
   for (int i = 0; i < dim; ++i) names.push_back(name("WX", i));
@@ -112,16 +82,8 @@ QkvMachine build_qkv_machine(const reference::Llama2Checkpoint& ck, const QkvMac
   for (int l = 0; l < layers; ++l)
     for (const char* r : {"RK", "RV"})
       for (int i = 0; i < kv_dim; ++i) names.push_back(cache_name(r, l, i));
-  if (o.scores) {
-    for (int l = 0; l < layers; ++l) {
-      for (int b = 0; b < blocks; ++b) names.push_back(cache_name("SCORE", l, b));
-      names.push_back("MAX(" + std::to_string(l) + ")");
-    }
-    for (int h = 0; h < n_heads; ++h) {
-      names.push_back(name("RS", h));
-      names.push_back(name("RM", h));
-    }
-  }
+  if (o.attention)
+    for (const std::string& n : AttentionStages::names(ag)) names.push_back(n);
   AssemblerOptions ao;
   static_cast<HostOptions&>(ao) = o;
   ao.elements = dim;
@@ -154,27 +116,15 @@ QkvMachine build_qkv_machine(const reference::Llama2Checkpoint& ck, const QkvMac
     waddr.push_back(npu::kv_address(p, pos.out, kv_write[static_cast<size_t>(l)], banks, row_bits));
     raddr.push_back(npu::kv_address(p, pos.out, kv_read[static_cast<size_t>(l)], banks, row_bits));
   }
-  // The cache's read address: POS's (RK, RV) or a SCORE token's (row bits, and the 8
-  // banks of a group read at once).
-  ScoreInputs si;
+  // The cache's read address: POS's (RK, RV) or, with the attention stages, a SCORE
+  // token's.
+  std::optional<AttentionStages> stages;
+  if (o.attention) stages.emplace(as, ag);
   std::vector<std::vector<ValueId>> read_bits, read_flags;
   for (int l = 0; l < layers; ++l) {
     read_bits.push_back(raddr[static_cast<size_t>(l)].row_bits);
     read_flags.push_back(raddr[static_cast<size_t>(l)].bank);
-  }
-  if (o.scores) {
-    si.on = as.input("score.on");
-    si.row = as.inputs("score.row", row_bits);
-    si.read = as.inputs("score.read", layers * groups);
-    si.group = as.inputs("score.group", groups);
-    si.wipe = as.inputs("score.wipe", groups);
-    si.block = as.inputs("score.block", blocks);
-    for (int l = 0; l < layers; ++l) {
-      std::vector<ValueId> by_bank;
-      for (int bank = 0; bank < banks; ++bank) by_bank.push_back(si.read[static_cast<size_t>(l * groups + bank / slots)]);
-      read_bits[static_cast<size_t>(l)] = either(p, read_bits[static_cast<size_t>(l)], si.row, "kv.read_bits");
-      read_flags[static_cast<size_t>(l)] = either(p, read_flags[static_cast<size_t>(l)], by_bank, "kv.read_flag");
-    }
+    if (stages) stages->cache_read(l, read_bits.back(), read_flags.back());
   }
   // Row data per kv head j: k_j || v_j, and their negations once for every head.
   std::vector<std::vector<ValueId>> rows(static_cast<size_t>(kv_heads));
@@ -227,122 +177,13 @@ QkvMachine build_qkv_machine(const reference::Llama2Checkpoint& ck, const QkvMac
     p.mlp("kv read sum", std::move(sum));
   }
 
-  // M2c: SCORE, the score RAM and the block-max RAM; MAX and the max RAM.
-  std::vector<std::vector<ValueId>> score_slot;  // [slot][head]: what score bank b = slot (mod 8) reads
-  std::vector<ValueId> max_out;                  // the max RAM's out values, one per head
-  ValueId score_read = 0, max_on = 0, max_read = 0;
-  if (o.scores) {
-    // Rows past POS: [8 b + s > pos], with 8 b = banks r + 8 g from the token's flags.
-    const size_t first = p.ops().size();
-    std::vector<ValueId> invalid(8, compiler::kNever);
-    for (int s8 = 1; s8 < 8; ++s8) {
-      Lin d{{{kOne, static_cast<float>(s8)}, {pos.out, -1.0f}}};
-      for (int j = 0; j < row_bits; ++j) d.terms.push_back({si.row[static_cast<size_t>(j)], static_cast<float>(banks << j)});
-      for (int g = 1; g < groups; ++g) d.terms.push_back({si.group[static_cast<size_t>(g)], static_cast<float>(8 * g)});
-      invalid[static_cast<size_t>(s8)] = npu::attn_int_positive(p, d, "score.invalid");
-    }
-    std::vector<std::vector<ValueId>> data(8);  // [slot][head]: the scaled scores stored
-    std::vector<ValueId> block_max;
-    std::vector<compiler::OpRange> wave_ops;
-    for (int h = 0; h < n_heads; ++h) {
-      const int j = h / (n_heads / kv_heads);
-      const std::vector<ValueId> qh(q.begin() + h * head_size, q.begin() + (h + 1) * head_size);
-      std::vector<std::vector<ValueId>> keys;
-      for (int s8 = 0; s8 < 8; ++s8) {
-        const auto& so = slot_out[static_cast<size_t>(s8)];
-        keys.emplace_back(so.begin() + j * 2 * head_size, so.begin() + j * 2 * head_size + head_size);
-      }
-      const size_t head_first = p.ops().size();
-      const npu::ScoreBlock sb = npu::attn_score_block(p, qh, keys, npu::kNoMax, invalid);
-      for (int s8 = 0; s8 < 8; ++s8) data[static_cast<size_t>(s8)].push_back(sb.scaled[static_cast<size_t>(s8)]);
-      block_max.push_back(sb.max);
-      // Heads in waves of score_wave_heads, one wave below the other: a wave's divisions
-      // are the widest part of the stack (docs/npu-machine.md, M2c width).
-      const int wave = h / o.score_wave_heads;
-      if (wave >= static_cast<int>(wave_ops.size())) wave_ops.push_back({head_first, head_first});
-      wave_ops.back().end = p.ops().size();
-    }
-    for (size_t w = 1; w < wave_ops.size(); ++w) p.order(wave_ops[w - 1], wave_ops[w]);
-    compiler::enable_constants(p, first, si.on);
-    as.gate_clears(first, p.ops().size(), si.on);
-    p.order(compiler::OpRange{kv_sum_op, kv_sum_op + 1}, compiler::OpRange{first, p.ops().size()});
-
-    // The score RAM: the cache's layout (bank t mod banks, row t / banks), one row = the
-    // heads' scores at one position; wiped group by group at the group's row 0. Read
-    // back at POS (RS).
-    const npu::FloatRamWindow window{o.score_low_binade};
-    score_read = as.input("score.read_back");
-    const npu::KvAddress saddr = npu::kv_address(p, pos.out, score_read, banks, row_bits);
-    std::vector<npu::FloatRamHead> by_slot(8);
-    for (size_t s8 = 0; s8 < 8; ++s8) by_slot[s8].data = data[s8];
-    const auto negated = npu::float_ram_negations(p, by_slot, si.on, "score RAM");
-    for (int s8 = 0; s8 < 8; ++s8) score_slot.push_back(p.values("score.slot" + std::to_string(s8), n_heads));
-    for (int g = 0; g < groups; ++g) {
-      std::vector<npu::FloatRamHead> heads;
-      for (size_t s8 = 0; s8 < 8; ++s8)
-        add_banked_heads(heads, data[s8], negated[s8], si.row, si.group[static_cast<size_t>(g)],
-                         si.wipe[static_cast<size_t>(g)], saddr.row_bits,
-                         saddr.bank[static_cast<size_t>(g * 8) + s8], score_slot[s8]);
-      npu::float_ram(p, window, heads, si.on, "score RAM banks " + std::to_string(g * 8) + "+");
-    }
-    // The block-max RAM: one head (one row) per block, wiped and written by its SCORE.
-    max_on = as.input("max.on");
-    std::vector<std::vector<ValueId>> bmax;
-    {
-      std::vector<npu::FloatRamHead> pm(1);
-      pm[0].data = block_max;
-      const auto neg = npu::float_ram_negations(p, pm, si.on, "block-max RAM");
-      std::vector<npu::FloatRamHead> heads;
-      for (int blk = 0; blk < blocks; ++blk) {
-        bmax.push_back(p.values("bmax.out" + std::to_string(blk), n_heads));
-        add_banked_heads(heads, block_max, neg[0], {}, si.block[static_cast<size_t>(blk)], si.block[static_cast<size_t>(blk)],
-                         {}, max_on, bmax.back());
-      }
-      npu::float_ram(p, window, heads, si.on, "block-max RAM");
-    }
-    // MAX: every head's max over the blocks up to POS's ([8 blk > pos]: block blk stands in
-    // with block 0's max, which is always there).
-    const size_t first_max = p.ops().size();
-    std::vector<ValueId> past(static_cast<size_t>(blocks), compiler::kNever);
-    for (int blk = 1; blk < blocks; ++blk)
-      past[static_cast<size_t>(blk)] =
-          npu::attn_int_positive(p, Lin{{{kOne, static_cast<float>(8 * blk)}, {pos.out, -1.0f}}}, "max.past");
-    std::vector<ValueId> head_max;
-    for (int h = 0; h < n_heads; ++h) {
-      std::vector<ValueId> level = {bmax[0][static_cast<size_t>(h)]};
-      for (int blk = 1; blk < blocks; ++blk)
-        level.push_back(npu::select(p, past[static_cast<size_t>(blk)], bmax[0][static_cast<size_t>(h)],
-                                    bmax[static_cast<size_t>(blk)][static_cast<size_t>(h)], "max.masked"));
-      head_max.push_back(npu::attn_max_tree(p, std::move(level)));
-    }
-    compiler::enable_constants(p, first_max, max_on);
-    as.gate_clears(first_max, p.ops().size(), max_on);
-    // The max RAM: one row, wiped and written by MAX, read back by RM.
-    max_read = as.input("max.read_back");
-    max_out = p.values("max.out", n_heads);
-    std::vector<npu::FloatRamHead> mh(1);
-    mh[0].data = head_max;
-    mh[0].write_flag = mh[0].wipe_flag = max_on;
-    mh[0].read_flag = max_read;
-    mh[0].out = max_out;
-    npu::float_ram(p, window, mh, max_on, "max RAM");
-  }
+  // M2c: the attention's stages below the cache.
+  if (stages) stages->build(q, slot_out, pos.out, compiler::OpRange{kv_sum_op, kv_sum_op + 1});
 
   // The read-back: lanes q ++ (the slots added: one bank reads, the others are +0), sent
   // when a read-back token sets `send`.
   const ValueId send = as.input("send.on");
   const size_t first_sum = p.ops().size();
-  std::vector<ValueId> scores;  // RS: the score RAM's slots added, per head
-  if (o.scores) {
-    scores = p.values("score.read", n_heads);
-    std::vector<Neuron> sum;
-    for (int h = 0; h < n_heads; ++h)
-      for (int s8 = 0; s8 < 8; ++s8)
-        sum.push_back(Neuron{Lin{{{kOne, 128.0f}}},
-                             Lin{{{score_slot[static_cast<size_t>(s8)][static_cast<size_t>(h)], 1.0f / 128.0f}}},
-                             {{scores[static_cast<size_t>(h)], 1.0f}}});
-    p.mlp("score read sum", std::move(sum));
-  }
   // INC: pos + 1 (one neuron: gate 128 inc, up (pos + 1) / 128, an exact small integer).
   const ValueId inc = as.input("inc");
   const ValueId next_pos = p.value("pos.next");
@@ -352,9 +193,8 @@ QkvMachine build_qkv_machine(const reference::Llama2Checkpoint& ck, const QkvMac
   std::vector<ValueId> lanes = q;
   lanes.insert(lanes.end(), kv.begin(), kv.end());
   lanes.push_back(next_pos);
-  const int score_lane = static_cast<int>(lanes.size());
-  lanes.insert(lanes.end(), scores.begin(), scores.end());
-  lanes.insert(lanes.end(), max_out.begin(), max_out.end());
+  const int stage_lane = static_cast<int>(lanes.size());
+  if (stages) lanes.insert(lanes.end(), stages->lanes().begin(), stages->lanes().end());
   as.send(lanes, send, first_sum);
 
   as.define_header(name("WX", 0));
@@ -398,40 +238,10 @@ QkvMachine build_qkv_machine(const reference::Llama2Checkpoint& ck, const QkvMac
         op.sets.push_back({kv_read[static_cast<size_t>(l)], 1.0f});
         as.define(cache_name(kind == 0 ? "RK" : "RV", l, i), std::move(op));
       }
-  if (o.scores) {
-    for (int l = 0; l < layers; ++l) {
-      for (int blk = 0; blk < blocks; ++blk) {
-        const int r = blk / groups, g = blk % groups;
-        MicroOp op = as.step(blk + 1 < blocks ? cache_name("SCORE", l, blk + 1) : "MAX(" + std::to_string(l) + ")");
-        op.sets = {{si.on, 1.0f},
-                   {q_read, 1.0f},
-                   {pos.read_flag, 1.0f},
-                   {si.read[static_cast<size_t>(l * groups + g)], 1.0f},
-                   {si.group[static_cast<size_t>(g)], 1.0f},
-                   {si.block[static_cast<size_t>(blk)], 1.0f}};
-        for (int j = 0; j < row_bits; ++j)
-          if ((r >> j) & 1) op.sets.push_back({si.row[static_cast<size_t>(j)], 1.0f});
-        if (r == 0) op.sets.push_back({si.wipe[static_cast<size_t>(g)], 1.0f});
-        as.define(cache_name("SCORE", l, blk), std::move(op));
-      }
-      // The stages after MAX are not built yet: the max is read back.
-      MicroOp op = as.step(name("RM", 0));
-      op.sets = {{max_on, 1.0f}, {pos.read_flag, 1.0f}};
-      as.define("MAX(" + std::to_string(l) + ")", std::move(op));
-    }
-    for (int h = 0; h < n_heads; ++h) {
-      MicroOp rs = sends(score_lane + h, h + 1 < n_heads ? name("RS", h + 1) : std::string("DONE"));
-      rs.sets.push_back({score_read, 1.0f});
-      rs.sets.push_back({pos.read_flag, 1.0f});
-      as.define(name("RS", h), std::move(rs));
-      MicroOp rm = sends(score_lane + n_heads + h, h + 1 < n_heads ? name("RM", h + 1) : std::string("DONE"));
-      rm.sets.push_back({max_read, 1.0f});
-      as.define(name("RM", h), std::move(rm));
-    }
-  }
+  if (stages) stages->define(stage_lane, send, q_read, pos.read_flag);
   QkvMachine m;
   static_cast<AssembledMachine&>(m) = as.finish();
-  m.heads = o.scores ? n_heads : 0;
+  m.heads = o.attention ? ag.heads : 0;
   m.dim = dim;
   m.kv_dim = kv_dim;
   m.layers = layers;
@@ -484,12 +294,29 @@ std::vector<int64_t> QkvMachine::expected_q(const std::vector<float>& q) const {
 }
 
 std::vector<int64_t> QkvMachine::score_and_max(int layer, int pos) const {
-  if (heads == 0) fail("qkv machine: built without the score stages");
+  if (heads == 0) fail("qkv machine: built without the attention stages");
   if (layer < 0 || layer >= layers) fail("qkv machine: layer {} outside [0, {})", layer, layers);
   std::vector<int64_t> t;
   for (int b = 0; b <= pos / 8; ++b) t.push_back(id(cache_name("SCORE", layer, b)));
   t.push_back(id("MAX(" + std::to_string(layer) + ")"));
   return t;
+}
+
+std::vector<int64_t> QkvMachine::exps(int layer, int pos) const {
+  if (heads == 0) fail("qkv machine: built without the attention stages");
+  if (layer < 0 || layer >= layers) fail("qkv machine: layer {} outside [0, {})", layer, layers);
+  std::vector<int64_t> t;
+  for (int b = 0; b <= pos / 8; ++b) t.push_back(id(cache_name("EXP", layer, b)));
+  return t;
+}
+
+std::vector<int64_t> QkvMachine::expected_exps(const std::vector<float>& mant, const std::vector<float>& exponent) const {
+  std::vector<std::string> order;
+  for (const char* r : {"RE", "RX"})
+    for (int h = 0; h < heads; ++h) order.push_back(name(r, h));
+  std::vector<float> all = mant;
+  all.insert(all.end(), exponent.begin(), exponent.end());
+  return sent(*this, all, order);
 }
 
 std::vector<int64_t> QkvMachine::expected_max(const std::vector<float>& max) const {

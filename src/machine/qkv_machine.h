@@ -20,16 +20,11 @@
 // group of 8 banks) are one float RAM, and the groups write the same slot values in
 // later sublayers (exact: one bank reads at a time).
 //
-// With options.scores, the first attention stages follow the cache (M2c): SCORE(l).b reads
-// q and the 8 positions 8b..8b+7 of layer l's cache (one row of 8 banks, the address a
-// constant of the token) and computes every head's scaled scores and block max (rows past
-// POS left out of the max), storing the scores into the score RAM (the cache's bank
-// layout, 8 heads per row) and the block maxima into the block-max RAM (one head per
-// block); MAX(l) reads every block max, leaves out the blocks past POS, and stores each
-// head's max into the max RAM. RS.h / RM.h send a stored score (at POS) / max up.
+// With options.attention, the attention's stages follow the cache (M2c,
+// machine/attention_stages.h): SCORE, MAX, EXP and their RAMs and read-backs.
 //
-// Stack: register file + POS → QKV block → KV addresses → q RAM, KV cache → [score unit →
-// score RAM, block-max RAM → max unit → max RAM] → uplink.
+// Stack: register file + POS → QKV block → KV addresses → q RAM, KV cache → [SCORE →
+// score RAM, block-max RAM → MAX → max RAM → EXP → exp RAM] → uplink.
 #include <cstdint>
 #include <vector>
 
@@ -44,12 +39,10 @@ struct QkvMachineOptions : HostOptions {
   int ram_low_binade = -31;
   int kv_banks = 32;      // heads per (layer, kv head); a multiple of 8 or less than 8
   int max_positions = 0;  // positions the cache holds (0: the checkpoint's seq_len)
-  // M2c, the first attention stages (docs/npu-machine.md, "M2c"): SCORE(l).b and MAX(l)
-  // with the score RAM, the block-max RAM and the max RAM, and their read-backs RS.h and
-  // RM.h. Needs kv_banks a multiple of 8. Off: the M2b machine.
-  bool scores = false;
-  int score_wave_heads = 4;    // heads scored side by side (the rest in waves below them)
-  int score_low_binade = -27;  // scaled scores and maxima (binades -23..9) in [2^-27, 2^10)
+  // M2c (machine/attention_stages.h): SCORE(l).b, MAX(l), EXP(l).b and their RAMs and
+  // read-backs below the cache. Needs kv_banks a multiple of 8. Off: the M2b machine.
+  bool attention = false;
+  int wave_heads = 4;  // heads a stage computes side by side (the rest in waves below them)
 };
 
 struct QkvMachine : AssembledMachine {
@@ -67,7 +60,7 @@ struct QkvMachine : AssembledMachine {
   // What RK(l).0 generates: k then v of layer l at POS, DONE last.
   std::vector<int64_t> expected_kv(int layer, const std::vector<float>& k, const std::vector<float>& v) const;
 
-  // M2c (options.scores). SCORE(l).0 .. SCORE(l).(nb - 1) then MAX(l), for the position
+  // M2c (options.attention). SCORE(l).0 .. SCORE(l).(nb - 1) then MAX(l), for the position
   // POS holds (nb = pos / 8 + 1): the scores of layer l's heads at every position <= pos
   // and each head's max, run.c's att[] before the softmax.
   int heads = 0;
@@ -76,6 +69,10 @@ struct QkvMachine : AssembledMachine {
   std::vector<int64_t> expected_max(const std::vector<float>& max) const;
   // What RS.0 generates: every head's scaled score at the position POS holds, DONE last.
   std::vector<int64_t> expected_scores(const std::vector<float>& scores) const;
+  // EXP(l).0 .. EXP(l).(pos / 8) (after score_and_max).
+  std::vector<int64_t> exps(int layer, int pos) const;
+  // What RE.0 generates: every head's mant, then every head's exponent, at POS; DONE last.
+  std::vector<int64_t> expected_exps(const std::vector<float>& mant, const std::vector<float>& exponent) const;
 };
 
 // Dimensions come from the checkpoint's header (dim <= 64 register elements). Throws

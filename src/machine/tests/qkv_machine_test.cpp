@@ -10,12 +10,15 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
+#include <cmath>
 #include <cstdio>
 #include <tuple>
 
 #include "machine/qkv_machine.h"
 #include "machine_runner.h"
 #include "npu/tests/unit_harness.h"
+#include "npu/expf_model.h"
 #include "npu/unit_attention.h"
 
 namespace qpu::machine {
@@ -81,61 +84,44 @@ TEST(QkvMachine, GoldenRecordsAndTheKvCacheBitExactOnTheEngine) {
               t.cycles ? 1e3 * t.seconds / static_cast<double>(t.cycles) : 0.0);
 }
 
-// run.c's scaled scores of layer l at position pos (att[] before the softmax): per head h,
-// q_rope(pos)[h] . k_rope(t)[kv head of h] / sqrtf(head_size) for t <= pos (scores[t][h]),
-// and the max of each head.
-struct CScores {
-  std::vector<std::vector<float>> scores;  // [t][head]
-  std::vector<float> max;                  // [head]
-};
-CScores c_scores(int layer, int pos, int heads, int kv_heads, int head_size) {
-  const auto& gold = golden();
-  CScores c;
-  c.scores.assign(static_cast<size_t>(pos + 1), std::vector<float>(static_cast<size_t>(heads)));
-  const std::vector<float>& q = gold.at(K::q_rope, pos, layer);
-  for (int h = 0; h < heads; ++h) {
-    const int j = h / (heads / kv_heads);
-    std::vector<float> keys;
-    for (int t = 0; t <= pos; ++t) {
-      const std::vector<float>& k = gold.at(K::k_rope, t, layer);
-      keys.insert(keys.end(), k.begin() + j * head_size, k.begin() + (j + 1) * head_size);
-    }
-    std::vector<float> scaled(static_cast<size_t>(pos + 1));
-    c.max.push_back(npu::attn_score_block_reference(q.data() + h * head_size, keys.data(), pos + 1, head_size, false,
-                                                    0.0f, scaled.data()));
-    for (int t = 0; t <= pos; ++t) c.scores[static_cast<size_t>(t)][static_cast<size_t>(h)] = scaled[static_cast<size_t>(t)];
-  }
-  return c;
+// run.c's records of head h at (pos, layer), one float per position t <= pos (or one).
+std::vector<float> per_head(K kind, int pos, int layer, int heads, size_t index) {
+  std::vector<float> v;
+  for (int h = 0; h < heads; ++h) v.push_back(golden().head(kind, pos, layer, h).at(index));
+  return v;
 }
 
-// M2c's first stages (options.scores): the cache of layer l is filled by QKV(l) at
+// M2c's stages (options.attention): the cache of layer l is filled by QKV(l) at
 // positions 0..pos (golden x_in) and at a later position (a stale row inside pos's
-// block); SCORE(l).0 .. SCORE(l).(pos / 8) and MAX(l) at POS = pos; RM sends every head's
-// max, RS at a few positions t every head's score. A second case at another layer and a
-// smaller position runs in the same host session after the first, so the score RAM
-// (wiped at each group's row 0) and the block-max RAM (blocks past pos still hold the
-// first case's maxima) carry stale values the stages must leave out.
-TEST(QkvMachine, ScoresAndMaxBitExactOnTheEngine) {
+// block); at POS = pos, SCORE(l).0 .. SCORE(l).(pos / 8) and MAX(l): RM sends every head's
+// max; EXP(l).0 .. EXP(l).(pos / 8), then RS and RE/RX at a few positions t send every
+// head's scaled score and its exp as (mant, exponent). Expected: run.c's att_scaled,
+// att_max, and expf_parts' split of run.c's exp (mant 2^exponent == att_exp, checked
+// here too) bit for bit. A second case at another layer and a smaller position runs in
+// the same host session after the first, so the score and exp RAMs (wiped at each
+// group's row 0) and the block-max RAM (blocks past pos still hold the first case's
+// maxima) carry stale values the stages must leave out.
+TEST(QkvMachine, AttentionStagesBitExactOnTheEngine) {
   QkvMachineOptions o;
-  o.scores = true;
+  o.attention = true;
   o.max_positions = 64;  // 8 blocks
   const QkvMachine m = build_qkv_machine(stories260k(), o);
   const auto& c = m.compiled.weights.config;
-  std::printf("qkv machine with scores: layers %lld, hidden %lld, intermediate %lld, GDN heads per layer %lld, "
-              "vocab %lld\n",
+  std::printf("qkv machine with the attention stages: layers %lld, hidden %lld, intermediate %lld, GDN heads per "
+              "layer %lld, vocab %lld\n",
               static_cast<long long>(c.num_hidden_layers), static_cast<long long>(c.hidden_size),
               static_cast<long long>(c.intermediate_size), static_cast<long long>(m.compiled.allocation.num_gdn_heads),
               static_cast<long long>(c.vocab_size));
   EXPECT_LE(c.intermediate_size, 1024);
   const auto& cfg = stories260k().config();
-  const int heads = cfg.n_heads, head_size = cfg.dim / cfg.n_heads;
+  const int heads = cfg.n_heads, head_size = cfg.dim / cfg.n_heads, kv_mul = cfg.n_heads / cfg.n_kv_heads;
   ASSERT_EQ(m.heads, heads);
   const auto& gold = golden();
   auto hosts = testing::engine_hosts(m.model());
   const testing::Step host = hosts();
   Tally t;
   bool first = true;
-  int stale_wins = 0;  // heads whose max would change if the stale rows took part
+  int stale_wins = 0;  // heads whose max would change if the rows past pos took part
   for (const auto& [l, pos, stale] : std::vector<std::tuple<int, int, int>>{{1, 37, 39}, {3, 9, -1}}) {
     SCOPED_TRACE("layer " + std::to_string(l) + ", position " + std::to_string(pos));
     std::vector<int64_t> prompt;
@@ -147,25 +133,44 @@ TEST(QkvMachine, ScoresAndMaxBitExactOnTheEngine) {
       for (int64_t tok : m.load_and_run(gold.at(K::x_in, p, l), p, l)) prompt.push_back(tok);
     for (int64_t tok : m.set_pos(pos)) prompt.push_back(tok);
     for (int64_t tok : m.score_and_max(l, pos)) prompt.push_back(tok);
-    const CScores want = c_scores(l, pos, heads, cfg.n_kv_heads, head_size);
+    const std::vector<float> max = per_head(K::att_max, pos, l, heads, 0);
     if (stale >= 0) {
-      // The rows of pos's block past pos: the stale row's score, and +0 for the empty ones.
-      const CScores with_stale = c_scores(l, stale, heads, cfg.n_kv_heads, head_size);
+      // The rows of pos's block past pos: the stale row's score (q of pos, k of the later
+      // position) and +0 for the empty ones.
+      const std::vector<float>& q = gold.at(K::q_rope, pos, l);
+      const std::vector<float>& k = gold.at(K::k_rope, stale, l);
       for (int h = 0; h < heads; ++h) {
-        float m_all = want.max[static_cast<size_t>(h)];
-        const float st = with_stale.scores[static_cast<size_t>(stale)][static_cast<size_t>(h)];
-        m_all = std::max({m_all, st, 0.0f});
-        stale_wins += m_all != want.max[static_cast<size_t>(h)];
+        float st = 0.0f;
+        const float mh = npu::attn_score_block_reference(q.data() + h * head_size, k.data() + (h / kv_mul) * head_size, 1,
+                                                        head_size, false, 0.0f, &st);
+        stale_wins += std::max({max[static_cast<size_t>(h)], mh, 0.0f}) != max[static_cast<size_t>(h)];
       }
     }
-    expect_run(m, prompt, host, m.expected_max(want.max), t);
+    expect_run(m, prompt, host, m.expected_max(max), t);
+    // EXP, then the first read-back in the same prompt.
+    std::vector<int64_t> exps = m.exps(l, pos);
+    bool exps_run = false;
     for (const int at : {0, 7, 8, pos - 1, pos}) {
-      std::vector<int64_t> read = m.set_pos(at);
+      const auto ts = static_cast<size_t>(at);
+      std::vector<float> mant, exponent;
+      for (int h = 0; h < heads; ++h) {
+        const npu::ExpfParts e = npu::expf_reference_parts(gold.head(K::att_shifted, pos, l, h).at(ts));
+        const float want = gold.head(K::att_exp, pos, l, h).at(ts);
+        ASSERT_EQ(std::bit_cast<uint32_t>(std::ldexp(e.mant, e.exponent)), std::bit_cast<uint32_t>(want));
+        mant.push_back(e.mant);
+        exponent.push_back(static_cast<float>(e.exponent));
+      }
+      std::vector<int64_t> read = exps_run ? std::vector<int64_t>{} : exps;
+      exps_run = true;
+      for (int64_t tok : m.set_pos(at)) read.push_back(tok);
+      read.push_back(m.id("RE.0"));
+      expect_run(m, read, host, m.expected_exps(mant, exponent), t);
+      read = m.set_pos(at);
       read.push_back(m.id("RS.0"));
-      expect_run(m, read, host, m.expected_scores(want.scores[static_cast<size_t>(at)]), t);
+      expect_run(m, read, host, m.expected_scores(per_head(K::att_scaled, pos, l, heads, ts)), t);
     }
   }
-  std::printf("scores and maxima: %lld floats bit-exact over %lld generated cycles, %.3f ms per cycle; %d heads whose "
+  std::printf("attention stages: %lld floats bit-exact over %lld generated cycles, %.3f ms per cycle; %d heads whose "
               "max the stale rows would have changed\n",
               static_cast<long long>(t.floats), static_cast<long long>(t.cycles),
               t.cycles ? 1e3 * t.seconds / static_cast<double>(t.cycles) : 0.0, stale_wins);

@@ -158,18 +158,24 @@ class UnitHarness {
 };
 
 // Every record of a greedy run of stories260K (reference/trace.h), by (kind, pos, layer).
-// Per-head records (att_out) are concatenated in head order under head -1.
+// Per-head records (att_out) are concatenated in head order under head -1; every
+// per-head record (att_scaled, att_max, att_exp, ...) is also kept by head.
 struct Golden {
   std::map<std::tuple<reference::TraceKind, int, int>, std::vector<float>> records;
+  std::map<std::tuple<reference::TraceKind, int, int, int>, std::vector<float>> heads;
   int positions = 0;
   const std::vector<float>& at(reference::TraceKind k, int pos, int layer) const { return records.at({k, pos, layer}); }
+  const std::vector<float>& head(reference::TraceKind k, int pos, int layer, int h) const {
+    return heads.at({k, pos, layer, h});
+  }
 };
 
 class GoldenCollector final : public reference::TraceObserver {
  public:
   explicit GoldenCollector(Golden& g) : g_(g) {}
   void record(reference::TraceKind kind, int pos, int layer, int head, std::span<const float> values) override {
-    if (head >= 0 && kind != reference::TraceKind::att_out) return;  // only xb's pieces are kept
+    if (head >= 0) g_.heads[{kind, pos, layer, head}].assign(values.begin(), values.end());
+    if (head >= 0 && kind != reference::TraceKind::att_out) return;  // only xb's pieces are concatenated
     auto& r = g_.records[{kind, pos, layer}];
     if (head <= 0) r.clear();
     r.insert(r.end(), values.begin(), values.end());

@@ -1,0 +1,321 @@
+#include "machine/attention_stages.h"
+
+#include <string>
+
+#include "common/error.h"
+#include "compiler/enable.h"
+#include "npu/expf.h"
+#include "npu/float_ram.h"
+#include "npu/kv_address.h"
+#include "npu/primitives.h"
+#include "npu/unit_attention.h"
+
+namespace qpu::machine {
+
+using compiler::kOne;
+using compiler::Lin;
+using compiler::Neuron;
+using compiler::ValueId;
+
+namespace {
+
+std::string name(const char* prefix, int i) { return std::string(prefix) + "." + std::to_string(i); }
+std::string layer_name(const char* prefix, int l) { return std::string(prefix) + "(" + std::to_string(l) + ")"; }
+std::string block_name(const char* prefix, int l, int b) { return layer_name(prefix, l) + "." + std::to_string(b); }
+
+size_t at(int i) { return static_cast<size_t>(i); }
+
+// out = a + b for values that are exactly 0 or 1, at most one of them 1 (two address
+// sources of one RAM: a computed one and a token's), one neuron each, no constant.
+std::vector<ValueId> either(compiler::Program& p, const std::vector<ValueId>& a, const std::vector<ValueId>& b,
+                            const std::string& label) {
+  std::vector<ValueId> out = p.values(label, static_cast<int>(a.size()));
+  std::vector<Neuron> ns;
+  for (size_t i = 0; i < a.size(); ++i)
+    ns.push_back(Neuron{Lin{{{a[i], 128.0f}, {b[i], 128.0f}}}, Lin{{{a[i], 1.0f / 128.0f}, {b[i], 1.0f / 128.0f}}},
+                        {{out[i], 1.0f}}});
+  p.mlp(label, std::move(ns));
+  return out;
+}
+
+// x when `flag` (exactly 0 or 1) is 1, else +-0: a stage's operands that other
+// micro-ops also read (read-backs), so that an idle stage sees zeros.
+std::vector<ValueId> gated(compiler::Program& p, const std::vector<ValueId>& x, ValueId flag, const std::string& label) {
+  std::vector<ValueId> out = p.values(label, static_cast<int>(x.size()));
+  std::vector<Neuron> ns;
+  for (size_t i = 0; i < x.size(); ++i)
+    ns.push_back(Neuron{Lin{{{flag, 128.0f}}}, Lin{{{x[i], 1.0f / 128.0f}}}, {{out[i], 1.0f}}});
+  p.mlp(label, std::move(ns));
+  return out;
+}
+
+// Sum of the 8 slots (one bank reads, the others are +0) for each value, when `flag`.
+std::vector<ValueId> slot_sum(compiler::Program& p, const std::vector<std::vector<ValueId>>& slots, ValueId flag,
+                              const std::string& label) {
+  std::vector<ValueId> out = p.values(label, static_cast<int>(slots[0].size()));
+  std::vector<Neuron> ns;
+  for (size_t n = 0; n < out.size(); ++n)
+    for (const auto& s : slots) ns.push_back(Neuron{Lin{{{flag, 128.0f}}}, Lin{{{s[n], 1.0f / 128.0f}}}, {{out[n], 1.0f}}});
+  p.mlp(label, std::move(ns));
+  return out;
+}
+
+// [8 b + s > pos] for s = 1..7 (entry 0 unused: row 0 of a block is never past POS when
+// the block runs), with 8 b = banks row + 8 group from the token's 0/1 flags.
+std::vector<ValueId> rows_past(compiler::Program& p, const std::vector<ValueId>& row, const std::vector<ValueId>& group,
+                               int banks, ValueId pos) {
+  std::vector<ValueId> past(8, compiler::kNever);
+  for (int s = 1; s < 8; ++s) {
+    Lin d{{{kOne, static_cast<float>(s)}, {pos, -1.0f}}};
+    for (size_t j = 0; j < row.size(); ++j) d.terms.push_back({row[j], static_cast<float>(banks << j)});
+    for (size_t g = 1; g < group.size(); ++g) d.terms.push_back({group[g], static_cast<float>(8 * g)});
+    past[at(s)] = npu::attn_int_positive(p, d, "attn.past");
+  }
+  return past;
+}
+
+// A banked float RAM (the cache's layout): group g's 8 heads (banks 8 g + s) store
+// data[s] at row `key_bits` when write[g] is set (wiped first when wipe[g] is), and read
+// row `query_bits` when read[8 g + s] is set into slot s (one bank reads at a time).
+std::vector<std::vector<ValueId>> banked_ram(compiler::Program& p, int low_binade,
+                                             const std::vector<std::vector<ValueId>>& data,
+                                             const std::vector<ValueId>& key_bits, const std::vector<ValueId>& write,
+                                             const std::vector<ValueId>& wipe, const std::vector<ValueId>& query_bits,
+                                             const std::vector<ValueId>& read, ValueId enable, const std::string& label) {
+  std::vector<npu::FloatRamHead> by_slot(8);
+  for (size_t s = 0; s < 8; ++s) by_slot[s].data = data[s];
+  const auto negated = npu::float_ram_negations(p, by_slot, enable, label);
+  std::vector<std::vector<ValueId>> slots;
+  for (int s = 0; s < 8; ++s) slots.push_back(p.values(label + ".slot" + std::to_string(s), static_cast<int>(data[0].size())));
+  for (size_t g = 0; g < write.size(); ++g) {
+    std::vector<npu::FloatRamHead> heads;
+    for (size_t s = 0; s < 8; ++s) {
+      npu::FloatRamHead h;
+      h.data = data[s];
+      h.negated = negated[s];
+      h.key_bits = key_bits;
+      h.write_flag = write[g];
+      h.wipe_flag = wipe[g];
+      h.query_bits = query_bits;
+      h.read_flag = read[g * 8 + s];
+      h.out = slots[s];
+      heads.push_back(std::move(h));
+    }
+    npu::float_ram(p, npu::FloatRamWindow{low_binade}, heads, enable, label + " banks " + std::to_string(g * 8) + "+");
+  }
+  return slots;
+}
+
+// Ops [first, end) in waves: each wave's ops after the previous wave's.
+void order_waves(compiler::Program& p, const std::vector<compiler::OpRange>& waves) {
+  for (size_t w = 1; w < waves.size(); ++w) p.order(waves[w - 1], waves[w]);
+}
+
+}  // namespace
+
+std::vector<std::string> AttentionStages::names(const AttentionGeometry& g) {
+  std::vector<std::string> n;
+  for (int l = 0; l < g.layers; ++l) {
+    for (int b = 0; b < g.blocks(); ++b) n.push_back(block_name("SCORE", l, b));
+    n.push_back(layer_name("MAX", l));
+    for (int b = 0; b < g.blocks(); ++b) n.push_back(block_name("EXP", l, b));
+  }
+  for (const char* r : {"RS", "RM", "RE", "RX"})
+    for (int h = 0; h < g.heads; ++h) n.push_back(name(r, h));
+  return n;
+}
+
+AttentionStages::AttentionStages(Assembler& as, const AttentionGeometry& g) : as_(as), g_(g) {
+  if (g.banks < 8 || g.banks % 8 != 0) fail("attention stages: a block reads 8 banks of a row; {} banks", g.banks);
+  if (g.heads % g.kv_heads != 0) fail("attention stages: {} heads over {} kv heads", g.heads, g.kv_heads);
+  if (g.wave_heads < 1) fail("attention stages: {} heads per wave", g.wave_heads);
+  row_ = as.inputs("attn.row", g.row_bits);
+  cache_group_ = as.inputs("score.cache", g.layers * g.groups());
+  for (auto [in, prefix] : {std::pair{&score_, "score"}, std::pair{&exp_, "exp"}}) {
+    in->on = as.input(std::string(prefix) + ".on");
+    in->group = as.inputs(std::string(prefix) + ".group", g.groups());
+    in->wipe = as.inputs(std::string(prefix) + ".wipe", g.groups());
+  }
+  score_.block = as.inputs("score.block", g.blocks());
+  max_on_ = as.input("max.on");
+  score_back_ = as.input("score.read_back");
+  max_back_ = as.input("max.read");
+  exp_back_ = as.input("exp.read_back");
+}
+
+void AttentionStages::cache_read(int layer, std::vector<ValueId>& row_bits, std::vector<ValueId>& bank_flags) {
+  compiler::Program& p = as_.program();
+  std::vector<ValueId> by_bank;
+  for (int bank = 0; bank < g_.banks; ++bank) by_bank.push_back(cache_group_[at(layer * g_.groups() + bank / 8)]);
+  row_bits = either(p, row_bits, row_, "kv.read_bits");
+  bank_flags = either(p, bank_flags, by_bank, "kv.read_flag");
+}
+
+void AttentionStages::build(const std::vector<ValueId>& q, const std::vector<std::vector<ValueId>>& slots, ValueId pos,
+                            compiler::OpRange before) {
+  compiler::Program& p = as_.program();
+  const int H = g_.heads, hs = g_.head_size, kv_mul = g_.heads / g_.kv_heads;
+
+  // SCORE: every head's 8 scaled scores and its block max (rows past POS left out).
+  const size_t first = p.ops().size();
+  const std::vector<ValueId> past = rows_past(p, row_, score_.group, g_.banks, pos);
+  std::vector<std::vector<ValueId>> scores(8);  // [slot][head]
+  std::vector<ValueId> block_max;
+  std::vector<compiler::OpRange> waves;
+  for (int h = 0; h < H; ++h) {
+    const size_t head_first = p.ops().size();
+    const int j = h / kv_mul;
+    const std::vector<ValueId> qh(q.begin() + h * hs, q.begin() + (h + 1) * hs);
+    std::vector<std::vector<ValueId>> keys;
+    for (const auto& s : slots) keys.emplace_back(s.begin() + j * 2 * hs, s.begin() + j * 2 * hs + hs);
+    const npu::ScoreBlock sb = npu::attn_score_block(p, qh, keys, npu::kNoMax, past);
+    for (size_t s = 0; s < 8; ++s) scores[s].push_back(sb.scaled[s]);
+    block_max.push_back(sb.max);
+    // Heads in waves, one below the other: a wave's divisions are the widest part.
+    if (h % g_.wave_heads == 0) waves.push_back({head_first, head_first});
+    waves.back().end = p.ops().size();
+  }
+  order_waves(p, waves);
+  compiler::enable_constants(p, first, score_.on);
+  as_.gate_clears(first, p.ops().size(), score_.on);
+  p.order(before, compiler::OpRange{first, p.ops().size()});
+
+  // The score RAM, read by EXP at the token's block and by RS at POS.
+  const npu::KvAddress saddr = npu::kv_address(p, pos, score_back_, g_.banks, g_.row_bits);
+  std::vector<ValueId> exp_read;
+  for (int bank = 0; bank < g_.banks; ++bank) exp_read.push_back(exp_.group[at(bank / 8)]);
+  const auto score_slots =
+      banked_ram(p, g_.score_low_binade, scores, row_, score_.group, score_.wipe, either(p, saddr.row_bits, row_, "score.qbits"),
+                 either(p, saddr.bank, exp_read, "score.qflag"), score_.on, "score RAM");
+
+  // The block-max RAM: one head (one row) per block, wiped and written by its SCORE.
+  std::vector<std::vector<ValueId>> bmax;
+  {
+    std::vector<npu::FloatRamHead> one(1);
+    one[0].data = block_max;
+    const auto neg = npu::float_ram_negations(p, one, score_.on, "block-max RAM");
+    std::vector<npu::FloatRamHead> heads;
+    for (int b = 0; b < g_.blocks(); ++b) {
+      bmax.push_back(p.values("bmax.out" + std::to_string(b), H));
+      npu::FloatRamHead h;
+      h.data = block_max;
+      h.negated = neg[0];
+      h.write_flag = h.wipe_flag = score_.block[at(b)];
+      h.read_flag = max_on_;
+      h.out = bmax.back();
+      heads.push_back(std::move(h));
+    }
+    npu::float_ram(p, npu::FloatRamWindow{g_.score_low_binade}, heads, score_.on, "block-max RAM");
+  }
+
+  // MAX: every head's max over the blocks up to POS's ([8 b > pos]: block b stands in
+  // with block 0's max, which is always there).
+  const size_t first_max = p.ops().size();
+  std::vector<ValueId> block_past(at(g_.blocks()), compiler::kNever);
+  for (int b = 1; b < g_.blocks(); ++b)
+    block_past[at(b)] = npu::attn_int_positive(p, Lin{{{kOne, static_cast<float>(8 * b)}, {pos, -1.0f}}}, "max.past");
+  std::vector<ValueId> head_max;
+  for (int h = 0; h < H; ++h) {
+    std::vector<ValueId> level = {bmax[0][at(h)]};
+    for (int b = 1; b < g_.blocks(); ++b)
+      level.push_back(npu::select(p, block_past[at(b)], bmax[0][at(h)], bmax[at(b)][at(h)], "max.masked"));
+    head_max.push_back(npu::attn_max_tree(p, std::move(level)));
+  }
+  compiler::enable_constants(p, first_max, max_on_);
+  as_.gate_clears(first_max, p.ops().size(), max_on_);
+  // The max RAM: one row, wiped and written by MAX, read by EXP and RM.
+  const std::vector<ValueId> max_out = p.values("max.out", H);
+  {
+    std::vector<npu::FloatRamHead> mh(1);
+    mh[0].data = head_max;
+    mh[0].write_flag = mh[0].wipe_flag = max_on_;
+    mh[0].read_flag = max_back_;
+    mh[0].out = max_out;
+    npu::float_ram(p, npu::FloatRamWindow{g_.score_low_binade}, mh, max_on_, "max RAM");
+  }
+
+  // EXP: expf(score - max) of every head at the block's 8 positions, as (mant, exponent)
+  // (npu::expf_parts: run.c's expf bit for bit); rows past POS take the max itself
+  // (expf(0): a placeholder). The operands are gated: RS and RM read the same RAMs.
+  const size_t first_exp = p.ops().size();
+  const std::vector<ValueId> exp_past = rows_past(p, row_, exp_.group, g_.banks, pos);
+  const std::vector<ValueId> m = gated(p, max_out, exp_.on, "exp.max");
+  std::vector<std::vector<ValueId>> exps(8);  // [slot][head mant, head exponent, ...]
+  waves.clear();
+  for (int h = 0; h < H; ++h) {
+    const size_t head_first = p.ops().size();
+    std::vector<ValueId> sc;
+    for (const auto& s : score_slots) sc.push_back(s[at(h)]);
+    sc = gated(p, sc, exp_.on, "exp.score");
+    for (size_t s = 0; s < 8; ++s) {
+      const ValueId x = s == 0 ? sc[s] : npu::select(p, exp_past[s], m[at(h)], sc[s], "exp.masked");
+      const npu::ExpfResult e = npu::expf_parts(p, npu::sub(p, x, m[at(h)], "attn.shift"));  // run.c: expf(x - max)
+      exps[s].push_back(e.mant);
+      exps[s].push_back(e.exponent);
+    }
+    if (h % g_.wave_heads == 0) waves.push_back({head_first, head_first});
+    waves.back().end = p.ops().size();
+  }
+  order_waves(p, waves);
+  compiler::enable_constants(p, first_exp, exp_.on);
+  as_.gate_clears(first_exp, p.ops().size(), exp_.on);
+  // The exp RAM (the score RAM's layout), read back by RE / RX at POS.
+  const npu::KvAddress eaddr = npu::kv_address(p, pos, exp_back_, g_.banks, g_.row_bits);
+  const auto exp_slots = banked_ram(p, g_.exp_low_binade, exps, row_, exp_.group, exp_.wipe, eaddr.row_bits, eaddr.bank,
+                                    exp_.on, "exp RAM");
+
+  // Read-back lanes: RS, RM, RE (mant), RX (exponent).
+  lanes_ = slot_sum(p, score_slots, score_back_, "score.read");
+  lanes_.insert(lanes_.end(), max_out.begin(), max_out.end());
+  const std::vector<ValueId> e = slot_sum(p, exp_slots, exp_back_, "exp.read");
+  for (int part = 0; part < 2; ++part)
+    for (int h = 0; h < H; ++h) lanes_.push_back(e[at(2 * h + part)]);
+}
+
+void AttentionStages::define(int first_lane, ValueId send, ValueId q_read, ValueId pos_read) {
+  const int H = g_.heads;
+  auto with_row = [&](MicroOp& op, int r) {
+    for (int j = 0; j < g_.row_bits; ++j)
+      if ((r >> j) & 1) op.sets.push_back({row_[at(j)], 1.0f});
+  };
+  for (int l = 0; l < g_.layers; ++l) {
+    for (int b = 0; b < g_.blocks(); ++b) {
+      const int r = b / g_.groups(), g = b % g_.groups();
+      const bool last = b + 1 == g_.blocks();
+      MicroOp op = as_.step(last ? layer_name("MAX", l) : block_name("SCORE", l, b + 1));
+      op.sets = {{score_.on, 1.0f},
+                 {q_read, 1.0f},
+                 {pos_read, 1.0f},
+                 {cache_group_[at(l * g_.groups() + g)], 1.0f},
+                 {score_.group[at(g)], 1.0f},
+                 {score_.block[at(b)], 1.0f}};
+      if (r == 0) op.sets.push_back({score_.wipe[at(g)], 1.0f});
+      with_row(op, r);
+      as_.define(block_name("SCORE", l, b), std::move(op));
+
+      MicroOp e = as_.step(last ? std::string("DONE") : block_name("EXP", l, b + 1));
+      e.sets = {{exp_.on, 1.0f}, {pos_read, 1.0f}, {max_back_, 1.0f}, {exp_.group[at(g)], 1.0f}};
+      if (r == 0) e.sets.push_back({exp_.wipe[at(g)], 1.0f});
+      with_row(e, r);
+      as_.define(block_name("EXP", l, b), std::move(e));
+    }
+    // The stages after MAX read its result; until they run on their own, MAX names RM.
+    MicroOp op = as_.step(name("RM", 0));
+    op.sets = {{max_on_, 1.0f}, {pos_read, 1.0f}};
+    as_.define(layer_name("MAX", l), std::move(op));
+  }
+  // Read-backs: RS.h, RM.h, RE.h then RX.h (4 cycles each).
+  const char* kinds[] = {"RS", "RM", "RE", "RX"};
+  const ValueId flags[] = {score_back_, max_back_, exp_back_, exp_back_};
+  for (int k = 0; k < 4; ++k)
+    for (int h = 0; h < H; ++h) {
+      const std::string next = h + 1 < H ? name(kinds[k], h + 1) : k == 2 ? name("RX", 0) : std::string("DONE");
+      MicroOp op = as_.step(next);
+      op.sets = {{send, 1.0f}, as_.lane_flag(first_lane + k * H + h), {flags[k], 1.0f}};
+      if (k != 1) op.sets.push_back({pos_read, 1.0f});
+      op.timing = SuccessorTiming::Delayed;
+      as_.define(name(kinds[k], h), std::move(op));
+    }
+}
+
+}  // namespace qpu::machine

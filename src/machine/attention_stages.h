@@ -1,0 +1,86 @@
+#pragma once
+// M2c (docs/npu-machine.md, "M2c"): the nested attention's stages on the looped machine,
+// in the stack below the KV cache of the QKV machine (machine/qkv_machine.h), one
+// micro-op kind per stage of run.c's attention (docs/npu-attention.md §1, §7.1):
+//
+//   SCORE(l).b  1 cycle per block b of 8 positions (8 b .. 8 b + 7): reads q and the
+//               block's keys (one row of 8 cache banks, the address a constant of the
+//               token), every head's scaled scores -> the score RAM, and the block's
+//               max (rows past POS left out) -> the block-max RAM;
+//   MAX(l)      reads every block max, leaves out the blocks past POS: each head's max
+//               -> the max RAM;
+//   EXP(l).b    reads the block's scores and the max: expf(score - max) as expf_parts'
+//               (mant, exponent) of every head -> the exp RAM (rows past POS get
+//               expf(0), a placeholder the later stages leave out).
+//
+// RAM layouts: the score and exp RAMs use the cache's banks (position t in bank t mod
+// banks, row t / banks; one row = every head's value(s) at t), so a stage reads the 8
+// positions of a block in one cycle from one row of 8 banks, and a read-back token
+// reads the position POS holds. The block-max RAM has one head (one row) per block, the
+// max RAM one row. Rows are write-once: a group of banks is wiped at its row 0, a
+// one-row head at every write.
+//
+// Read-backs (4 cycles each, for tests and tools): RS.h the score of head h at POS, RM.h
+// the max of head h, RE.h / RX.h the mant / exponent of head h's exp at POS.
+#include <string>
+#include <vector>
+
+#include "compiler/ir.h"
+#include "machine/assembler.h"
+
+namespace qpu::machine {
+
+struct AttentionGeometry {
+  int layers = 0, heads = 0, kv_heads = 0, head_size = 0;
+  int banks = 0, row_bits = 0;  // the cache's banks (a multiple of 8) and row address bits
+  int positions = 0;            // positions the cache holds
+  int wave_heads = 4;           // heads scored / exponentiated side by side
+  int score_low_binade = -27;   // scaled scores and maxima (binades -23..9)
+  int exp_low_binade = -24;     // mant in [2^-23, 4) and integer exponents >= -151
+
+  int groups() const { return banks / 8; }
+  int blocks() const { return (positions + 7) / 8; }
+};
+
+class AttentionStages {
+ public:
+  // The control names the stages add (SCORE(l).b, MAX(l), EXP(l).b, the read-backs).
+  static std::vector<std::string> names(const AttentionGeometry& g);
+
+  // Creates the stages' token inputs. Call before the cache is built: the cache reads
+  // its banks at the address cache_read() gives.
+  AttentionStages(Assembler& as, const AttentionGeometry& g);
+
+  // The read address of layer l's cache banks: POS's (row bits, bank one-hot: the
+  // read-back micro-ops) or a SCORE token's (row bits, the 8 banks of its group).
+  void cache_read(int layer, std::vector<compiler::ValueId>& row_bits, std::vector<compiler::ValueId>& bank_flags);
+
+  // Appends the units and RAMs: q (heads * head_size values, read when `q_read` is
+  // set), the cache's 8 slots (k || v of every kv head), pos (the POS register's value,
+  // read when `pos_read` is set). Every op of the score unit runs after `before`.
+  void build(const std::vector<compiler::ValueId>& q, const std::vector<std::vector<compiler::ValueId>>& slots,
+             compiler::ValueId pos, compiler::OpRange before);
+
+  // The values the read-backs send, in lane order (after build()).
+  const std::vector<compiler::ValueId>& lanes() const { return lanes_; }
+
+  // Defines the stages' micro-ops; their read-back lanes start at `first_lane` of the
+  // machine's send(); `send` is the send() enable; q_read / pos_read the read flags of
+  // the q RAM and POS.
+  void define(int first_lane, compiler::ValueId send, compiler::ValueId q_read, compiler::ValueId pos_read);
+
+ private:
+  Assembler& as_;
+  AttentionGeometry g_;
+  struct Inputs {
+    compiler::ValueId on = 0;            // the stage's enable (any of its tokens)
+    std::vector<compiler::ValueId> group, wipe, block;
+  };
+  std::vector<compiler::ValueId> row_;   // row bits of a stage token's block (shared)
+  std::vector<compiler::ValueId> cache_group_;  // [layer * groups + group]: SCORE's cache banks
+  Inputs score_, exp_;
+  compiler::ValueId max_on_ = 0, score_back_ = 0, max_back_ = 0, exp_back_ = 0;
+  std::vector<compiler::ValueId> lanes_;
+};
+
+}  // namespace qpu::machine

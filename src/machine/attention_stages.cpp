@@ -1,6 +1,7 @@
 #include "machine/attention_stages.h"
 
 #include <string>
+#include <tuple>
 
 #include "common/error.h"
 #include "compiler/enable.h"
@@ -34,17 +35,6 @@ std::vector<ValueId> either(compiler::Program& p, const std::vector<ValueId>& a,
   for (size_t i = 0; i < a.size(); ++i)
     ns.push_back(Neuron{Lin{{{a[i], 128.0f}, {b[i], 128.0f}}}, Lin{{{a[i], 1.0f / 128.0f}, {b[i], 1.0f / 128.0f}}},
                         {{out[i], 1.0f}}});
-  p.mlp(label, std::move(ns));
-  return out;
-}
-
-// x when `flag` (exactly 0 or 1) is 1, else +-0: a stage's operands that other
-// micro-ops also read (read-backs), so that an idle stage sees zeros.
-std::vector<ValueId> gated(compiler::Program& p, const std::vector<ValueId>& x, ValueId flag, const std::string& label) {
-  std::vector<ValueId> out = p.values(label, static_cast<int>(x.size()));
-  std::vector<Neuron> ns;
-  for (size_t i = 0; i < x.size(); ++i)
-    ns.push_back(Neuron{Lin{{{flag, 128.0f}}}, Lin{{{x[i], 1.0f / 128.0f}}}, {{out[i], 1.0f}}});
   p.mlp(label, std::move(ns));
   return out;
 }
@@ -118,7 +108,8 @@ std::vector<std::string> AttentionStages::names(const AttentionGeometry& g) {
   for (int l = 0; l < g.layers; ++l) {
     for (int b = 0; b < g.blocks(); ++b) n.push_back(block_name("SCORE", l, b));
     n.push_back(layer_name("MAX", l));
-    for (int b = 0; b < g.blocks(); ++b) n.push_back(block_name("EXP", l, b));
+    for (int b = 0; b < g.blocks(); ++b)
+      for (int hg = 0; hg < g.exp_groups(); ++hg) n.push_back(block_name("EXP", l, b) + "." + std::to_string(hg));
   }
   for (const char* r : {"RS", "RM", "RE", "RX"})
     for (int h = 0; h < g.heads; ++h) n.push_back(name(r, h));
@@ -131,11 +122,14 @@ AttentionStages::AttentionStages(Assembler& as, const AttentionGeometry& g) : as
   if (g.wave_heads < 1) fail("attention stages: {} heads per wave", g.wave_heads);
   row_ = as.inputs("attn.row", g.row_bits);
   cache_group_ = as.inputs("score.cache", g.layers * g.groups());
-  for (auto [in, prefix] : {std::pair{&score_, "score"}, std::pair{&exp_, "exp"}}) {
+  if (g.exp_heads < 1 || g.heads % g.exp_heads != 0) fail("attention stages: {} heads per EXP cycle", g.exp_heads);
+  // EXP's group and wipe flags are per (head group, bank group): its RAM is one per head group.
+  for (auto [in, prefix, copies] : {std::tuple{&score_, "score", 1}, std::tuple{&exp_, "exp", g.exp_groups()}}) {
     in->on = as.input(std::string(prefix) + ".on");
-    in->group = as.inputs(std::string(prefix) + ".group", g.groups());
-    in->wipe = as.inputs(std::string(prefix) + ".wipe", g.groups());
+    in->group = as.inputs(std::string(prefix) + ".group", copies * g.groups());
+    in->wipe = as.inputs(std::string(prefix) + ".wipe", copies * g.groups());
   }
+  exp_head_group_ = as.inputs("exp.heads", g.exp_groups());
   score_.block = as.inputs("score.block", g.blocks());
   max_on_ = as.input("max.on");
   score_back_ = as.input("score.read_back");
@@ -182,11 +176,25 @@ void AttentionStages::build(const std::vector<ValueId>& q, const std::vector<std
 
   // The score RAM, read by EXP at the token's block and by RS at POS.
   const npu::KvAddress saddr = npu::kv_address(p, pos, score_back_, g_.banks, g_.row_bits);
-  std::vector<ValueId> exp_read;
-  for (int bank = 0; bank < g_.banks; ++bank) exp_read.push_back(exp_.group[at(bank / 8)]);
+  // EXP reads the bank group its (any head group's) flag names.
+  std::vector<ValueId> exp_read = p.values("exp.read_group", g_.groups());
+  {
+    std::vector<Neuron> ns;
+    for (int g = 0; g < g_.groups(); ++g) {
+      Lin f;
+      for (int hg = 0; hg < g_.exp_groups(); ++hg) f.terms.push_back({exp_.group[at(hg * g_.groups() + g)], 1.0f});
+      Lin gate = f, up = f;
+      for (auto& t : gate.terms) t.weight = 128.0f;
+      for (auto& t : up.terms) t.weight = 1.0f / 128.0f;
+      ns.push_back(Neuron{gate, up, {{exp_read[at(g)], 1.0f}}});
+    }
+    p.mlp("exp.read_group", std::move(ns));
+  }
+  std::vector<ValueId> exp_read_bank;
+  for (int bank = 0; bank < g_.banks; ++bank) exp_read_bank.push_back(exp_read[at(bank / 8)]);
   const auto score_slots =
       banked_ram(p, g_.score_low_binade, scores, row_, score_.group, score_.wipe, either(p, saddr.row_bits, row_, "score.qbits"),
-                 either(p, saddr.bank, exp_read, "score.qflag"), score_.on, "score RAM");
+                 either(p, saddr.bank, exp_read_bank, "score.qflag"), score_.on, "score RAM");
 
   // The block-max RAM: one head (one row) per block, wiped and written by its SCORE.
   std::vector<std::vector<ValueId>> bmax;
@@ -234,42 +242,56 @@ void AttentionStages::build(const std::vector<ValueId>& q, const std::vector<std
     npu::float_ram(p, npu::FloatRamWindow{g_.score_low_binade}, mh, max_on_, "max RAM");
   }
 
-  // EXP: expf(score - max) of every head at the block's 8 positions, as (mant, exponent)
-  // (npu::expf_parts: run.c's expf bit for bit); rows past POS take the max itself
-  // (expf(0): a placeholder). The operands are gated: RS and RM read the same RAMs.
+  // EXP: expf(score - max) at the block's 8 positions for one group of exp_heads heads
+  // (the token's), as (mant, exponent) (npu::expf_parts: run.c's expf bit for bit); rows
+  // past POS take the max itself (expf(0): a placeholder). The group's scores and maxima
+  // are picked by its flag (one live term per lane), so an idle EXP sees zeros although
+  // RS and RM read the same RAMs.
+  const int E = g_.exp_heads, exp_groups = g_.exp_groups();
   const size_t first_exp = p.ops().size();
-  const std::vector<ValueId> exp_past = rows_past(p, row_, exp_.group, g_.banks, pos);
-  const std::vector<ValueId> m = gated(p, max_out, exp_.on, "exp.max");
-  std::vector<std::vector<ValueId>> exps(8);  // [slot][head mant, head exponent, ...]
-  waves.clear();
-  for (int h = 0; h < H; ++h) {
-    const size_t head_first = p.ops().size();
-    std::vector<ValueId> sc;
-    for (const auto& s : score_slots) sc.push_back(s[at(h)]);
-    sc = gated(p, sc, exp_.on, "exp.score");
-    for (size_t s = 0; s < 8; ++s) {
-      const ValueId x = s == 0 ? sc[s] : npu::select(p, exp_past[s], m[at(h)], sc[s], "exp.masked");
-      const npu::ExpfResult e = npu::expf_parts(p, npu::sub(p, x, m[at(h)], "attn.shift"));  // run.c: expf(x - max)
+  const std::vector<ValueId> exp_past = rows_past(p, row_, exp_read, g_.banks, pos);
+  auto pick = [&](auto value_of, const std::string& label) {  // value_of(head) for the group's k-th head
+    std::vector<ValueId> out = p.values(label, E);
+    std::vector<Neuron> ns;
+    for (int k = 0; k < E; ++k)
+      for (int hg = 0; hg < exp_groups; ++hg)
+        ns.push_back(Neuron{Lin{{{exp_head_group_[at(hg)], 128.0f}}}, Lin{{{value_of(hg * E + k), 1.0f / 128.0f}}},
+                            {{out[at(k)], 1.0f}}});
+    p.mlp(label, std::move(ns));
+    return out;
+  };
+  const std::vector<ValueId> m = pick([&](int h) { return max_out[at(h)]; }, "exp.max");
+  std::vector<std::vector<ValueId>> exps(8);  // [slot][k mant, k exponent, ...]
+  for (size_t s = 0; s < 8; ++s) {
+    const std::vector<ValueId> sc = pick([&](int h) { return score_slots[s][at(h)]; }, "exp.score");
+    for (int k = 0; k < E; ++k) {
+      const ValueId x = s == 0 ? sc[at(k)] : npu::select(p, exp_past[s], m[at(k)], sc[at(k)], "exp.masked");
+      const npu::ExpfResult e = npu::expf_parts(p, npu::sub(p, x, m[at(k)], "attn.shift"));  // run.c: expf(x - max)
       exps[s].push_back(e.mant);
       exps[s].push_back(e.exponent);
     }
-    if (h % g_.wave_heads == 0) waves.push_back({head_first, head_first});
-    waves.back().end = p.ops().size();
   }
-  order_waves(p, waves);
   compiler::enable_constants(p, first_exp, exp_.on);
   as_.gate_clears(first_exp, p.ops().size(), exp_.on);
-  // The exp RAM (the score RAM's layout), read back by RE / RX at POS.
+  // The exp RAM: per head group, the score RAM's layout; read back by RE / RX at POS.
   const npu::KvAddress eaddr = npu::kv_address(p, pos, exp_back_, g_.banks, g_.row_bits);
-  const auto exp_slots = banked_ram(p, g_.exp_low_binade, exps, row_, exp_.group, exp_.wipe, eaddr.row_bits, eaddr.bank,
-                                    exp_.on, "exp RAM");
+  std::vector<std::vector<std::vector<ValueId>>> exp_slots;  // [head group][slot][k mant, k exponent, ...]
+  for (int hg = 0; hg < exp_groups; ++hg) {
+    const auto first_flag = exp_.group.begin() + hg * g_.groups();
+    const std::vector<ValueId> write(first_flag, first_flag + g_.groups());
+    const auto first_wipe = exp_.wipe.begin() + hg * g_.groups();
+    const std::vector<ValueId> wipe(first_wipe, first_wipe + g_.groups());
+    exp_slots.push_back(banked_ram(p, g_.exp_low_binade, exps, row_, write, wipe, eaddr.row_bits, eaddr.bank, exp_.on,
+                                   "exp RAM " + std::to_string(hg)));
+  }
 
   // Read-back lanes: RS, RM, RE (mant), RX (exponent).
   lanes_ = slot_sum(p, score_slots, score_back_, "score.read");
   lanes_.insert(lanes_.end(), max_out.begin(), max_out.end());
-  const std::vector<ValueId> e = slot_sum(p, exp_slots, exp_back_, "exp.read");
+  std::vector<std::vector<ValueId>> e;
+  for (const auto& slots_of_group : exp_slots) e.push_back(slot_sum(p, slots_of_group, exp_back_, "exp.read"));
   for (int part = 0; part < 2; ++part)
-    for (int h = 0; h < H; ++h) lanes_.push_back(e[at(2 * h + part)]);
+    for (int h = 0; h < H; ++h) lanes_.push_back(e[at(h / E)][at(2 * (h % E) + part)]);
 }
 
 void AttentionStages::define(int first_lane, ValueId send, ValueId q_read, ValueId pos_read) {
@@ -293,11 +315,18 @@ void AttentionStages::define(int first_lane, ValueId send, ValueId q_read, Value
       with_row(op, r);
       as_.define(block_name("SCORE", l, b), std::move(op));
 
-      MicroOp e = as_.step(last ? std::string("DONE") : block_name("EXP", l, b + 1));
-      e.sets = {{exp_.on, 1.0f}, {pos_read, 1.0f}, {max_back_, 1.0f}, {exp_.group[at(g)], 1.0f}};
-      if (r == 0) e.sets.push_back({exp_.wipe[at(g)], 1.0f});
-      with_row(e, r);
-      as_.define(block_name("EXP", l, b), std::move(e));
+      for (int hg = 0; hg < g_.exp_groups(); ++hg) {
+        const std::string next = hg + 1 < g_.exp_groups() ? block_name("EXP", l, b) + "." + std::to_string(hg + 1)
+                                 : last                   ? std::string("DONE")
+                                                          : block_name("EXP", l, b + 1) + ".0";
+        MicroOp e = as_.step(next);
+        const size_t flag = at(hg * g_.groups() + g);
+        e.sets = {{exp_.on, 1.0f}, {pos_read, 1.0f}, {max_back_, 1.0f}, {exp_.group[flag], 1.0f},
+                  {exp_head_group_[at(hg)], 1.0f}};
+        if (r == 0) e.sets.push_back({exp_.wipe[flag], 1.0f});
+        with_row(e, r);
+        as_.define(block_name("EXP", l, b) + "." + std::to_string(hg), std::move(e));
+      }
     }
     // The stages after MAX read its result; until they run on their own, MAX names RM.
     MicroOp op = as_.step(name("RM", 0));

@@ -9,11 +9,12 @@
 //               max (rows past POS left out) -> the block-max RAM;
 //   MAX(l)      reads every block max, leaves out the blocks past POS: each head's max
 //               -> the max RAM;
-//   EXP(l).b    reads the block's scores and the max: expf(score - max) as expf_parts'
-//               (mant, exponent) of every head -> the exp RAM (rows past POS get
-//               expf(0), a placeholder the later stages leave out).
+//   EXP(l).b.g  reads the block's scores and the max of head group g (exp_heads heads):
+//               expf(score - max) as expf_parts' (mant, exponent) -> the group's exp
+//               RAM (rows past POS get expf(0), a placeholder the later stages leave
+//               out).
 //
-// RAM layouts: the score and exp RAMs use the cache's banks (position t in bank t mod
+// RAM layouts: the score RAM and each head group's exp RAM use the cache's banks (position t in bank t mod
 // banks, row t / banks; one row = every head's value(s) at t), so a stage reads the 8
 // positions of a block in one cycle from one row of 8 banks, and a read-back token
 // reads the position POS holds. The block-max RAM has one head (one row) per block, the
@@ -34,12 +35,14 @@ struct AttentionGeometry {
   int layers = 0, heads = 0, kv_heads = 0, head_size = 0;
   int banks = 0, row_bits = 0;  // the cache's banks (a multiple of 8) and row address bits
   int positions = 0;            // positions the cache holds
-  int wave_heads = 4;           // heads scored / exponentiated side by side
+  int wave_heads = 4;           // heads scored side by side (the others in waves below)
+  int exp_heads = 2;            // heads one EXP cycle exponentiates (a divisor of heads)
   int score_low_binade = -27;   // scaled scores and maxima (binades -23..9)
   int exp_low_binade = -24;     // mant in [2^-23, 4) and integer exponents >= -151
 
   int groups() const { return banks / 8; }
   int blocks() const { return (positions + 7) / 8; }
+  int exp_groups() const { return heads / exp_heads; }
 };
 
 class AttentionStages {
@@ -78,7 +81,8 @@ class AttentionStages {
   };
   std::vector<compiler::ValueId> row_;   // row bits of a stage token's block (shared)
   std::vector<compiler::ValueId> cache_group_;  // [layer * groups + group]: SCORE's cache banks
-  Inputs score_, exp_;
+  Inputs score_, exp_;  // exp_.group / wipe: [head group * groups + bank group]
+  std::vector<compiler::ValueId> exp_head_group_;
   compiler::ValueId max_on_ = 0, score_back_ = 0, max_back_ = 0, exp_back_ = 0;
   std::vector<compiler::ValueId> lanes_;
 };

@@ -72,6 +72,7 @@ QkvMachine build_qkv_machine(const reference::Llama2Checkpoint& ck, const QkvMac
   ag.row_bits = row_bits;
   ag.positions = positions;
   ag.wave_heads = o.wave_heads;
+  ag.exp_heads = o.exp_heads;
   if (o.attention && 2 * ag.heads > npu::floats_per_row(layout))
     fail("qkv machine: the exps of {} heads do not fit one row", ag.heads);
 
@@ -242,6 +243,7 @@ QkvMachine build_qkv_machine(const reference::Llama2Checkpoint& ck, const QkvMac
   QkvMachine m;
   static_cast<AssembledMachine&>(m) = as.finish();
   m.heads = o.attention ? ag.heads : 0;
+  m.exp_groups = ag.exp_groups();
   m.dim = dim;
   m.kv_dim = kv_dim;
   m.layers = layers;
@@ -306,7 +308,8 @@ std::vector<int64_t> QkvMachine::exps(int layer, int pos) const {
   if (heads == 0) fail("qkv machine: built without the attention stages");
   if (layer < 0 || layer >= layers) fail("qkv machine: layer {} outside [0, {})", layer, layers);
   std::vector<int64_t> t;
-  for (int b = 0; b <= pos / 8; ++b) t.push_back(id(cache_name("EXP", layer, b)));
+  for (int b = 0; b <= pos / 8; ++b)
+    for (int hg = 0; hg < exp_groups; ++hg) t.push_back(id(cache_name("EXP", layer, b) + "." + std::to_string(hg)));
   return t;
 }
 

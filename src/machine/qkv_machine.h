@@ -42,7 +42,8 @@ struct QkvMachineOptions : HostOptions {
   // M2c (machine/attention_stages.h): SCORE(l).b, MAX(l), EXP(l).b and their RAMs and
   // read-backs below the cache. Needs kv_banks a multiple of 8. Off: the M2b machine.
   bool attention = false;
-  int wave_heads = 4;  // heads a stage computes side by side (the rest in waves below them)
+  int wave_heads = 4;  // heads SCORE computes side by side (the rest in waves below them)
+  int exp_heads = 2;   // heads one EXP cycle exponentiates
 };
 
 struct QkvMachine : AssembledMachine {
@@ -63,13 +64,13 @@ struct QkvMachine : AssembledMachine {
   // M2c (options.attention). SCORE(l).0 .. SCORE(l).(nb - 1) then MAX(l), for the position
   // POS holds (nb = pos / 8 + 1): the scores of layer l's heads at every position <= pos
   // and each head's max, run.c's att[] before the softmax.
-  int heads = 0;
+  int heads = 0, exp_groups = 0;
   std::vector<int64_t> score_and_max(int layer, int pos) const;
   // What MAX(l) generates: its successor RM.0, then the max of every head, DONE last.
   std::vector<int64_t> expected_max(const std::vector<float>& max) const;
   // What RS.0 generates: every head's scaled score at the position POS holds, DONE last.
   std::vector<int64_t> expected_scores(const std::vector<float>& scores) const;
-  // EXP(l).0 .. EXP(l).(pos / 8) (after score_and_max).
+  // EXP(l).b.g for every block b <= pos / 8 and head group g (after score_and_max).
   std::vector<int64_t> exps(int layer, int pos) const;
   // What RE.0 generates: every head's mant, then every head's exponent, at POS; DONE last.
   std::vector<int64_t> expected_exps(const std::vector<float>& mant, const std::vector<float>& exponent) const;

@@ -39,7 +39,7 @@ std::vector<ValueId> either(compiler::Program& p, const std::vector<ValueId>& a,
   return out;
 }
 
-// Sum of the 8 slots (one bank reads, the others are +0) for each value, when `flag`.
+// Sum over the slots (one of them was read, the others are +0) for each value, when `flag`.
 std::vector<ValueId> slot_sum(compiler::Program& p, const std::vector<std::vector<ValueId>>& slots, ValueId flag,
                               const std::string& label) {
   std::vector<ValueId> out = p.values(label, static_cast<int>(slots[0].size()));
@@ -111,7 +111,9 @@ std::vector<std::string> AttentionStages::names(const AttentionGeometry& g) {
     for (int b = 0; b < g.blocks(); ++b)
       for (int hg = 0; hg < g.exp_groups(); ++hg) n.push_back(block_name("EXP", l, b) + "." + std::to_string(hg));
   }
-  for (const char* r : {"RS", "RM", "RE", "RX"})
+  for (int l = 0; l < g.layers; ++l)
+    for (int h = 0; h < g.heads; ++h) n.push_back(block_name("SUM", l, h));
+  for (const char* r : {"RS", "RM", "RE", "RX", "RSUM"})
     for (int h = 0; h < g.heads; ++h) n.push_back(name(r, h));
   return n;
 }
@@ -123,14 +125,20 @@ AttentionStages::AttentionStages(Assembler& as, const AttentionGeometry& g) : as
   row_ = as.inputs("attn.row", g.row_bits);
   cache_group_ = as.inputs("score.cache", g.layers * g.groups());
   if (g.exp_heads < 1 || g.heads % g.exp_heads != 0) fail("attention stages: {} heads per EXP cycle", g.exp_heads);
-  // EXP's group and wipe flags are per (head group, bank group): its RAM is one per head group.
-  for (auto [in, prefix, copies] : {std::tuple{&score_, "score", 1}, std::tuple{&exp_, "exp", g.exp_groups()}}) {
+  for (auto [in, prefix] : {std::pair{&score_, "score"}, std::pair{&exp_, "exp"}}) {
     in->on = as.input(std::string(prefix) + ".on");
-    in->group = as.inputs(std::string(prefix) + ".group", copies * g.groups());
-    in->wipe = as.inputs(std::string(prefix) + ".wipe", copies * g.groups());
+    in->group = as.inputs(std::string(prefix) + ".group", g.groups());
+    in->wipe = as.inputs(std::string(prefix) + ".wipe", g.groups());
+    in->block = as.inputs(std::string(prefix) + ".block", g.blocks());
   }
   exp_head_group_ = as.inputs("exp.heads", g.exp_groups());
-  score_.block = as.inputs("score.block", g.blocks());
+  exp_row_ = as.inputs("exp.row", AttentionGeometry::bits_for(g.exp_groups()));
+  exp_query_ = as.inputs("exp.query", AttentionGeometry::bits_for(g.exp_groups()));
+  sum_on_ = as.input("sum.on");
+  sum_wipe_ = as.input("sum.wipe");
+  sum_back_ = as.input("sum.read_back");
+  sum_k_ = as.inputs("sum.k", g.exp_heads);
+  sum_row_ = as.inputs("sum.row", AttentionGeometry::bits_for(g.heads));
   max_on_ = as.input("max.on");
   score_back_ = as.input("score.read_back");
   max_back_ = as.input("max.read");
@@ -176,22 +184,8 @@ void AttentionStages::build(const std::vector<ValueId>& q, const std::vector<std
 
   // The score RAM, read by EXP at the token's block and by RS at POS.
   const npu::KvAddress saddr = npu::kv_address(p, pos, score_back_, g_.banks, g_.row_bits);
-  // EXP reads the bank group its (any head group's) flag names.
-  std::vector<ValueId> exp_read = p.values("exp.read_group", g_.groups());
-  {
-    std::vector<Neuron> ns;
-    for (int g = 0; g < g_.groups(); ++g) {
-      Lin f;
-      for (int hg = 0; hg < g_.exp_groups(); ++hg) f.terms.push_back({exp_.group[at(hg * g_.groups() + g)], 1.0f});
-      Lin gate = f, up = f;
-      for (auto& t : gate.terms) t.weight = 128.0f;
-      for (auto& t : up.terms) t.weight = 1.0f / 128.0f;
-      ns.push_back(Neuron{gate, up, {{exp_read[at(g)], 1.0f}}});
-    }
-    p.mlp("exp.read_group", std::move(ns));
-  }
-  std::vector<ValueId> exp_read_bank;
-  for (int bank = 0; bank < g_.banks; ++bank) exp_read_bank.push_back(exp_read[at(bank / 8)]);
+  std::vector<ValueId> exp_read_bank;  // EXP reads the bank group its token names
+  for (int bank = 0; bank < g_.banks; ++bank) exp_read_bank.push_back(exp_.group[at(bank / 8)]);
   const auto score_slots =
       banked_ram(p, g_.score_low_binade, scores, row_, score_.group, score_.wipe, either(p, saddr.row_bits, row_, "score.qbits"),
                  either(p, saddr.bank, exp_read_bank, "score.qflag"), score_.on, "score RAM");
@@ -249,7 +243,7 @@ void AttentionStages::build(const std::vector<ValueId>& q, const std::vector<std
   // RS and RM read the same RAMs.
   const int E = g_.exp_heads, exp_groups = g_.exp_groups();
   const size_t first_exp = p.ops().size();
-  const std::vector<ValueId> exp_past = rows_past(p, row_, exp_read, g_.banks, pos);
+  const std::vector<ValueId> exp_past = rows_past(p, row_, exp_.group, g_.banks, pos);
   auto pick = [&](auto value_of, const std::string& label) {  // value_of(head) for the group's k-th head
     std::vector<ValueId> out = p.values(label, E);
     std::vector<Neuron> ns;
@@ -273,33 +267,95 @@ void AttentionStages::build(const std::vector<ValueId>& q, const std::vector<std
   }
   compiler::enable_constants(p, first_exp, exp_.on);
   as_.gate_clears(first_exp, p.ops().size(), exp_.on);
-  // The exp RAM: per head group, the score RAM's layout; read back by RE / RX at POS.
-  const npu::KvAddress eaddr = npu::kv_address(p, pos, exp_back_, g_.banks, g_.row_bits);
-  std::vector<std::vector<std::vector<ValueId>>> exp_slots;  // [head group][slot][k mant, k exponent, ...]
-  for (int hg = 0; hg < exp_groups; ++hg) {
-    const auto first_flag = exp_.group.begin() + hg * g_.groups();
-    const std::vector<ValueId> write(first_flag, first_flag + g_.groups());
-    const auto first_wipe = exp_.wipe.begin() + hg * g_.groups();
-    const std::vector<ValueId> wipe(first_wipe, first_wipe + g_.groups());
-    exp_slots.push_back(banked_ram(p, g_.exp_low_binade, exps, row_, write, wipe, eaddr.row_bits, eaddr.bank, exp_.on,
-                                   "exp RAM " + std::to_string(hg)));
+  // The exp RAM: one head per position t (written by EXP of t's block), one row per head
+  // group; SUM reads every position (its own out values: each is read where the chain
+  // needs it), RE / RX the position POS holds.
+  const int P = g_.positions;
+  const npu::KvAddress eaddr = npu::kv_address(p, pos, exp_back_, 1 << AttentionGeometry::bits_for(P), 0);
+  std::vector<ValueId> read_at_pos(eaddr.bank.begin(), eaddr.bank.begin() + P), sum_reads(at(P), sum_on_);
+  const std::vector<ValueId> exp_read_flag = either(p, read_at_pos, sum_reads, "exp.read_flag");
+  std::vector<std::vector<ValueId>> exp_out;  // [t][k mant, k exponent, ...]
+  {
+    std::vector<npu::FloatRamHead> by_slot(8);
+    for (size_t s = 0; s < 8; ++s) by_slot[s].data = exps[s];
+    const auto negated = npu::float_ram_negations(p, by_slot, exp_.on, "exp RAM");
+    std::vector<npu::FloatRamHead> heads;
+    for (int t = 0; t < P; ++t) {
+      exp_out.push_back(p.values("exp.out" + std::to_string(t), 2 * E));
+      npu::FloatRamHead h;
+      h.data = exps[at(t % 8)];
+      h.negated = negated[at(t % 8)];
+      h.key_bits = exp_row_;
+      h.write_flag = exp_.block[at(t / 8)];
+      h.wipe_flag = exp_.wipe[at(t / 8)];
+      h.query_bits = exp_query_;
+      h.read_flag = exp_read_flag[at(t)];
+      h.out = exp_out.back();
+      heads.push_back(std::move(h));
+    }
+    npu::float_ram(p, npu::FloatRamWindow{g_.exp_low_binade}, heads, exp_.on, "exp RAM");
   }
 
-  // Read-back lanes: RS, RM, RE (mant), RX (exponent).
+  // SUM: head h's exps at every position t <= pos (k = h's place in its group picks its
+  // two values; positions past POS give (0, 0), a +0 term) added in run.c's order.
+  const size_t first_sum = p.ops().size();
+  std::vector<ValueId> mant, exponent;
+  for (int t = 0; t < P; ++t) {
+    const ValueId after = npu::attn_int_positive(p, Lin{{{kOne, static_cast<float>(t)}, {pos, -1.0f}}}, "sum.past");
+    for (int part = 0; part < 2; ++part) {
+      const ValueId v = p.value(part == 0 ? "sum.mant" : "sum.exponent");
+      std::vector<Neuron> ns;
+      for (int k = 0; k < E; ++k)
+        ns.push_back(Neuron{Lin{{{sum_k_[at(k)], 128.0f}, {after, -128.0f}}},
+                            Lin{{{exp_out[at(t)][at(2 * k + part)], 1.0f / 128.0f}}}, {{v, 1.0f}}});
+      p.mlp("sum.pick", std::move(ns));
+      (part == 0 ? mant : exponent).push_back(v);
+    }
+  }
+  const ValueId acc = npu::attn_sum_block(p, mant, exponent, p.value("sum.acc0"));
+  const ValueId sum = npu::attn_sum_from_acc(p, acc);
+  compiler::enable_constants(p, first_sum, sum_on_);
+  as_.gate_clears(first_sum, p.ops().size(), sum_on_);
+  // The sum RAM: row h, wiped by SUM of head 0.
+  const ValueId sum_out = p.value("sum.out");
+  {
+    std::vector<npu::FloatRamHead> sh(1);
+    sh[0].data = {sum};
+    sh[0].key_bits = sh[0].query_bits = sum_row_;
+    sh[0].write_flag = sum_on_;
+    sh[0].wipe_flag = sum_wipe_;
+    sh[0].read_flag = sum_back_;
+    sh[0].out = {sum_out};
+    npu::float_ram(p, npu::FloatRamWindow{g_.score_low_binade}, sh, sum_on_, "sum RAM");
+  }
+
+  // Read-back lanes: RS, RM, RE / RX (mant / exponent of head k of the group read), RSUM.
   lanes_ = slot_sum(p, score_slots, score_back_, "score.read");
   lanes_.insert(lanes_.end(), max_out.begin(), max_out.end());
-  std::vector<std::vector<ValueId>> e;
-  for (const auto& slots_of_group : exp_slots) e.push_back(slot_sum(p, slots_of_group, exp_back_, "exp.read"));
-  for (int part = 0; part < 2; ++part)
-    for (int h = 0; h < H; ++h) lanes_.push_back(e[at(h / E)][at(2 * (h % E) + part)]);
+  // The exp RAM's out values are read where the SUM chain needs them, spread down the
+  // stack: the read-back gathers them on the way, position t into slot t mod 8 (so that
+  // no two adds into one value share a sublayer), and adds the 8 slots at the end.
+  std::vector<std::vector<ValueId>> exp_slots;
+  for (int s8 = 0; s8 < 8; ++s8) exp_slots.push_back(p.values("exp.slot" + std::to_string(s8), 2 * E));
+  for (int t = 0; t < P; ++t) {
+    std::vector<Neuron> ns;
+    for (int v = 0; v < 2 * E; ++v)
+      ns.push_back(Neuron{Lin{{{exp_back_, 128.0f}}}, Lin{{{exp_out[at(t)][at(v)], 1.0f / 128.0f}}},
+                          {{exp_slots[at(t % 8)][at(v)], 1.0f}}});
+    p.mlp("exp.gather", std::move(ns));
+  }
+  const std::vector<ValueId> e = slot_sum(p, exp_slots, exp_back_, "exp.read");
+  lanes_.insert(lanes_.end(), e.begin(), e.end());
+  lanes_.push_back(sum_out);
 }
 
 void AttentionStages::define(int first_lane, ValueId send, ValueId q_read, ValueId pos_read) {
   const int H = g_.heads;
-  auto with_row = [&](MicroOp& op, int r) {
-    for (int j = 0; j < g_.row_bits; ++j)
-      if ((r >> j) & 1) op.sets.push_back({row_[at(j)], 1.0f});
+  auto with_bits = [](MicroOp& op, const std::vector<ValueId>& bits, int v) {
+    for (size_t j = 0; j < bits.size(); ++j)
+      if ((v >> j) & 1) op.sets.push_back({bits[j], 1.0f});
   };
+  auto with_row = [&](MicroOp& op, int r) { with_bits(op, row_, r); };
   for (int l = 0; l < g_.layers; ++l) {
     for (int b = 0; b < g_.blocks(); ++b) {
       const int r = b / g_.groups(), g = b % g_.groups();
@@ -317,31 +373,45 @@ void AttentionStages::define(int first_lane, ValueId send, ValueId q_read, Value
 
       for (int hg = 0; hg < g_.exp_groups(); ++hg) {
         const std::string next = hg + 1 < g_.exp_groups() ? block_name("EXP", l, b) + "." + std::to_string(hg + 1)
-                                 : last                   ? std::string("DONE")
+                                 : last                   ? block_name("SUM", l, 0)
                                                           : block_name("EXP", l, b + 1) + ".0";
         MicroOp e = as_.step(next);
-        const size_t flag = at(hg * g_.groups() + g);
-        e.sets = {{exp_.on, 1.0f}, {pos_read, 1.0f}, {max_back_, 1.0f}, {exp_.group[flag], 1.0f},
-                  {exp_head_group_[at(hg)], 1.0f}};
-        if (r == 0) e.sets.push_back({exp_.wipe[flag], 1.0f});
+        e.sets = {{exp_.on, 1.0f},          {pos_read, 1.0f},
+                  {max_back_, 1.0f},        {exp_.group[at(g)], 1.0f},
+                  {exp_.block[at(b)], 1.0f}, {exp_head_group_[at(hg)], 1.0f}};
+        if (hg == 0) e.sets.push_back({exp_.wipe[at(b)], 1.0f});
         with_row(e, r);
+        with_bits(e, exp_row_, hg);
         as_.define(block_name("EXP", l, b) + "." + std::to_string(hg), std::move(e));
       }
+    }
+    for (int h = 0; h < H; ++h) {
+      MicroOp op = as_.step(h + 1 < H ? block_name("SUM", l, h + 1) : std::string("DONE"));
+      op.sets = {{sum_on_, 1.0f}, {pos_read, 1.0f}, {sum_k_[at(h % g_.exp_heads)], 1.0f}};
+      if (h == 0) op.sets.push_back({sum_wipe_, 1.0f});
+      with_bits(op, exp_query_, h / g_.exp_heads);
+      with_bits(op, sum_row_, h);
+      as_.define(block_name("SUM", l, h), std::move(op));
     }
     // The stages after MAX read its result; until they run on their own, MAX names RM.
     MicroOp op = as_.step(name("RM", 0));
     op.sets = {{max_on_, 1.0f}, {pos_read, 1.0f}};
     as_.define(layer_name("MAX", l), std::move(op));
   }
-  // Read-backs: RS.h, RM.h, RE.h then RX.h (4 cycles each).
-  const char* kinds[] = {"RS", "RM", "RE", "RX"};
-  const ValueId flags[] = {score_back_, max_back_, exp_back_, exp_back_};
-  for (int k = 0; k < 4; ++k)
+  // Read-backs (4 cycles each): RS.h, RM.h, RE.h then RX.h, RSUM.h. Lanes: RS (H), RM
+  // (H), the exp read (k mant, k exponent for k < exp_heads), RSUM (1).
+  const char* kinds[] = {"RS", "RM", "RE", "RX", "RSUM"};
+  const ValueId flags[] = {score_back_, max_back_, exp_back_, exp_back_, sum_back_};
+  for (int k = 0; k < 5; ++k)
     for (int h = 0; h < H; ++h) {
       const std::string next = h + 1 < H ? name(kinds[k], h + 1) : k == 2 ? name("RX", 0) : std::string("DONE");
+      const int E = g_.exp_heads;
+      const int lane = k < 2 ? k * H + h : k < 4 ? 2 * H + 2 * (h % E) + (k - 2) : 2 * H + 2 * E;
       MicroOp op = as_.step(next);
-      op.sets = {{send, 1.0f}, as_.lane_flag(first_lane + k * H + h), {flags[k], 1.0f}};
-      if (k != 1) op.sets.push_back({pos_read, 1.0f});
+      op.sets = {{send, 1.0f}, as_.lane_flag(first_lane + lane), {flags[k], 1.0f}};
+      if (k == 0 || k == 2 || k == 3) op.sets.push_back({pos_read, 1.0f});
+      if (k == 2 || k == 3) with_bits(op, exp_query_, h / E);
+      if (k == 4) with_bits(op, sum_row_, h);
       op.timing = SuccessorTiming::Delayed;
       as_.define(name(kinds[k], h), std::move(op));
     }

@@ -10,19 +10,24 @@
 //   MAX(l)      reads every block max, leaves out the blocks past POS: each head's max
 //               -> the max RAM;
 //   EXP(l).b.g  reads the block's scores and the max of head group g (exp_heads heads):
-//               expf(score - max) as expf_parts' (mant, exponent) -> the group's exp
-//               RAM (rows past POS get expf(0), a placeholder the later stages leave
-//               out).
+//               expf(score - max) as expf_parts' (mant, exponent) -> the exp RAM
+//               (rows past POS get expf(0), a placeholder the later stages leave out);
+//   SUM(l).h    reads head h's exps at every position and adds those up to POS in
+//               run.c's order (npu::attn_sum_block, one chain of C additions in two
+//               tiers) -> the sum RAM.
 //
-// RAM layouts: the score RAM and each head group's exp RAM use the cache's banks (position t in bank t mod
-// banks, row t / banks; one row = every head's value(s) at t), so a stage reads the 8
-// positions of a block in one cycle from one row of 8 banks, and a read-back token
-// reads the position POS holds. The block-max RAM has one head (one row) per block, the
-// max RAM one row. Rows are write-once: a group of banks is wiped at its row 0, a
-// one-row head at every write.
+// RAM layouts: the score RAM uses the cache's banks (position t in bank t mod banks, row
+// t / banks; one row = every head's score at t), so a stage reads the 8 positions of a
+// block in one cycle from one row of 8 banks, and a read-back token reads the position
+// POS holds. The exp RAM has one head per position, one row per head group (mant and
+// exponent of the group's heads), so SUM reads every position in one cycle, each at
+// the depth where its chain needs it. The block-max RAM has one head (one row) per
+// block, the max RAM one row, the sum RAM one row per head. Rows are write-once: a
+// group of banks is wiped at its row 0, a head at the write of its row 0.
 //
 // Read-backs (4 cycles each, for tests and tools): RS.h the score of head h at POS, RM.h
-// the max of head h, RE.h / RX.h the mant / exponent of head h's exp at POS.
+// the max of head h, RE.h / RX.h the mant / exponent of head h's exp at POS, RSUM.h the
+// sum of head h.
 #include <string>
 #include <vector>
 
@@ -43,6 +48,11 @@ struct AttentionGeometry {
   int groups() const { return banks / 8; }
   int blocks() const { return (positions + 7) / 8; }
   int exp_groups() const { return heads / exp_heads; }
+  static int bits_for(int n) {  // address bits for n rows
+    int b = 0;
+    while ((1 << b) < n) ++b;
+    return b;
+  }
 };
 
 class AttentionStages {
@@ -81,9 +91,14 @@ class AttentionStages {
   };
   std::vector<compiler::ValueId> row_;   // row bits of a stage token's block (shared)
   std::vector<compiler::ValueId> cache_group_;  // [layer * groups + group]: SCORE's cache banks
-  Inputs score_, exp_;  // exp_.group / wipe: [head group * groups + bank group]
-  std::vector<compiler::ValueId> exp_head_group_;
+  Inputs score_, exp_;  // exp_.group: the score RAM's bank group EXP reads; exp_.block: the exp heads written
+  std::vector<compiler::ValueId> exp_head_group_;  // the head group an EXP token computes
+  std::vector<compiler::ValueId> exp_row_;         // ... as the row bits of the exp RAM it writes
+  std::vector<compiler::ValueId> exp_query_;       // the exp RAM row SUM and RE/RX read (a head group)
+  std::vector<compiler::ValueId> sum_k_;           // the head of its group SUM adds up
+  std::vector<compiler::ValueId> sum_row_;         // the sum RAM row (the head) SUM writes and RSUM reads
   compiler::ValueId max_on_ = 0, score_back_ = 0, max_back_ = 0, exp_back_ = 0;
+  compiler::ValueId sum_on_ = 0, sum_wipe_ = 0, sum_back_ = 0;
   std::vector<compiler::ValueId> lanes_;
 };
 

@@ -313,6 +313,20 @@ std::vector<int64_t> QkvMachine::exps(int layer, int pos) const {
   return t;
 }
 
+std::vector<int64_t> QkvMachine::sums(int layer) const {
+  if (heads == 0) fail("qkv machine: built without the attention stages");
+  if (layer < 0 || layer >= layers) fail("qkv machine: layer {} outside [0, {})", layer, layers);
+  std::vector<int64_t> t;
+  for (int h = 0; h < heads; ++h) t.push_back(id(cache_name("SUM", layer, h)));
+  return t;
+}
+
+std::vector<int64_t> QkvMachine::expected_sums(const std::vector<float>& sum) const {
+  std::vector<std::string> order;
+  for (int h = 0; h < heads; ++h) order.push_back(name("RSUM", h));
+  return sent(*this, sum, order);
+}
+
 std::vector<int64_t> QkvMachine::expected_exps(const std::vector<float>& mant, const std::vector<float>& exponent) const {
   std::vector<std::string> order;
   for (const char* r : {"RE", "RX"})

@@ -21,10 +21,10 @@
 // later sublayers (exact: one bank reads at a time).
 //
 // With options.attention, the attention's stages follow the cache (M2c,
-// machine/attention_stages.h): SCORE, MAX, EXP and their RAMs and read-backs.
+// machine/attention_stages.h): SCORE, MAX, EXP, SUM and their RAMs and read-backs.
 //
 // Stack: register file + POS → QKV block → KV addresses → q RAM, KV cache → [SCORE →
-// score RAM, block-max RAM → MAX → max RAM → EXP → exp RAM] → uplink.
+// score RAM, block-max RAM → MAX → max RAM → EXP → exp RAM → SUM → sum RAM] → uplink.
 #include <cstdint>
 #include <vector>
 
@@ -72,6 +72,10 @@ struct QkvMachine : AssembledMachine {
   std::vector<int64_t> expected_scores(const std::vector<float>& scores) const;
   // EXP(l).b.g for every block b <= pos / 8 and head group g (after score_and_max).
   std::vector<int64_t> exps(int layer, int pos) const;
+  // SUM(l).0 .. SUM(l).(heads - 1) (after exps), and what RSUM.0 generates: every head's
+  // softmax sum, DONE last.
+  std::vector<int64_t> sums(int layer) const;
+  std::vector<int64_t> expected_sums(const std::vector<float>& sum) const;
   // What RE.0 generates: every head's mant, then every head's exponent, at POS; DONE last.
   std::vector<int64_t> expected_exps(const std::vector<float>& mant, const std::vector<float>& exponent) const;
 };

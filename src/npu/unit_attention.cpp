@@ -196,18 +196,7 @@ ValueId attn_max_tree(Program& p, std::vector<ValueId> level) {
   return level[0];
 }
 
-ValueId attn_int_positive(Program& p, const Lin& d, const char* label) {
-  Lin g1, g2;
-  for (const Term& t : d.terms) {
-    g1.terms.push_back({t.value, t.weight * 128.0f});
-    g2.terms.push_back({t.value, t.weight * 128.0f});
-  }
-  g2.terms.push_back({compiler::kOne, -128.0f});
-  const ValueId r = p.value(label);
-  const Lin up{{{compiler::kOne, 1.0f / 128.0f}}};
-  p.mlp(label, {Neuron{g1, up, {{r, 1.0f}}}, Neuron{g2, up, {{r, -1.0f}}}});
-  return r;
-}
+ValueId attn_int_positive(Program& p, const Lin& d, const char* label) { return step(p, d, 1.0f, label); }
 
 float attn_score_block_reference(const float* q, const float* keys, int rows, int head_size, bool has_max,
                                  float running_max, float* scaled) {
@@ -289,48 +278,87 @@ ValueId switched_chain(Program& p, ValueId acc, const std::vector<ValueId>& q, c
 
 ValueId attn_sum_block(Program& p, const std::vector<ValueId>& mant, const std::vector<ValueId>& exponent, ValueId acc_in) {
   if (mant.empty() || mant.size() != exponent.size()) fail("attn_sum_block: {} mants, {} exponents", mant.size(), exponent.size());
-  constexpr int kEmin = -151, kEmax = 0;  // expf_parts' exponents for results in [2^-149, 1]
-  constexpr int kHighMin = -104;          // high-tier terms kept: e >= 0.97 * 2^-104
+  // expf_parts' exponents E for results in [2^-149, 1] lie in [-151, 0]. The terms need
+  // mant 2^E in a tier's scale; E + 152 = 8 a + b (a in [0, 19], b in [0, 7]) splits the
+  // power into two small one-hots instead of one over 152 exponents: y = mant 2^b (one
+  // live neuron of 8; y in [2^-23, 2^9)), then y 2^(8 a - 125) (high: mant 2^(E + 27)) or
+  // -y 2^(8 a - 81) (low: -mant 2^(E + 71)), one live neuron of the levels. Power-of-two
+  // scalings of mant, so exact. High levels from a = 6 (E >= -104: lower exps are flushed,
+  // C absorbs them); low levels up to a = 11 (E <= -57; the low tier holds only E < -60).
+  constexpr int kLevels = 20, kHighLevel = 6, kLowLevel = 11;
   const ValueId zero = p.value("attn.zero");
-  std::vector<OneHot> eh;
-  std::vector<ValueId> hi;
+  std::vector<std::vector<ValueId>> level_at_least;  // [t][j - 1] = [E >= -152 + 8 j], j = 1..19
+  std::vector<ValueId> y, hi;
   for (size_t t = 0; t < mant.size(); ++t) {
-    eh.push_back(one_hot(p, exponent[t], kEmin, kEmax, "attn.ete"));
+    std::vector<ValueId> te;
+    std::vector<Neuron> n;
+    for (int j = 1; j < kLevels; ++j) {
+      te.push_back(p.value("attn.level"));
+      step_neurons(n, te.back(), lin({{exponent[t], 1.0f}}), static_cast<float>(-152 + 8 * j));
+    }
     // hi_t: a nonzero exp >= 0.97 * 2^-60 (mant = 0 comes with exponent 0 off the main path).
+    const ValueId tier = p.value("attn.tier");
+    step_neurons(n, tier, lin({{exponent[t], 1.0f}}), static_cast<float>(kSumTierExp));
+    p.mlp("attn.level", std::move(n));
     const ValueId nz = greater(p, mant[t], zero);
-    hi.push_back(bit_and(p, lin({{eh.back().te[static_cast<size_t>(kSumTierExp - kEmin)], 1.0f}}), lin({{nz, 1.0f}})));
+    hi.push_back(bit_and(p, lin({{tier, 1.0f}}), lin({{nz, 1.0f}})));
+    // b = E + 152 - 8 a, a = the levels reached; its steps and y = mant 2^b.
+    Lin b = lin({{exponent[t], 1.0f}, {compiler::kOne, 152.0f}});
+    for (ValueId v : te) b.terms.push_back({v, -8.0f});
+    std::vector<ValueId> tb;
+    std::vector<Neuron> bn;
+    for (int i = 1; i < 8; ++i) {
+      tb.push_back(p.value("attn.low_bits"));
+      step_neurons(bn, tb.back(), b, static_cast<float>(i));
+    }
+    p.mlp("attn.low_bits", std::move(bn));
+    const ValueId yt = p.value("attn.y");
+    std::vector<Neuron> yn;
+    for (int i = 0; i < 8; ++i) {
+      const Lin is_i = lin({{i == 0 ? compiler::kOne : tb[static_cast<size_t>(i - 1)], 1.0f}});
+      const Lin on = i + 1 < 8 ? plus(is_i, lin({{tb[static_cast<size_t>(i)], -1.0f}})) : is_i;
+      yn.push_back(Neuron{gate128(on), lin({{mant[t], std::ldexp(1.0f, i) / kOn}}), {{yt, 1.0f}}});
+    }
+    p.mlp("attn.y", std::move(yn));
+    y.push_back(yt);
+    level_at_least.push_back(std::move(te));
   }
-  // upto_t = [t >= t*]: the acc came in high (acc > 0) or some hi_t' with t' <= t.
+  // upto_t = [t >= t*]: the acc came in high (acc > 0) or some hi_t' with t' <= t. One op
+  // per position, so that a long row's later positions can be scheduled where the chain
+  // reaches them (compiler::sink_schedule) instead of all beside the first.
   const ValueId seen = greater(p, acc_in, zero);
   std::vector<ValueId> upto;
-  {
+  Lin count = lin({{seen, 1.0f}});
+  for (ValueId h : hi) {
+    count.terms.push_back({h, 1.0f});
+    const ValueId v = p.value("attn.upto");
     std::vector<Neuron> n;
-    Lin count = lin({{seen, 1.0f}});
-    for (ValueId h : hi) {
-      count.terms.push_back({h, 1.0f});
-      const ValueId v = p.value("attn.upto");
-      step_neurons(n, v, count, 1.0f);
-      upto.push_back(v);
-    }
+    step_neurons(n, v, count, 1.0f);
     p.mlp("attn.upto", std::move(n));
+    upto.push_back(v);
   }
   // flag_t = [t == t*] = upto_t - upto_(t-1) (upto_(-1) = seen).
   std::vector<Lin> flag;
   for (size_t t = 0; t < upto.size(); ++t)
     flag.push_back(lin({{upto[t], 1.0f}, {t == 0 ? seen : upto[t - 1], -1.0f}}));
-  // The terms, each in its tier: high: mant 2^(E + 27) (0 below exponent kHighMin: absorbed);
-  // low: -mant 2^(E + 71). One live neuron (the one-hot of E and the tier bit).
+  // The terms, each in its tier (one live neuron: the level's one-hot and the tier bit).
   std::vector<ValueId> x;
   for (size_t t = 0; t < mant.size(); ++t) {
+    const auto& te = level_at_least[t];
+    auto level_is = [&](int j) {  // [a == j] = [E >= -152 + 8 j] - [E >= -152 + 8 (j + 1)]
+      Lin l = lin({{j == 0 ? compiler::kOne : te[static_cast<size_t>(j - 1)], 1.0f}});
+      if (j + 1 < kLevels) l.terms.push_back({te[static_cast<size_t>(j)], -1.0f});
+      return l;
+    };
     const ValueId v = p.value("attn.term");
     std::vector<Neuron> n;
-    for (int i = kEmin; i <= kEmax; ++i) {
-      if (i >= kHighMin)
-        n.push_back(Neuron{gate128(plus(eh[t].at(i), lin({{upto[t], 1.0f}, {compiler::kOne, -1.0f}}))),
-                           lin({{mant[t], std::ldexp(1.0f, i + 27) / kOn}}), {{v, 1.0f}}});
-      if (i < kSumTierExp)
-        n.push_back(Neuron{gate128(plus(eh[t].at(i), lin({{upto[t], -1.0f}}))),
-                           lin({{mant[t], -std::ldexp(1.0f, i + 71) / kOn}}), {{v, 1.0f}}});
+    for (int j = 0; j < kLevels; ++j) {
+      if (j >= kHighLevel)
+        n.push_back(Neuron{gate128(plus(level_is(j), lin({{upto[t], 1.0f}, {compiler::kOne, -1.0f}}))),
+                           lin({{y[t], std::ldexp(1.0f, 8 * j - 125) / kOn}}), {{v, 1.0f}}});
+      if (j <= kLowLevel)
+        n.push_back(Neuron{gate128(plus(level_is(j), lin({{upto[t], -1.0f}}))),
+                           lin({{y[t], -std::ldexp(1.0f, 8 * j - 81) / kOn}}), {{v, 1.0f}}});
     }
     p.mlp("attn.term", std::move(n));
     x.push_back(v);

@@ -94,10 +94,11 @@ std::vector<float> per_head(K kind, int pos, int layer, int heads, size_t index)
 // M2c's stages (options.attention): the cache of layer l is filled by QKV(l) at
 // positions 0..pos (golden x_in) and at a later position (a stale row inside pos's
 // block); at POS = pos, SCORE(l).0 .. SCORE(l).(pos / 8) and MAX(l): RM sends every head's
-// max; EXP(l).0 .. EXP(l).(pos / 8), then RS and RE/RX at a few positions t send every
-// head's scaled score and its exp as (mant, exponent). Expected: run.c's att_scaled,
-// att_max, and expf_parts' split of run.c's exp (mant 2^exponent == att_exp, checked
-// here too) bit for bit. A second case at another layer and a smaller position runs in
+// max; EXP(l).b.g for every block and head group and SUM(l).h for every head, then RS
+// and RE/RX at a few positions t send every head's scaled score and its exp as (mant,
+// exponent), and RSUM every head's softmax sum. Expected: run.c's att_scaled, att_max,
+// expf_parts' split of run.c's exp (mant 2^exponent == att_exp, checked here too) and
+// att_sum, bit for bit. A second case at another layer and a smaller position runs in
 // the same host session after the first, so the score and exp RAMs (wiped at each
 // group's row 0) and the block-max RAM (blocks past pos still hold the first case's
 // maxima) carry stale values the stages must leave out.
@@ -147,8 +148,9 @@ TEST(QkvMachine, AttentionStagesBitExactOnTheEngine) {
       }
     }
     expect_run(m, prompt, host, m.expected_max(max), t);
-    // EXP, then the first read-back in the same prompt.
+    // EXP and SUM, then the first read-back in the same prompt.
     std::vector<int64_t> exps = m.exps(l, pos);
+    for (int64_t tok : m.sums(l)) exps.push_back(tok);
     bool exps_run = false;
     for (const int at : {0, 7, 8, pos - 1, pos}) {
       const auto ts = static_cast<size_t>(at);
@@ -169,6 +171,7 @@ TEST(QkvMachine, AttentionStagesBitExactOnTheEngine) {
       read.push_back(m.id("RS.0"));
       expect_run(m, read, host, m.expected_scores(per_head(K::att_scaled, pos, l, heads, ts)), t);
     }
+    expect_run(m, {m.id("RSUM.0")}, host, m.expected_sums(per_head(K::att_sum, pos, l, heads, 0)), t);
   }
   std::printf("attention stages: %lld floats bit-exact over %lld generated cycles, %.3f ms per cycle; %d heads whose "
               "max the stale rows would have changed\n",

@@ -268,54 +268,54 @@ void AttentionStages::build(const std::vector<ValueId>& q, const std::vector<std
   compiler::enable_constants(p, first_exp, exp_.on);
   as_.gate_clears(first_exp, p.ops().size(), exp_.on);
   // The exp RAM: one head per position t (written by EXP of t's block), one row per head
-  // group; SUM reads every position (its own out values: each is read where the chain
-  // needs it), RE / RX the position POS holds.
+  // group; SUM reads every position (its own out values), RE / RX the position POS holds.
+  // Each head is emitted where SUM's chain needs its position (npu::attn_sum_row asks
+  // for it), so its read lands there, far down the stack for late positions.
   const int P = g_.positions;
   const npu::KvAddress eaddr = npu::kv_address(p, pos, exp_back_, 1 << AttentionGeometry::bits_for(P), 0);
   std::vector<ValueId> read_at_pos(eaddr.bank.begin(), eaddr.bank.begin() + P), sum_reads(at(P), sum_on_);
   const std::vector<ValueId> exp_read_flag = either(p, read_at_pos, sum_reads, "exp.read_flag");
-  std::vector<std::vector<ValueId>> exp_out;  // [t][k mant, k exponent, ...]
-  {
-    std::vector<npu::FloatRamHead> by_slot(8);
-    for (size_t s = 0; s < 8; ++s) by_slot[s].data = exps[s];
-    const auto negated = npu::float_ram_negations(p, by_slot, exp_.on, "exp RAM");
-    std::vector<npu::FloatRamHead> heads;
-    for (int t = 0; t < P; ++t) {
-      exp_out.push_back(p.values("exp.out" + std::to_string(t), 2 * E));
-      npu::FloatRamHead h;
-      h.data = exps[at(t % 8)];
-      h.negated = negated[at(t % 8)];
-      h.key_bits = exp_row_;
-      h.write_flag = exp_.block[at(t / 8)];
-      h.wipe_flag = exp_.wipe[at(t / 8)];
-      h.query_bits = exp_query_;
-      h.read_flag = exp_read_flag[at(t)];
-      h.out = exp_out.back();
-      heads.push_back(std::move(h));
-    }
-    npu::float_ram(p, npu::FloatRamWindow{g_.exp_low_binade}, heads, exp_.on, "exp RAM");
-  }
+  std::vector<npu::FloatRamHead> by_slot(8);
+  for (size_t s = 0; s < 8; ++s) by_slot[s].data = exps[s];
+  const auto negated = npu::float_ram_negations(p, by_slot, exp_.on, "exp RAM");
+  std::vector<std::vector<ValueId>> exp_out(at(P));  // [t][k mant, k exponent, ...]
+  std::vector<size_t> exp_op(at(P));
 
   // SUM: head h's exps at every position t <= pos (k = h's place in its group picks its
   // two values; positions past POS give (0, 0), a +0 term) added in run.c's order.
   const size_t first_sum = p.ops().size();
-  std::vector<ValueId> mant, exponent;
-  for (int t = 0; t < P; ++t) {
+  auto exp_at = [&](size_t t) {
+    exp_out[t] = p.values("exp.out" + std::to_string(t), 2 * E);
+    npu::FloatRamHead h;
+    h.data = exps[t % 8];
+    h.negated = negated[t % 8];
+    h.key_bits = exp_row_;
+    h.write_flag = exp_.block[t / 8];
+    h.wipe_flag = exp_.wipe[t / 8];
+    h.query_bits = exp_query_;
+    h.read_flag = exp_read_flag[t];
+    h.out = exp_out[t];
+    exp_op[t] = p.ops().size();
+    npu::float_ram(p, npu::FloatRamWindow{g_.exp_low_binade}, {h}, exp_.on, "exp RAM " + std::to_string(t));
     const ValueId after = npu::attn_int_positive(p, Lin{{{kOne, static_cast<float>(t)}, {pos, -1.0f}}}, "sum.past");
+    ValueId pair[2];
     for (int part = 0; part < 2; ++part) {
-      const ValueId v = p.value(part == 0 ? "sum.mant" : "sum.exponent");
+      pair[part] = p.value(part == 0 ? "sum.mant" : "sum.exponent");
       std::vector<Neuron> ns;
       for (int k = 0; k < E; ++k)
         ns.push_back(Neuron{Lin{{{sum_k_[at(k)], 128.0f}, {after, -128.0f}}},
-                            Lin{{{exp_out[at(t)][at(2 * k + part)], 1.0f / 128.0f}}}, {{v, 1.0f}}});
+                            Lin{{{exp_out[t][at(2 * k + part)], 1.0f / 128.0f}}}, {{pair[part], 1.0f}}});
       p.mlp("sum.pick", std::move(ns));
-      (part == 0 ? mant : exponent).push_back(v);
     }
-  }
-  const ValueId acc = npu::attn_sum_block(p, mant, exponent, p.value("sum.acc0"));
+    return std::pair{pair[0], pair[1]};
+  };
+  const ValueId acc = npu::attn_sum_row(p, at(P), exp_at, p.value("sum.acc0"));
   const ValueId sum = npu::attn_sum_from_acc(p, acc);
   compiler::enable_constants(p, first_sum, sum_on_);
   as_.gate_clears(first_sum, p.ops().size(), sum_on_);
+  // A head's out values are also read by RE / RX (SUM idle): their clears follow the
+  // head's own read flag.
+  for (int t = 0; t < P; ++t) as_.gate_clears(exp_op[at(t)], exp_op[at(t)] + 1, exp_read_flag[at(t)]);
   // The sum RAM: row h, wiped by SUM of head 0.
   const ValueId sum_out = p.value("sum.out");
   {

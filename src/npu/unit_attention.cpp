@@ -1,5 +1,6 @@
 #include "npu/unit_attention.h"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -278,6 +279,12 @@ ValueId switched_chain(Program& p, ValueId acc, const std::vector<ValueId>& q, c
 
 ValueId attn_sum_block(Program& p, const std::vector<ValueId>& mant, const std::vector<ValueId>& exponent, ValueId acc_in) {
   if (mant.empty() || mant.size() != exponent.size()) fail("attn_sum_block: {} mants, {} exponents", mant.size(), exponent.size());
+  return attn_sum_row(p, mant.size(), [&](size_t t) { return std::pair{mant[t], exponent[t]}; }, acc_in);
+}
+
+ValueId attn_sum_row(Program& p, size_t positions, const std::function<std::pair<ValueId, ValueId>(size_t)>& exp_at,
+                     ValueId acc_in) {
+  if (positions == 0) fail("attn_sum_row: no positions");
   // expf_parts' exponents E for results in [2^-149, 1] lie in [-151, 0]. The terms need
   // mant 2^E in a tier's scale; E + 152 = 8 a + b (a in [0, 19], b in [0, 7]) splits the
   // power into two small one-hots instead of one over 152 exponents: y = mant 2^b (one
@@ -286,84 +293,107 @@ ValueId attn_sum_block(Program& p, const std::vector<ValueId>& mant, const std::
   // scalings of mant, so exact. High levels from a = 6 (E >= -104: lower exps are flushed,
   // C absorbs them); low levels up to a = 11 (E <= -57; the low tier holds only E < -60).
   constexpr int kLevels = 20, kHighLevel = 6, kLowLevel = 11;
+  // The positions are handled three at a time, one chain step each (three C additions per
+  // sublayer); a group's own work (its terms and tier bits, ~8 sublayers) is ordered after
+  // the chain step kLookahead groups earlier, so that on a long row only that many groups'
+  // working values are live at once, instead of every position's beside the first step.
+  constexpr size_t kLookahead = 6;
   const ValueId zero = p.value("attn.zero");
-  std::vector<std::vector<ValueId>> level_at_least;  // [t][j - 1] = [E >= -152 + 8 j], j = 1..19
-  std::vector<ValueId> y, hi;
-  for (size_t t = 0; t < mant.size(); ++t) {
-    std::vector<ValueId> te;
-    std::vector<Neuron> n;
-    for (int j = 1; j < kLevels; ++j) {
-      te.push_back(p.value("attn.level"));
-      step_neurons(n, te.back(), lin({{exponent[t], 1.0f}}), static_cast<float>(-152 + 8 * j));
-    }
-    // hi_t: a nonzero exp >= 0.97 * 2^-60 (mant = 0 comes with exponent 0 off the main path).
-    const ValueId tier = p.value("attn.tier");
-    step_neurons(n, tier, lin({{exponent[t], 1.0f}}), static_cast<float>(kSumTierExp));
-    p.mlp("attn.level", std::move(n));
-    const ValueId nz = greater(p, mant[t], zero);
-    hi.push_back(bit_and(p, lin({{tier, 1.0f}}), lin({{nz, 1.0f}})));
-    // b = E + 152 - 8 a, a = the levels reached; its steps and y = mant 2^b.
-    Lin b = lin({{exponent[t], 1.0f}, {compiler::kOne, 152.0f}});
-    for (ValueId v : te) b.terms.push_back({v, -8.0f});
-    std::vector<ValueId> tb;
-    std::vector<Neuron> bn;
-    for (int i = 1; i < 8; ++i) {
-      tb.push_back(p.value("attn.low_bits"));
-      step_neurons(bn, tb.back(), b, static_cast<float>(i));
-    }
-    p.mlp("attn.low_bits", std::move(bn));
-    const ValueId yt = p.value("attn.y");
-    std::vector<Neuron> yn;
-    for (int i = 0; i < 8; ++i) {
-      const Lin is_i = lin({{i == 0 ? compiler::kOne : tb[static_cast<size_t>(i - 1)], 1.0f}});
-      const Lin on = i + 1 < 8 ? plus(is_i, lin({{tb[static_cast<size_t>(i)], -1.0f}})) : is_i;
-      yn.push_back(Neuron{gate128(on), lin({{mant[t], std::ldexp(1.0f, i) / kOn}}), {{yt, 1.0f}}});
-    }
-    p.mlp("attn.y", std::move(yn));
-    y.push_back(yt);
-    level_at_least.push_back(std::move(te));
-  }
-  // upto_t = [t >= t*]: the acc came in high (acc > 0) or some hi_t' with t' <= t. One op
-  // per position, so that a long row's later positions can be scheduled where the chain
-  // reaches them (compiler::sink_schedule) instead of all beside the first.
+  // upto_t = [t >= t*]: the acc came in high (acc > 0) or some hi_t' with t' <= t.
   const ValueId seen = greater(p, acc_in, zero);
-  std::vector<ValueId> upto;
-  Lin count = lin({{seen, 1.0f}});
-  for (ValueId h : hi) {
-    count.terms.push_back({h, 1.0f});
-    const ValueId v = p.value("attn.upto");
-    std::vector<Neuron> n;
-    step_neurons(n, v, count, 1.0f);
-    p.mlp("attn.upto", std::move(n));
-    upto.push_back(v);
-  }
-  // flag_t = [t == t*] = upto_t - upto_(t-1) (upto_(-1) = seen).
-  std::vector<Lin> flag;
-  for (size_t t = 0; t < upto.size(); ++t)
-    flag.push_back(lin({{upto[t], 1.0f}, {t == 0 ? seen : upto[t - 1], -1.0f}}));
-  // The terms, each in its tier (one live neuron: the level's one-hot and the tier bit).
-  std::vector<ValueId> x;
-  for (size_t t = 0; t < mant.size(); ++t) {
-    const auto& te = level_at_least[t];
-    auto level_is = [&](int j) {  // [a == j] = [E >= -152 + 8 j] - [E >= -152 + 8 (j + 1)]
-      Lin l = lin({{j == 0 ? compiler::kOne : te[static_cast<size_t>(j - 1)], 1.0f}});
-      if (j + 1 < kLevels) l.terms.push_back({te[static_cast<size_t>(j)], -1.0f});
-      return l;
-    };
-    const ValueId v = p.value("attn.term");
-    std::vector<Neuron> n;
-    for (int j = 0; j < kLevels; ++j) {
-      if (j >= kHighLevel)
-        n.push_back(Neuron{gate128(plus(level_is(j), lin({{upto[t], 1.0f}, {compiler::kOne, -1.0f}}))),
-                           lin({{y[t], std::ldexp(1.0f, 8 * j - 125) / kOn}}), {{v, 1.0f}}});
-      if (j <= kLowLevel)
-        n.push_back(Neuron{gate128(plus(level_is(j), lin({{upto[t], -1.0f}}))),
-                           lin({{y[t], -std::ldexp(1.0f, 8 * j - 81) / kOn}}), {{v, 1.0f}}});
+  ValueId upto_before = seen;  // upto of the position before the group (upto_(-1) = seen)
+  ValueId acc = acc_in;
+  std::vector<size_t> step_op;
+  for (size_t first = 0; first < positions; first += 3) {
+    const size_t group = first / 3, end = std::min(first + 3, positions);
+    const size_t logic_begin = p.ops().size();
+    std::vector<std::vector<ValueId>> level_at_least;  // [t - first][j - 1] = [E >= -152 + 8 j], j = 1..19
+    std::vector<ValueId> y, hi;
+    std::vector<ValueId> mant, exponent;  // indexed by t - first
+    for (size_t t = first; t < end; ++t) {
+      const auto [m, e] = exp_at(t);
+      mant.push_back(m);
+      exponent.push_back(e);
     }
-    p.mlp("attn.term", std::move(n));
-    x.push_back(v);
+    for (size_t u = 0; u < mant.size(); ++u) {
+      std::vector<ValueId> te;
+      std::vector<Neuron> n;
+      for (int j = 1; j < kLevels; ++j) {
+        te.push_back(p.value("attn.level"));
+        step_neurons(n, te.back(), lin({{exponent[u], 1.0f}}), static_cast<float>(-152 + 8 * j));
+      }
+      // hi_t: a nonzero exp >= 0.97 * 2^-60 (mant = 0 comes with exponent 0 off the main path).
+      const ValueId tier = p.value("attn.tier");
+      step_neurons(n, tier, lin({{exponent[u], 1.0f}}), static_cast<float>(kSumTierExp));
+      p.mlp("attn.level", std::move(n));
+      const ValueId nz = greater(p, mant[u], zero);
+      hi.push_back(bit_and(p, lin({{tier, 1.0f}}), lin({{nz, 1.0f}})));
+      // b = E + 152 - 8 a, a = the levels reached; its steps and y = mant 2^b.
+      Lin b = lin({{exponent[u], 1.0f}, {compiler::kOne, 152.0f}});
+      for (ValueId v : te) b.terms.push_back({v, -8.0f});
+      std::vector<ValueId> tb;
+      std::vector<Neuron> bn;
+      for (int i = 1; i < 8; ++i) {
+        tb.push_back(p.value("attn.low_bits"));
+        step_neurons(bn, tb.back(), b, static_cast<float>(i));
+      }
+      p.mlp("attn.low_bits", std::move(bn));
+      const ValueId yt = p.value("attn.y");
+      std::vector<Neuron> yn;
+      for (int i = 0; i < 8; ++i) {
+        const Lin is_i = lin({{i == 0 ? compiler::kOne : tb[static_cast<size_t>(i - 1)], 1.0f}});
+        const Lin on = i + 1 < 8 ? plus(is_i, lin({{tb[static_cast<size_t>(i)], -1.0f}})) : is_i;
+        yn.push_back(Neuron{gate128(on), lin({{mant[u], std::ldexp(1.0f, i) / kOn}}), {{yt, 1.0f}}});
+      }
+      p.mlp("attn.y", std::move(yn));
+      y.push_back(yt);
+      level_at_least.push_back(std::move(te));
+    }
+    // The group's upto values: [upto before it + its hi's so far >= 1].
+    std::vector<ValueId> upto;
+    {
+      std::vector<Neuron> n;
+      Lin count = lin({{upto_before, 1.0f}});
+      for (ValueId h : hi) {
+        count.terms.push_back({h, 1.0f});
+        upto.push_back(p.value("attn.upto"));
+        step_neurons(n, upto.back(), count, 1.0f);
+      }
+      p.mlp("attn.upto", std::move(n));
+    }
+    // flag_t = [t == t*] = upto_t - upto_(t-1), and the terms, each in its tier (one live
+    // neuron: the level's one-hot and the tier bit).
+    std::vector<Lin> flag;
+    std::vector<ValueId> x;
+    for (size_t i = 0; i < upto.size(); ++i) {
+      flag.push_back(lin({{upto[i], 1.0f}, {i == 0 ? upto_before : upto[i - 1], -1.0f}}));
+      const auto& te = level_at_least[i];
+      auto level_is = [&](int j) {  // [a == j] = [E >= -152 + 8 j] - [E >= -152 + 8 (j + 1)]
+        Lin l = lin({{j == 0 ? compiler::kOne : te[static_cast<size_t>(j - 1)], 1.0f}});
+        if (j + 1 < kLevels) l.terms.push_back({te[static_cast<size_t>(j)], -1.0f});
+        return l;
+      };
+      const ValueId v = p.value("attn.term");
+      std::vector<Neuron> n;
+      for (int j = 0; j < kLevels; ++j) {
+        if (j >= kHighLevel)
+          n.push_back(Neuron{gate128(plus(level_is(j), lin({{upto[i], 1.0f}, {compiler::kOne, -1.0f}}))),
+                             lin({{y[i], std::ldexp(1.0f, 8 * j - 125) / kOn}}), {{v, 1.0f}}});
+        if (j <= kLowLevel)
+          n.push_back(Neuron{gate128(plus(level_is(j), lin({{upto[i], -1.0f}}))),
+                             lin({{y[i], -std::ldexp(1.0f, 8 * j - 81) / kOn}}), {{v, 1.0f}}});
+      }
+      p.mlp("attn.term", std::move(n));
+      x.push_back(v);
+    }
+    if (group >= kLookahead)
+      p.order(compiler::OpRange{step_op[group - kLookahead], step_op[group - kLookahead] + 1},
+              compiler::OpRange{logic_begin, p.ops().size()});
+    acc = switched_chain(p, acc, x, flag);  // one step: the group's C additions
+    step_op.push_back(p.ops().size() - 1);
+    upto_before = upto.back();
   }
-  return switched_chain(p, acc_in, x, flag);
+  return acc;
 }
 
 ExpSumBlock attn_exp_sum_block(Program& p, const std::vector<ValueId>& scaled, ValueId max, ValueId acc_in) {

@@ -7,6 +7,8 @@
 // Exps and probabilities span 2^-149..1 (docs/trace-ranges.md), wider than the value
 // window [2^-78, 2^36] (docs/npu.md), so they travel as (mant, exponent) pairs:
 // value == mant * 2^exponent exactly (expf_parts' form, docs/npu-expf.md).
+#include <functional>
+#include <utility>
 #include <vector>
 
 #include "npu/primitives.h"
@@ -92,6 +94,12 @@ ExpSumBlock attn_exp_sum_block(Program& p, const std::vector<ValueId>& scaled, V
 // The sum part alone, from exps already in (mant, exponent) form (the machine computes
 // the exps in earlier cycles and stores them down; this is the unit that reads them).
 ValueId attn_sum_block(Program& p, const std::vector<ValueId>& mant, const std::vector<ValueId>& exponent, ValueId acc_in);
+// The same over `positions` exps made on demand: exp_at(t) appends the ops that produce
+// position t's (mant, exponent) (e.g. a RAM read) and returns them. Positions go three
+// per chain step; a group's ops (exp_at's included) are ordered a few steps behind the
+// chain, so a long row keeps only a few groups' working values live at a time.
+ValueId attn_sum_row(Program& p, size_t positions, const std::function<std::pair<ValueId, ValueId>(size_t)>& exp_at,
+                     ValueId acc_in);
 // The softmax sum from a high-tier acc (every finished softmax is: it holds expf(0) = 1).
 ValueId attn_sum_from_acc(Program& p, ValueId acc);
 

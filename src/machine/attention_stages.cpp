@@ -20,23 +20,62 @@ using compiler::ValueId;
 
 namespace {
 
+constexpr float kProbSplit = 0x1p-22f, kProbSmallScale = 0x1p30f;
+
 std::string name(const char* prefix, int i) { return std::string(prefix) + "." + std::to_string(i); }
 std::string layer_name(const char* prefix, int l) { return std::string(prefix) + "(" + std::to_string(l) + ")"; }
 std::string block_name(const char* prefix, int l, int b) { return layer_name(prefix, l) + "." + std::to_string(b); }
 
 size_t at(int i) { return static_cast<size_t>(i); }
 
-// out = a + b for values that are exactly 0 or 1, at most one of them 1 (two address
-// sources of one RAM: a computed one and a token's), one neuron each, no constant.
-std::vector<ValueId> either(compiler::Program& p, const std::vector<ValueId>& a, const std::vector<ValueId>& b,
+// out[i] = the sum of sources[.][i] for values that are exactly 0 or 1, at most one of
+// them 1 (address sources of one RAM: a computed one and tokens'), one neuron each, no
+// constant.
+std::vector<ValueId> any_of(compiler::Program& p, const std::vector<std::vector<ValueId>>& sources,
                             const std::string& label) {
-  std::vector<ValueId> out = p.values(label, static_cast<int>(a.size()));
+  std::vector<ValueId> out = p.values(label, static_cast<int>(sources[0].size()));
   std::vector<Neuron> ns;
-  for (size_t i = 0; i < a.size(); ++i)
-    ns.push_back(Neuron{Lin{{{a[i], 128.0f}, {b[i], 128.0f}}}, Lin{{{a[i], 1.0f / 128.0f}, {b[i], 1.0f / 128.0f}}},
-                        {{out[i], 1.0f}}});
+  for (size_t i = 0; i < out.size(); ++i) {
+    Lin gate, up;
+    for (const auto& src : sources) {
+      gate.terms.push_back({src[i], 128.0f});
+      up.terms.push_back({src[i], 1.0f / 128.0f});
+    }
+    ns.push_back(Neuron{gate, up, {{out[i], 1.0f}}});
+  }
   p.mlp(label, std::move(ns));
   return out;
+}
+std::vector<ValueId> either(compiler::Program& p, const std::vector<ValueId>& a, const std::vector<ValueId>& b,
+                            const std::string& label) {
+  return any_of(p, {a, b}, label);
+}
+
+// x[i] when `flag` (exactly 0 or 1) is 1, else +-0: a stage's operands that read-backs
+// also read, so that an idle stage sees zeros.
+std::vector<ValueId> gated(compiler::Program& p, const std::vector<ValueId>& x, ValueId flag, const std::string& label) {
+  std::vector<ValueId> out = p.values(label, static_cast<int>(x.size()));
+  std::vector<Neuron> ns;
+  for (size_t i = 0; i < x.size(); ++i) ns.push_back(Neuron{Lin{{{flag, 128.0f}}}, Lin{{{x[i], 1.0f / 128.0f}}}, {{out[i], 1.0f}}});
+  p.mlp(label, std::move(ns));
+  return out;
+}
+
+// Adds out[t] (per position, read somewhere down the stack) into slot t mod 8 when `flag`
+// (so that no two adds into one slot value share a sublayer); returns the slots.
+std::vector<std::vector<ValueId>> gather(compiler::Program& p, const std::vector<std::vector<ValueId>>& out,
+                                         const Lin& flag, const std::string& label) {
+  std::vector<std::vector<ValueId>> slots;
+  for (int s = 0; s < 8; ++s) slots.push_back(p.values(label + std::to_string(s), static_cast<int>(out[0].size())));
+  Lin gate = flag;
+  for (auto& term : gate.terms) term.weight *= 128.0f;
+  for (size_t t = 0; t < out.size(); ++t) {
+    std::vector<Neuron> ns;
+    for (size_t v = 0; v < out[t].size(); ++v)
+      ns.push_back(Neuron{gate, Lin{{{out[t][v], 1.0f / 128.0f}}}, {{slots[t % 8][v], 1.0f}}});
+    p.mlp(label, std::move(ns));
+  }
+  return slots;
 }
 
 // Sum over the slots (one of them was read, the others are +0) for each value, when `flag`.
@@ -113,7 +152,10 @@ std::vector<std::string> AttentionStages::names(const AttentionGeometry& g) {
   }
   for (int l = 0; l < g.layers; ++l)
     for (int h = 0; h < g.heads; ++h) n.push_back(block_name("SUM", l, h));
-  for (const char* r : {"RS", "RM", "RE", "RX", "RSUM"})
+  for (int l = 0; l < g.layers; ++l)
+    for (int b = 0; b < g.blocks(); ++b)
+      for (int hg = 0; hg < g.exp_groups(); ++hg) n.push_back(block_name("PROB", l, b) + "." + std::to_string(hg));
+  for (const char* r : {"RS", "RM", "RE", "RX", "RSUM", "RP", "RPX"})
     for (int h = 0; h < g.heads; ++h) n.push_back(name(r, h));
   return n;
 }
@@ -135,8 +177,12 @@ AttentionStages::AttentionStages(Assembler& as, const AttentionGeometry& g) : as
   exp_row_ = as.inputs("exp.row", AttentionGeometry::bits_for(g.exp_groups()));
   exp_query_ = as.inputs("exp.query", AttentionGeometry::bits_for(g.exp_groups()));
   sum_on_ = as.input("sum.on");
-  sum_wipe_ = as.input("sum.wipe");
-  sum_back_ = as.input("sum.read_back");
+  sum_wipe_ = as.inputs("sum.wipe", g.exp_heads);
+  sum_back_ = as.input("sum.read");
+  prob_.on = as.input("prob.on");
+  prob_.block = as.inputs("prob.block", g.blocks());
+  prob_.wipe = as.inputs("prob.wipe", g.blocks());
+  prob_back_ = as.input("prob.read_back");
   sum_k_ = as.inputs("sum.k", g.exp_heads);
   sum_row_ = as.inputs("sum.row", AttentionGeometry::bits_for(g.heads));
   max_on_ = as.input("max.on");
@@ -273,8 +319,9 @@ void AttentionStages::build(const std::vector<ValueId>& q, const std::vector<std
   // for it), so its read lands there, far down the stack for late positions.
   const int P = g_.positions;
   const npu::KvAddress eaddr = npu::kv_address(p, pos, exp_back_, 1 << AttentionGeometry::bits_for(P), 0);
-  std::vector<ValueId> read_at_pos(eaddr.bank.begin(), eaddr.bank.begin() + P), sum_reads(at(P), sum_on_);
-  const std::vector<ValueId> exp_read_flag = either(p, read_at_pos, sum_reads, "exp.read_flag");
+  std::vector<ValueId> read_at_pos(eaddr.bank.begin(), eaddr.bank.begin() + P), sum_reads(at(P), sum_on_), prob_reads;
+  for (int t = 0; t < P; ++t) prob_reads.push_back(prob_.block[at(t / 8)]);
+  const std::vector<ValueId> exp_read_flag = any_of(p, {read_at_pos, sum_reads, prob_reads}, "exp.read_flag");
   std::vector<npu::FloatRamHead> by_slot(8);
   for (size_t s = 0; s < 8; ++s) by_slot[s].data = exps[s];
   const auto negated = npu::float_ram_negations(p, by_slot, exp_.on, "exp RAM");
@@ -316,37 +363,94 @@ void AttentionStages::build(const std::vector<ValueId>& q, const std::vector<std
   // A head's out values are also read by RE / RX (SUM idle): their clears follow the
   // head's own read flag.
   for (int t = 0; t < P; ++t) as_.gate_clears(exp_op[at(t)], exp_op[at(t)] + 1, exp_read_flag[at(t)]);
-  // The sum RAM: row h, wiped by SUM of head 0.
-  const ValueId sum_out = p.value("sum.out");
+  // The sum RAMs: one per place k in a head group, row = the group; SUM of head h writes
+  // RAM h mod E (wiped by the group's first SUM), PROB and RSUM read a group's row.
+  const std::vector<ValueId> sum_out = p.values("sum.out", E);
   {
-    std::vector<npu::FloatRamHead> sh(1);
-    sh[0].data = {sum};
-    sh[0].key_bits = sh[0].query_bits = sum_row_;
-    sh[0].write_flag = sum_on_;
-    sh[0].wipe_flag = sum_wipe_;
-    sh[0].read_flag = sum_back_;
-    sh[0].out = {sum_out};
+    std::vector<npu::FloatRamHead> sh(at(E));
+    for (int k = 0; k < E; ++k) {
+      sh[at(k)].data = {sum};
+      sh[at(k)].key_bits = sh[at(k)].query_bits = exp_query_;
+      sh[at(k)].write_flag = sum_k_[at(k)];
+      sh[at(k)].wipe_flag = sum_wipe_[at(k)];
+      sh[at(k)].read_flag = sum_back_;
+      sh[at(k)].out = {sum_out[at(k)]};
+    }
     npu::float_ram(p, npu::FloatRamWindow{g_.score_low_binade}, sh, sum_on_, "sum RAM");
   }
 
-  // Read-back lanes: RS, RM, RE / RX (mant / exponent of head k of the group read), RSUM.
+  // The exp RAM's out values are read where the SUM chain needs them, spread down the
+  // stack: PROB and the read-back gather them on the way.
+  const auto exp_slots = gather(p, exp_out, Lin{{{exp_back_, 1.0f}, {prob_.on, 1.0f}}}, "exp.slot");
+
+  // PROB: run.c's att[t] /= sum for the block's 8 positions and the token's head group
+  // (npu::attn_probability: (pm, exponent) with pm 2^exponent == C's quotient, the
+  // reciprocal once per head). Operands gated: RE / RX / RSUM read the same values.
+  const size_t first_prob = p.ops().size();
+  const std::vector<ValueId> sums = gated(p, sum_out, prob_.on, "prob.sum");
+  std::vector<ValueId> recip;
+  for (ValueId v : sums) recip.push_back(npu::attn_sum_reciprocal(p, v));
+  // pm is 0 or in [2^-54, 4): wider than a RAM window, so it is stored in two columns,
+  // pm itself when pm >= 2^-22 and pm 2^30 below (one of them +-0; pm = big + small 2^-30).
+  const ValueId split = p.value("prob.split");
+  npu::const_acc(p, split, kProbSplit, "prob.split");
+  const ValueId zero = p.value("prob.zero");  // never written: +0
+  std::vector<std::vector<ValueId>> probs(8);  // [slot][k big, k small, k exponent, ...]
+  for (size_t s8 = 0; s8 < 8; ++s8) {
+    const std::vector<ValueId> e = gated(p, exp_slots[s8], prob_.on, "prob.exp");
+    for (int k = 0; k < E; ++k) {
+      const ValueId pm = npu::attn_probability(p, e[at(2 * k)], e[at(2 * k + 1)], sums[at(k)], recip[at(k)]);
+      const ValueId small = npu::greater(p, split, pm);
+      const ValueId pm_scaled = p.value("prob.scaled");
+      npu::scale_acc(p, pm_scaled, pm, kProbSmallScale, "prob.scaled");
+      probs[s8].push_back(npu::select(p, small, zero, pm, "prob.big"));
+      probs[s8].push_back(npu::select(p, small, pm_scaled, zero, "prob.small"));
+      probs[s8].push_back(e[at(2 * k + 1)]);
+    }
+  }
+  compiler::enable_constants(p, first_prob, prob_.on);
+  as_.gate_clears(first_prob, p.ops().size(), prob_.on);
+  // The prob RAM: the exp RAM's layout (one head per position, a row per head group).
+  const npu::KvAddress paddr = npu::kv_address(p, pos, prob_back_, 1 << AttentionGeometry::bits_for(P), 0);
+  std::vector<std::vector<ValueId>> prob_out;
+  {
+    std::vector<npu::FloatRamHead> by_slot_p(8);
+    for (size_t s8 = 0; s8 < 8; ++s8) by_slot_p[s8].data = probs[s8];
+    const auto neg = npu::float_ram_negations(p, by_slot_p, prob_.on, "prob RAM");
+    std::vector<npu::FloatRamHead> heads;
+    for (int t = 0; t < P; ++t) {
+      prob_out.push_back(p.values("prob.out" + std::to_string(t), 3 * E));
+      npu::FloatRamHead h;
+      h.data = probs[at(t % 8)];
+      h.negated = neg[at(t % 8)];
+      h.key_bits = exp_row_;
+      h.write_flag = prob_.block[at(t / 8)];
+      h.wipe_flag = prob_.wipe[at(t / 8)];
+      h.query_bits = exp_query_;
+      h.read_flag = paddr.bank[at(t)];
+      h.out = prob_out.back();
+      heads.push_back(std::move(h));
+    }
+    npu::float_ram(p, npu::FloatRamWindow{g_.prob_low_binade}, heads, prob_.on, "prob RAM");
+  }
+
+  // Read-back lanes: RS, RM, RE / RX (mant / exponent of head k of the group read), RSUM
+  // (sum of head k), RP / RPX (pm / exponent of head k).
   lanes_ = slot_sum(p, score_slots, score_back_, "score.read");
   lanes_.insert(lanes_.end(), max_out.begin(), max_out.end());
-  // The exp RAM's out values are read where the SUM chain needs them, spread down the
-  // stack: the read-back gathers them on the way, position t into slot t mod 8 (so that
-  // no two adds into one value share a sublayer), and adds the 8 slots at the end.
-  std::vector<std::vector<ValueId>> exp_slots;
-  for (int s8 = 0; s8 < 8; ++s8) exp_slots.push_back(p.values("exp.slot" + std::to_string(s8), 2 * E));
-  for (int t = 0; t < P; ++t) {
-    std::vector<Neuron> ns;
-    for (int v = 0; v < 2 * E; ++v)
-      ns.push_back(Neuron{Lin{{{exp_back_, 128.0f}}}, Lin{{{exp_out[at(t)][at(v)], 1.0f / 128.0f}}},
-                          {{exp_slots[at(t % 8)][at(v)], 1.0f}}});
-    p.mlp("exp.gather", std::move(ns));
-  }
   const std::vector<ValueId> e = slot_sum(p, exp_slots, exp_back_, "exp.read");
   lanes_.insert(lanes_.end(), e.begin(), e.end());
-  lanes_.push_back(sum_out);
+  lanes_.insert(lanes_.end(), sum_out.begin(), sum_out.end());
+  const std::vector<ValueId> pr = slot_sum(p, gather(p, prob_out, Lin{{{prob_back_, 1.0f}}}, "prob.slot"), prob_back_,
+                                           "prob.read");
+  for (int k = 0; k < E; ++k) {  // pm = big + small 2^-30 (one of them +-0), then the exponent
+    const ValueId pm = p.value("prob.read_pm");
+    p.mlp("prob.read_pm", {Neuron{Lin{{{prob_back_, 128.0f}}}, Lin{{{pr[at(3 * k)], 1.0f / 128.0f}}}, {{pm, 1.0f}}},
+                           Neuron{Lin{{{prob_back_, 128.0f}}}, Lin{{{pr[at(3 * k + 1)], 1.0f / (128.0f * kProbSmallScale)}}},
+                                  {{pm, 1.0f}}}});
+    lanes_.push_back(pm);
+    lanes_.push_back(pr[at(3 * k + 2)]);
+  }
 }
 
 void AttentionStages::define(int first_lane, ValueId send, ValueId q_read, ValueId pos_read) {
@@ -386,32 +490,51 @@ void AttentionStages::define(int first_lane, ValueId send, ValueId q_read, Value
       }
     }
     for (int h = 0; h < H; ++h) {
-      MicroOp op = as_.step(h + 1 < H ? block_name("SUM", l, h + 1) : std::string("DONE"));
+      MicroOp op = as_.step(h + 1 < H ? block_name("SUM", l, h + 1) : block_name("PROB", l, 0) + ".0");
       op.sets = {{sum_on_, 1.0f}, {pos_read, 1.0f}, {sum_k_[at(h % g_.exp_heads)], 1.0f}};
-      if (h == 0) op.sets.push_back({sum_wipe_, 1.0f});
+      if (h < g_.exp_heads) op.sets.push_back({sum_wipe_[at(h)], 1.0f});
       with_bits(op, exp_query_, h / g_.exp_heads);
       with_bits(op, sum_row_, h);
       as_.define(block_name("SUM", l, h), std::move(op));
     }
+    for (int b = 0; b < g_.blocks(); ++b)
+      for (int hg = 0; hg < g_.exp_groups(); ++hg) {
+        const std::string next = hg + 1 < g_.exp_groups()  ? block_name("PROB", l, b) + "." + std::to_string(hg + 1)
+                                 : b + 1 < g_.blocks()     ? block_name("PROB", l, b + 1) + ".0"
+                                                           : std::string("DONE");
+        MicroOp op = as_.step(next);
+        op.sets = {{prob_.on, 1.0f}, {prob_.block[at(b)], 1.0f}, {sum_back_, 1.0f}};
+        if (hg == 0) op.sets.push_back({prob_.wipe[at(b)], 1.0f});
+        with_bits(op, exp_query_, hg);
+        with_bits(op, exp_row_, hg);
+        as_.define(block_name("PROB", l, b) + "." + std::to_string(hg), std::move(op));
+      }
     // The stages after MAX read its result; until they run on their own, MAX names RM.
     MicroOp op = as_.step(name("RM", 0));
     op.sets = {{max_on_, 1.0f}, {pos_read, 1.0f}};
     as_.define(layer_name("MAX", l), std::move(op));
   }
-  // Read-backs (4 cycles each): RS.h, RM.h, RE.h then RX.h, RSUM.h. Lanes: RS (H), RM
-  // (H), the exp read (k mant, k exponent for k < exp_heads), RSUM (1).
-  const char* kinds[] = {"RS", "RM", "RE", "RX", "RSUM"};
-  const ValueId flags[] = {score_back_, max_back_, exp_back_, exp_back_, sum_back_};
-  for (int k = 0; k < 5; ++k)
+  // Read-backs (4 cycles each): RS.h, RM.h, RE.h then RX.h, RSUM.h, RP.h then RPX.h.
+  // Lanes: RS (H), RM (H), the exp read (k mant, k exponent for k < E), RSUM (k < E), the
+  // prob read (k pm, k exponent).
+  const int E = g_.exp_heads;
+  const char* kinds[] = {"RS", "RM", "RE", "RX", "RSUM", "RP", "RPX"};
+  const ValueId flags[] = {score_back_, max_back_, exp_back_, exp_back_, sum_back_, prob_back_, prob_back_};
+  for (int k = 0; k < 7; ++k)
     for (int h = 0; h < H; ++h) {
-      const std::string next = h + 1 < H ? name(kinds[k], h + 1) : k == 2 ? name("RX", 0) : std::string("DONE");
-      const int E = g_.exp_heads;
-      const int lane = k < 2 ? k * H + h : k < 4 ? 2 * H + 2 * (h % E) + (k - 2) : 2 * H + 2 * E;
+      const std::string next = h + 1 < H ? name(kinds[k], h + 1)
+                               : k == 2  ? name("RX", 0)
+                               : k == 5  ? name("RPX", 0)
+                                         : std::string("DONE");
+      const int kh = h % E;
+      const int lane = k < 2 ? k * H + h
+                       : k < 4 ? 2 * H + 2 * kh + (k - 2)
+                       : k == 4 ? 2 * H + 2 * E + kh
+                                : 2 * H + 3 * E + 2 * kh + (k - 5);
       MicroOp op = as_.step(next);
       op.sets = {{send, 1.0f}, as_.lane_flag(first_lane + lane), {flags[k], 1.0f}};
-      if (k == 0 || k == 2 || k == 3) op.sets.push_back({pos_read, 1.0f});
-      if (k == 2 || k == 3) with_bits(op, exp_query_, h / E);
-      if (k == 4) with_bits(op, sum_row_, h);
+      if (k == 0 || k == 2 || k == 3 || k == 5 || k == 6) op.sets.push_back({pos_read, 1.0f});
+      if (k >= 2) with_bits(op, exp_query_, h / E);
       op.timing = SuccessorTiming::Delayed;
       as_.define(name(kinds[k], h), std::move(op));
     }

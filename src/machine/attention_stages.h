@@ -13,15 +13,17 @@
 //               expf(score - max) as expf_parts' (mant, exponent) -> the exp RAM
 //               (rows past POS get expf(0), a placeholder the later stages leave out);
 //   SUM(l).h    reads head h's exps at every position and adds those up to POS in
-//               run.c's order (npu::attn_sum_block, one chain of C additions in two
-//               tiers) -> the sum RAM.
+//               run.c's order (npu::attn_sum_row, one chain of C additions in two
+//               tiers) -> the sum RAM;
+//   PROB(l).b.g the block's exps and the sums of head group g: run.c's att[t] / sum as
+//               (pm, exponent) (npu::attn_probability) -> the prob RAM.
 //
 // RAM layouts: the score RAM uses the cache's banks (position t in bank t mod banks, row
 // t / banks; one row = every head's score at t), so a stage reads the 8 positions of a
 // block in one cycle from one row of 8 banks, and a read-back token reads the position
 // POS holds. The exp RAM has one head per position, one row per head group (mant and
 // exponent of the group's heads), so SUM reads every position in one cycle, each at
-// the depth where its chain needs it. The block-max RAM has one head (one row) per
+// the depth where its chain needs it; the prob RAM has the same layout. The block-max RAM has one head (one row) per
 // block, the max RAM one row, the sum RAM one row per head. Rows are write-once: a
 // group of banks is wiped at its row 0, a head at the write of its row 0.
 //
@@ -44,6 +46,7 @@ struct AttentionGeometry {
   int exp_heads = 2;            // heads one EXP cycle exponentiates (a divisor of heads)
   int score_low_binade = -27;   // scaled scores and maxima (binades -23..9)
   int exp_low_binade = -24;     // mant in [2^-23, 4) and integer exponents >= -151
+  int prob_low_binade = -29;    // pm in [2^-22, 4) or pm 2^30 in [2^-24, 2^8), exponents >= -151
 
   int groups() const { return banks / 8; }
   int blocks() const { return (positions + 7) / 8; }
@@ -98,7 +101,9 @@ class AttentionStages {
   std::vector<compiler::ValueId> sum_k_;           // the head of its group SUM adds up
   std::vector<compiler::ValueId> sum_row_;         // the sum RAM row (the head) SUM writes and RSUM reads
   compiler::ValueId max_on_ = 0, score_back_ = 0, max_back_ = 0, exp_back_ = 0;
-  compiler::ValueId sum_on_ = 0, sum_wipe_ = 0, sum_back_ = 0;
+  compiler::ValueId sum_on_ = 0, sum_back_ = 0, prob_back_ = 0;
+  std::vector<compiler::ValueId> sum_wipe_;        // per sum RAM (place k in a head group)
+  Inputs prob_;                                    // block / wipe: the prob RAM heads written
   std::vector<compiler::ValueId> lanes_;
 };
 

@@ -327,6 +327,24 @@ std::vector<int64_t> QkvMachine::expected_sums(const std::vector<float>& sum) co
   return sent(*this, sum, order);
 }
 
+std::vector<int64_t> QkvMachine::probs(int layer, int pos) const {
+  if (heads == 0) fail("qkv machine: built without the attention stages");
+  if (layer < 0 || layer >= layers) fail("qkv machine: layer {} outside [0, {})", layer, layers);
+  std::vector<int64_t> t;
+  for (int b = 0; b <= pos / 8; ++b)
+    for (int hg = 0; hg < exp_groups; ++hg) t.push_back(id(cache_name("PROB", layer, b) + "." + std::to_string(hg)));
+  return t;
+}
+
+std::vector<int64_t> QkvMachine::expected_probs(const std::vector<float>& pm, const std::vector<float>& exponent) const {
+  std::vector<std::string> order;
+  for (const char* r : {"RP", "RPX"})
+    for (int h = 0; h < heads; ++h) order.push_back(name(r, h));
+  std::vector<float> all = pm;
+  all.insert(all.end(), exponent.begin(), exponent.end());
+  return sent(*this, all, order);
+}
+
 std::vector<int64_t> QkvMachine::expected_exps(const std::vector<float>& mant, const std::vector<float>& exponent) const {
   std::vector<std::string> order;
   for (const char* r : {"RE", "RX"})

@@ -21,10 +21,12 @@
 // later sublayers (exact: one bank reads at a time).
 //
 // With options.attention, the attention's stages follow the cache (M2c,
-// machine/attention_stages.h): SCORE, MAX, EXP, SUM and their RAMs and read-backs.
+// machine/attention_stages.h): SCORE, MAX, EXP, SUM, PROB and their RAMs and
+// read-backs.
 //
 // Stack: register file + POS → QKV block → KV addresses → q RAM, KV cache → [SCORE →
-// score RAM, block-max RAM → MAX → max RAM → EXP → exp RAM → SUM → sum RAM] → uplink.
+// score RAM, block-max RAM → MAX → max RAM → EXP → exp RAM → SUM → sum RAM → PROB → prob RAM]
+// → uplink.
 #include <cstdint>
 #include <vector>
 
@@ -76,6 +78,10 @@ struct QkvMachine : AssembledMachine {
   // softmax sum, DONE last.
   std::vector<int64_t> sums(int layer) const;
   std::vector<int64_t> expected_sums(const std::vector<float>& sum) const;
+  // PROB(l).b.g for every block b <= pos / 8 and head group g (after sums), and what RP.0
+  // generates: every head's pm, then every head's exponent, at POS; DONE last.
+  std::vector<int64_t> probs(int layer, int pos) const;
+  std::vector<int64_t> expected_probs(const std::vector<float>& pm, const std::vector<float>& exponent) const;
   // What RE.0 generates: every head's mant, then every head's exponent, at POS; DONE last.
   std::vector<int64_t> expected_exps(const std::vector<float>& mant, const std::vector<float>& exponent) const;
 };

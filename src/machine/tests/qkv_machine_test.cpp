@@ -94,11 +94,12 @@ std::vector<float> per_head(K kind, int pos, int layer, int heads, size_t index)
 // M2c's stages (options.attention): the cache of layer l is filled by QKV(l) at
 // positions 0..pos (golden x_in) and at a later position (a stale row inside pos's
 // block); at POS = pos, SCORE(l).0 .. SCORE(l).(pos / 8) and MAX(l): RM sends every head's
-// max; EXP(l).b.g for every block and head group and SUM(l).h for every head, then RS
-// and RE/RX at a few positions t send every head's scaled score and its exp as (mant,
-// exponent), and RSUM every head's softmax sum. Expected: run.c's att_scaled, att_max,
-// expf_parts' split of run.c's exp (mant 2^exponent == att_exp, checked here too) and
-// att_sum, bit for bit. A second case at another layer and a smaller position runs in
+// max; EXP(l).b.g for every block and head group, SUM(l).h for every head and
+// PROB(l).b.g, then RS, RE/RX and RP/RPX at a few positions t send every head's scaled
+// score, its exp as (mant, exponent) and its probability as (pm, exponent), and RSUM
+// every head's softmax sum. Expected: run.c's att_scaled, att_max, expf_parts' split of
+// run.c's exp (mant 2^exponent == att_exp, checked here too), att_sum and att_prob
+// (pm 2^exponent, checked here too), bit for bit. A second case at another layer and a smaller position runs in
 // the same host session after the first, so the score and exp RAMs (wiped at each
 // group's row 0) and the block-max RAM (blocks past pos still hold the first case's
 // maxima) carry stale values the stages must leave out.
@@ -148,9 +149,10 @@ TEST(QkvMachine, AttentionStagesBitExactOnTheEngine) {
       }
     }
     expect_run(m, prompt, host, m.expected_max(max), t);
-    // EXP and SUM, then the first read-back in the same prompt.
+    // EXP, SUM and PROB, then the first read-back in the same prompt.
     std::vector<int64_t> exps = m.exps(l, pos);
     for (int64_t tok : m.sums(l)) exps.push_back(tok);
+    for (int64_t tok : m.probs(l, pos)) exps.push_back(tok);
     bool exps_run = false;
     for (const int at : {0, 7, 8, pos - 1, pos}) {
       const auto ts = static_cast<size_t>(at);
@@ -167,6 +169,17 @@ TEST(QkvMachine, AttentionStagesBitExactOnTheEngine) {
       for (int64_t tok : m.set_pos(at)) read.push_back(tok);
       read.push_back(m.id("RE.0"));
       expect_run(m, read, host, m.expected_exps(mant, exponent), t);
+      std::vector<float> pm;
+      for (int h = 0; h < heads; ++h) {
+        const float p = npu::attn_probability_reference(mant[static_cast<size_t>(h)], static_cast<int>(exponent[static_cast<size_t>(h)]),
+                                                        gold.head(K::att_sum, pos, l, h).at(0));
+        ASSERT_EQ(std::bit_cast<uint32_t>(std::ldexp(p, static_cast<int>(exponent[static_cast<size_t>(h)]))),
+                  std::bit_cast<uint32_t>(gold.head(K::att_prob, pos, l, h).at(ts)));
+        pm.push_back(p);
+      }
+      read = m.set_pos(at);
+      read.push_back(m.id("RP.0"));
+      expect_run(m, read, host, m.expected_probs(pm, exponent), t);
       read = m.set_pos(at);
       read.push_back(m.id("RS.0"));
       expect_run(m, read, host, m.expected_scores(per_head(K::att_scaled, pos, l, heads, ts)), t);

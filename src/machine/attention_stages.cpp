@@ -1,5 +1,6 @@
 #include "machine/attention_stages.h"
 
+#include <algorithm>
 #include <string>
 #include <tuple>
 
@@ -155,8 +156,12 @@ std::vector<std::string> AttentionStages::names(const AttentionGeometry& g) {
   for (int l = 0; l < g.layers; ++l)
     for (int b = 0; b < g.blocks(); ++b)
       for (int hg = 0; hg < g.exp_groups(); ++hg) n.push_back(block_name("PROB", l, b) + "." + std::to_string(hg));
+  for (int l = 0; l < g.layers; ++l)
+    for (int h = 0; h < g.heads; ++h) n.push_back(block_name("WSUM", l, h));
   for (const char* r : {"RS", "RM", "RE", "RX", "RSUM", "RP", "RPX"})
     for (int h = 0; h < g.heads; ++h) n.push_back(name(r, h));
+  for (int h = 0; h < g.heads; ++h)
+    for (int i = 0; i <= g.head_size; ++i) n.push_back(block_name("RXB", h, i));
   return n;
 }
 
@@ -183,6 +188,13 @@ AttentionStages::AttentionStages(Assembler& as, const AttentionGeometry& g) : as
   prob_.block = as.inputs("prob.block", g.blocks());
   prob_.wipe = as.inputs("prob.wipe", g.blocks());
   prob_back_ = as.input("prob.read_back");
+  wsum_on_ = as.input("wsum.on");
+  wsum_wipe_ = as.input("wsum.wipe");
+  xb_back_ = as.input("xb.read");
+  wsum_k_ = as.inputs("wsum.k", g.exp_heads);
+  wsum_kv_ = as.inputs("wsum.kv", g.kv_heads);
+  vram_row_ = as.inputs("vram.row", AttentionGeometry::bits_for(g.layers));
+  if (g.row_floats < g.head_size) fail("attention stages: a RAM row holds {} floats, a head {}", g.row_floats, g.head_size);
   sum_k_ = as.inputs("sum.k", g.exp_heads);
   sum_row_ = as.inputs("sum.row", AttentionGeometry::bits_for(g.heads));
   max_on_ = as.input("max.on");
@@ -199,8 +211,8 @@ void AttentionStages::cache_read(int layer, std::vector<ValueId>& row_bits, std:
   bank_flags = either(p, bank_flags, by_bank, "kv.read_flag");
 }
 
-void AttentionStages::build(const std::vector<ValueId>& q, const std::vector<std::vector<ValueId>>& slots, ValueId pos,
-                            compiler::OpRange before) {
+void AttentionStages::build(const std::vector<ValueId>& q, const std::vector<std::vector<ValueId>>& slots,
+                            const std::vector<ValueId>& v, ValueId qkv_on, ValueId pos, compiler::OpRange before) {
   compiler::Program& p = as_.program();
   const int H = g_.heads, hs = g_.head_size, kv_mul = g_.heads / g_.kv_heads;
 
@@ -389,7 +401,7 @@ void AttentionStages::build(const std::vector<ValueId>& q, const std::vector<std
   const size_t first_prob = p.ops().size();
   const std::vector<ValueId> sums = gated(p, sum_out, prob_.on, "prob.sum");
   std::vector<ValueId> recip;
-  for (ValueId v : sums) recip.push_back(npu::attn_sum_reciprocal(p, v));
+  for (ValueId sv : sums) recip.push_back(npu::attn_sum_reciprocal(p, sv));
   // pm is 0 or in [2^-54, 4): wider than a RAM window, so it is stored in two columns,
   // pm itself when pm >= 2^-22 and pm 2^30 below (one of them +-0; pm = big + small 2^-30).
   const ValueId split = p.value("prob.split");
@@ -410,28 +422,117 @@ void AttentionStages::build(const std::vector<ValueId>& q, const std::vector<std
   }
   compiler::enable_constants(p, first_prob, prob_.on);
   as_.gate_clears(first_prob, p.ops().size(), prob_.on);
-  // The prob RAM: the exp RAM's layout (one head per position, a row per head group).
+  // The prob RAM: the exp RAM's layout (one head per position, a row per head group),
+  // each head emitted where WSUM's chain needs its position; read by WSUM and by RP / RPX
+  // at POS.
   const npu::KvAddress paddr = npu::kv_address(p, pos, prob_back_, 1 << AttentionGeometry::bits_for(P), 0);
-  std::vector<std::vector<ValueId>> prob_out;
-  {
-    std::vector<npu::FloatRamHead> by_slot_p(8);
-    for (size_t s8 = 0; s8 < 8; ++s8) by_slot_p[s8].data = probs[s8];
-    const auto neg = npu::float_ram_negations(p, by_slot_p, prob_.on, "prob RAM");
-    std::vector<npu::FloatRamHead> heads;
-    for (int t = 0; t < P; ++t) {
-      prob_out.push_back(p.values("prob.out" + std::to_string(t), 3 * E));
-      npu::FloatRamHead h;
-      h.data = probs[at(t % 8)];
-      h.negated = neg[at(t % 8)];
-      h.key_bits = exp_row_;
-      h.write_flag = prob_.block[at(t / 8)];
-      h.wipe_flag = prob_.wipe[at(t / 8)];
-      h.query_bits = exp_query_;
-      h.read_flag = paddr.bank[at(t)];
-      h.out = prob_out.back();
-      heads.push_back(std::move(h));
+  const std::vector<ValueId> prob_read_flag =
+      either(p, std::vector<ValueId>(paddr.bank.begin(), paddr.bank.begin() + P), std::vector<ValueId>(at(P), wsum_on_),
+             "prob.read_flag");
+  std::vector<npu::FloatRamHead> by_slot_p(8);
+  for (size_t s8 = 0; s8 < 8; ++s8) by_slot_p[s8].data = probs[s8];
+  const auto prob_neg = npu::float_ram_negations(p, by_slot_p, prob_.on, "prob RAM");
+  std::vector<std::vector<ValueId>> prob_out(at(P));
+  std::vector<size_t> prob_op(at(P));
+
+  // The v RAM: the cache's v again, one head per (position, chunk of kv heads), a row per
+  // layer, written by QKV at POS and read by WSUM at every position (each head where the
+  // chain needs it).
+  const int per = g_.row_floats / hs, chunks = (g_.kv_heads + per - 1) / per;
+  const npu::KvAddress vaddr = npu::kv_address(p, pos, qkv_on, 1 << AttentionGeometry::bits_for(P), 0);
+  std::vector<std::vector<ValueId>> v_data(at(chunks));
+  for (int c = 0; c < chunks; ++c)
+    for (int j = c * per; j < std::min(g_.kv_heads, (c + 1) * per); ++j)
+      v_data[at(c)].insert(v_data[at(c)].end(), v.begin() + j * hs, v.begin() + (j + 1) * hs);
+  std::vector<npu::FloatRamHead> by_chunk(at(chunks));
+  for (int c = 0; c < chunks; ++c) by_chunk[at(c)].data = v_data[at(c)];
+  const auto v_neg = npu::float_ram_negations(p, by_chunk, qkv_on, "v RAM");
+
+  // WSUM: head h's weighted sum of v over the positions up to POS in run.c's order, the
+  // fast path with its unsafe bit (npu::attn_wsum_row); rows past POS get pm = 0.
+  const size_t first_wsum = p.ops().size();
+  auto block_at = [&](size_t b) {
+    npu::WsumRowBlock in;
+    for (size_t t = b * 8; t < std::min(at(P), b * 8 + 8); ++t) {
+      prob_out[t] = p.values("prob.out" + std::to_string(t), 3 * E);
+      npu::FloatRamHead ph;
+      ph.data = probs[t % 8];
+      ph.negated = prob_neg[t % 8];
+      ph.key_bits = exp_row_;
+      ph.write_flag = prob_.block[t / 8];
+      ph.wipe_flag = prob_.wipe[t / 8];
+      ph.query_bits = exp_query_;
+      ph.read_flag = prob_read_flag[t];
+      ph.out = prob_out[t];
+      prob_op[t] = p.ops().size();
+      npu::float_ram(p, npu::FloatRamWindow{g_.prob_low_binade}, {ph}, prob_.on, "prob RAM " + std::to_string(t));
+      std::vector<std::vector<ValueId>> vout;
+      std::vector<npu::FloatRamHead> vh;
+      for (int c = 0; c < chunks; ++c) {
+        vout.push_back(p.values("v.out" + std::to_string(t), static_cast<int>(v_data[at(c)].size())));
+        npu::FloatRamHead h;
+        h.data = v_data[at(c)];
+        h.negated = v_neg[at(c)];
+        h.key_bits = h.query_bits = vram_row_;
+        h.write_flag = vaddr.bank[t];
+        h.read_flag = wsum_on_;
+        h.out = vout.back();
+        vh.push_back(std::move(h));
+      }
+      npu::float_ram(p, npu::FloatRamWindow{g_.v_low_binade}, vh, qkv_on, "v RAM " + std::to_string(t));
+      const ValueId after = npu::attn_int_positive(p, Lin{{{kOne, static_cast<float>(t)}, {pos, -1.0f}}}, "wsum.past");
+      const ValueId pm = p.value("wsum.pm"), ex = p.value("wsum.exponent");
+      std::vector<Neuron> ns;
+      for (int k = 0; k < E; ++k) {
+        const Lin gate{{{wsum_k_[at(k)], 128.0f}, {after, -128.0f}}};
+        ns.push_back(Neuron{gate, Lin{{{prob_out[t][at(3 * k)], 1.0f / 128.0f}}}, {{pm, 1.0f}}});
+        ns.push_back(Neuron{gate, Lin{{{prob_out[t][at(3 * k + 1)], 1.0f / (128.0f * kProbSmallScale)}}}, {{pm, 1.0f}}});
+        ns.push_back(Neuron{gate, Lin{{{prob_out[t][at(3 * k + 2)], 1.0f / 128.0f}}}, {{ex, 1.0f}}});
+      }
+      p.mlp("wsum.pick", std::move(ns));
+      std::vector<ValueId> vt = p.values("wsum.v", hs);
+      std::vector<Neuron> vn;
+      for (int j = 0; j < g_.kv_heads; ++j)
+        for (int i = 0; i < hs; ++i)
+          vn.push_back(Neuron{Lin{{{wsum_kv_[at(j)], 128.0f}}},
+                              Lin{{{vout[at(j / per)][at((j % per) * hs + i)], 1.0f / 128.0f}}}, {{vt[at(i)], 1.0f}}});
+      p.mlp("wsum.v", std::move(vn));
+      in.pm.push_back(pm);
+      in.exponent.push_back(ex);
+      in.v.push_back(vt);
     }
-    npu::float_ram(p, npu::FloatRamWindow{g_.prob_low_binade}, heads, prob_.on, "prob RAM");
+    return in;
+  };
+  const npu::WsumChecked w = npu::attn_wsum_row(p, at(g_.blocks()), at(hs), block_at);
+  // xb = the chain's value / 2^26 (exact), and one unsafe bit for the head: any lane
+  // unsafe or pending (then the fast xb may differ from C's).
+  std::vector<ValueId> xb_data;
+  for (int i = 0; i < hs; ++i) {
+    xb_data.push_back(p.value("wsum.xb"));
+    npu::scale_acc(p, xb_data.back(), w.xb[at(i)], 1.0f / npu::kWsumScale, "wsum.xb");
+  }
+  {
+    Lin any;
+    for (int i = 0; i < hs; ++i) {
+      any.terms.push_back({w.unsafe[at(i)], 1.0f});
+      any.terms.push_back({w.pending[at(i)], 1.0f});
+    }
+    xb_data.push_back(npu::attn_int_positive(p, any, "wsum.unsafe"));
+  }
+  compiler::enable_constants(p, first_wsum, wsum_on_);
+  as_.gate_clears(first_wsum, p.ops().size(), wsum_on_);
+  for (int t = 0; t < P; ++t) as_.gate_clears(prob_op[at(t)], prob_op[at(t)] + 1, prob_read_flag[at(t)]);
+  // The xb RAM: row h (xb and the unsafe bit), wiped by WSUM of head 0, read by RXB.
+  const std::vector<ValueId> xb_out = p.values("xb.out", hs + 1);
+  {
+    std::vector<npu::FloatRamHead> xh(1);
+    xh[0].data = xb_data;
+    xh[0].key_bits = xh[0].query_bits = sum_row_;
+    xh[0].write_flag = wsum_on_;
+    xh[0].wipe_flag = wsum_wipe_;
+    xh[0].read_flag = xb_back_;
+    xh[0].out = xb_out;
+    npu::float_ram(p, npu::FloatRamWindow{g_.score_low_binade}, xh, wsum_on_, "xb RAM");
   }
 
   // Read-back lanes: RS, RM, RE / RX (mant / exponent of head k of the group read), RSUM
@@ -451,6 +552,14 @@ void AttentionStages::build(const std::vector<ValueId>& q, const std::vector<std
     lanes_.push_back(pm);
     lanes_.push_back(pr[at(3 * k + 2)]);
   }
+  lanes_.insert(lanes_.end(), xb_out.begin(), xb_out.end());
+}
+
+std::vector<std::pair<ValueId, float>> AttentionStages::qkv_sets(int layer) const {
+  std::vector<std::pair<ValueId, float>> sets;
+  for (size_t j = 0; j < vram_row_.size(); ++j)
+    if ((layer >> j) & 1) sets.push_back({vram_row_[j], 1.0f});
+  return sets;
 }
 
 void AttentionStages::define(int first_lane, ValueId send, ValueId q_read, ValueId pos_read) {
@@ -501,7 +610,7 @@ void AttentionStages::define(int first_lane, ValueId send, ValueId q_read, Value
       for (int hg = 0; hg < g_.exp_groups(); ++hg) {
         const std::string next = hg + 1 < g_.exp_groups()  ? block_name("PROB", l, b) + "." + std::to_string(hg + 1)
                                  : b + 1 < g_.blocks()     ? block_name("PROB", l, b + 1) + ".0"
-                                                           : std::string("DONE");
+                                                           : block_name("WSUM", l, 0);
         MicroOp op = as_.step(next);
         op.sets = {{prob_.on, 1.0f}, {prob_.block[at(b)], 1.0f}, {sum_back_, 1.0f}};
         if (hg == 0) op.sets.push_back({prob_.wipe[at(b)], 1.0f});
@@ -509,6 +618,18 @@ void AttentionStages::define(int first_lane, ValueId send, ValueId q_read, Value
         with_bits(op, exp_row_, hg);
         as_.define(block_name("PROB", l, b) + "." + std::to_string(hg), std::move(op));
       }
+    for (int h = 0; h < H; ++h) {
+      MicroOp op = as_.step(h + 1 < H ? block_name("WSUM", l, h + 1) : std::string("DONE"));
+      op.sets = {{wsum_on_, 1.0f},
+                 {pos_read, 1.0f},
+                 {wsum_k_[at(h % g_.exp_heads)], 1.0f},
+                 {wsum_kv_[at(h / (H / g_.kv_heads))], 1.0f}};
+      if (h == 0) op.sets.push_back({wsum_wipe_, 1.0f});
+      with_bits(op, exp_query_, h / g_.exp_heads);
+      with_bits(op, vram_row_, l);
+      with_bits(op, sum_row_, h);
+      as_.define(block_name("WSUM", l, h), std::move(op));
+    }
     // The stages after MAX read its result; until they run on their own, MAX names RM.
     MicroOp op = as_.step(name("RM", 0));
     op.sets = {{max_on_, 1.0f}, {pos_read, 1.0f}};
@@ -537,6 +658,16 @@ void AttentionStages::define(int first_lane, ValueId send, ValueId q_read, Value
       if (k >= 2) with_bits(op, exp_query_, h / E);
       op.timing = SuccessorTiming::Delayed;
       as_.define(name(kinds[k], h), std::move(op));
+    }
+  // RXB(h).i: element i of head h's xb (i < head_size), then its unsafe bit (i = head_size).
+  const int xb_lane = 2 * H + 5 * E;
+  for (int h = 0; h < H; ++h)
+    for (int i = 0; i <= g_.head_size; ++i) {
+      MicroOp op = as_.step(i < g_.head_size ? block_name("RXB", h, i + 1) : std::string("DONE"));
+      op.sets = {{send, 1.0f}, as_.lane_flag(first_lane + xb_lane + i), {xb_back_, 1.0f}};
+      with_bits(op, sum_row_, h);
+      op.timing = SuccessorTiming::Delayed;
+      as_.define(block_name("RXB", h, i), std::move(op));
     }
 }
 

@@ -16,14 +16,19 @@
 //               run.c's order (npu::attn_sum_row, one chain of C additions in two
 //               tiers) -> the sum RAM;
 //   PROB(l).b.g the block's exps and the sums of head group g: run.c's att[t] / sum as
-//               (pm, exponent) (npu::attn_probability) -> the prob RAM.
+//               (pm, exponent) (npu::attn_probability) -> the prob RAM;
+//   WSUM(l).h   head h's probabilities and v at every position: run.c's xb = sum_t p_t v_t
+//               in C's order, the fast path with its unsafe bit (npu::attn_wsum_row) ->
+//               the xb RAM (xb and the bit: when it is set, the fast xb may differ from
+//               C's and the exact slow path must run -- not built on the machine yet).
 //
 // RAM layouts: the score RAM uses the cache's banks (position t in bank t mod banks, row
 // t / banks; one row = every head's score at t), so a stage reads the 8 positions of a
 // block in one cycle from one row of 8 banks, and a read-back token reads the position
 // POS holds. The exp RAM has one head per position, one row per head group (mant and
 // exponent of the group's heads), so SUM reads every position in one cycle, each at
-// the depth where its chain needs it; the prob RAM has the same layout. The block-max RAM has one head (one row) per
+// the depth where its chain needs it; the prob RAM has the same layout, and the v RAM
+// (v again, written by QKV) one head per (position, chunk of kv heads), a row per layer. The block-max RAM has one head (one row) per
 // block, the max RAM one row, the sum RAM one row per head. Rows are write-once: a
 // group of banks is wiped at its row 0, a head at the write of its row 0.
 //
@@ -47,6 +52,8 @@ struct AttentionGeometry {
   int score_low_binade = -27;   // scaled scores and maxima (binades -23..9)
   int exp_low_binade = -24;     // mant in [2^-23, 4) and integer exponents >= -151
   int prob_low_binade = -29;    // pm in [2^-22, 4) or pm 2^30 in [2^-24, 2^8), exponents >= -151
+  int v_low_binade = -31;       // v (binades -23..1)
+  int row_floats = 31;          // floats one RAM row holds (npu::floats_per_row)
 
   int groups() const { return banks / 8; }
   int blocks() const { return (positions + 7) / 8; }
@@ -72,10 +79,15 @@ class AttentionStages {
   void cache_read(int layer, std::vector<compiler::ValueId>& row_bits, std::vector<compiler::ValueId>& bank_flags);
 
   // Appends the units and RAMs: q (heads * head_size values, read when `q_read` is
-  // set), the cache's 8 slots (k || v of every kv head), pos (the POS register's value,
-  // read when `pos_read` is set). Every op of the score unit runs after `before`.
+  // set), the cache's 8 slots (k || v of every kv head), v (QKV's, kv_dim values, written
+  // into the v RAM when qkv_on, QKV's enable, is 1), pos (the POS register's value, read
+  // when `pos_read` is set). Every op of the score unit runs after `before`.
   void build(const std::vector<compiler::ValueId>& q, const std::vector<std::vector<compiler::ValueId>>& slots,
-             compiler::ValueId pos, compiler::OpRange before);
+             const std::vector<compiler::ValueId>& v, compiler::ValueId qkv_on, compiler::ValueId pos,
+             compiler::OpRange before);
+
+  // What QKV(l) sets beside its own flags: the v RAM row (the layer) it writes.
+  std::vector<std::pair<compiler::ValueId, float>> qkv_sets(int layer) const;
 
   // The values the read-backs send, in lane order (after build()).
   const std::vector<compiler::ValueId>& lanes() const { return lanes_; }
@@ -104,6 +116,9 @@ class AttentionStages {
   compiler::ValueId sum_on_ = 0, sum_back_ = 0, prob_back_ = 0;
   std::vector<compiler::ValueId> sum_wipe_;        // per sum RAM (place k in a head group)
   Inputs prob_;                                    // block / wipe: the prob RAM heads written
+  compiler::ValueId wsum_on_ = 0, wsum_wipe_ = 0, xb_back_ = 0;
+  std::vector<compiler::ValueId> wsum_k_, wsum_kv_;  // WSUM's head: its place in its group, its kv head
+  std::vector<compiler::ValueId> vram_row_;          // the v RAM row (a layer) QKV writes and WSUM reads
   std::vector<compiler::ValueId> lanes_;
 };
 

@@ -73,6 +73,8 @@ QkvMachine build_qkv_machine(const reference::Llama2Checkpoint& ck, const QkvMac
   ag.positions = positions;
   ag.wave_heads = o.wave_heads;
   ag.exp_heads = o.exp_heads;
+  ag.row_floats = static_cast<int>(npu::floats_per_row(layout));
+  ag.v_low_binade = o.ram_low_binade;
   if (o.attention && 2 * ag.heads > npu::floats_per_row(layout))
     fail("qkv machine: the exps of {} heads do not fit one row", ag.heads);
 
@@ -179,7 +181,7 @@ QkvMachine build_qkv_machine(const reference::Llama2Checkpoint& ck, const QkvMac
   }
 
   // M2c: the attention's stages below the cache.
-  if (stages) stages->build(q, slot_out, pos.out, compiler::OpRange{kv_sum_op, kv_sum_op + 1});
+  if (stages) stages->build(q, slot_out, b.v, b.enable, pos.out, compiler::OpRange{kv_sum_op, kv_sum_op + 1});
 
   // The read-back: lanes q ++ (the slots added: one bank reads, the others are +0), sent
   // when a read-back token sets `send`.
@@ -220,6 +222,8 @@ QkvMachine build_qkv_machine(const reference::Llama2Checkpoint& ck, const QkvMac
                {pos.read_flag, 1.0f},
                {store, 1.0f},
                {kv_write[static_cast<size_t>(l)], 1.0f}};
+    if (stages)
+      for (const auto& set : stages->qkv_sets(l)) op.sets.push_back(set);
     op.read_register = 0;
     as.define(name("QKV", l), std::move(op));
   }
@@ -342,6 +346,22 @@ std::vector<int64_t> QkvMachine::expected_probs(const std::vector<float>& pm, co
     for (int h = 0; h < heads; ++h) order.push_back(name(r, h));
   std::vector<float> all = pm;
   all.insert(all.end(), exponent.begin(), exponent.end());
+  return sent(*this, all, order);
+}
+
+std::vector<int64_t> QkvMachine::wsums(int layer) const {
+  if (heads == 0) fail("qkv machine: built without the attention stages");
+  if (layer < 0 || layer >= layers) fail("qkv machine: layer {} outside [0, {})", layer, layers);
+  std::vector<int64_t> t;
+  for (int h = 0; h < heads; ++h) t.push_back(id(cache_name("WSUM", layer, h)));
+  return t;
+}
+
+std::vector<int64_t> QkvMachine::expected_xb(int head, const std::vector<float>& xb, bool unsafe) const {
+  std::vector<std::string> order;
+  for (size_t i = 0; i <= xb.size(); ++i) order.push_back(cache_name("RXB", head, static_cast<int>(i)));
+  std::vector<float> all = xb;
+  all.push_back(unsafe ? 1.0f : 0.0f);
   return sent(*this, all, order);
 }
 

@@ -21,12 +21,12 @@
 // later sublayers (exact: one bank reads at a time).
 //
 // With options.attention, the attention's stages follow the cache (M2c,
-// machine/attention_stages.h): SCORE, MAX, EXP, SUM, PROB and their RAMs and
-// read-backs.
+// machine/attention_stages.h): SCORE, MAX, EXP, SUM, PROB, WSUM and their RAMs
+// and read-backs.
 //
 // Stack: register file + POS → QKV block → KV addresses → q RAM, KV cache → [SCORE →
-// score RAM, block-max RAM → MAX → max RAM → EXP → exp RAM → SUM → sum RAM → PROB → prob RAM]
-// → uplink.
+// score RAM, block-max RAM → MAX → max RAM → EXP → exp RAM → SUM → sum RAM → PROB → prob RAM,
+// v RAM → WSUM → xb RAM] → uplink.
 #include <cstdint>
 #include <vector>
 
@@ -82,6 +82,11 @@ struct QkvMachine : AssembledMachine {
   // generates: every head's pm, then every head's exponent, at POS; DONE last.
   std::vector<int64_t> probs(int layer, int pos) const;
   std::vector<int64_t> expected_probs(const std::vector<float>& pm, const std::vector<float>& exponent) const;
+  // WSUM(l).0 .. WSUM(l).(heads - 1) (after probs), and what RXB(h).0 generates: head h's
+  // xb (run.c's att_out for the head), then its unsafe bit (1: the fast path's xb may
+  // differ from C's), DONE last.
+  std::vector<int64_t> wsums(int layer) const;
+  std::vector<int64_t> expected_xb(int head, const std::vector<float>& xb, bool unsafe) const;
   // What RE.0 generates: every head's mant, then every head's exponent, at POS; DONE last.
   std::vector<int64_t> expected_exps(const std::vector<float>& mant, const std::vector<float>& exponent) const;
 };

@@ -537,6 +537,26 @@ std::vector<ValueId> attn_wsum_block(Program& p, const std::vector<ValueId>& pm,
   return out;
 }
 
+WsumChecked attn_wsum_row(Program& p, size_t blocks, size_t dims, const std::function<WsumRowBlock(size_t)>& block_at) {
+  if (blocks == 0 || dims == 0) fail("attn_wsum_row: {} blocks of {} dims", blocks, dims);
+  constexpr size_t kLookahead = 2;
+  WsumChecked state;
+  state.xb = p.values("attn.wxb0", static_cast<int>(dims));  // never written: +0
+  state.unsafe = p.values("attn.wunsafe0", static_cast<int>(dims));
+  state.pending = p.values("attn.wpending0", static_cast<int>(dims));
+  std::vector<compiler::OpRange> units;
+  for (size_t b = 0; b < blocks; ++b) {
+    const size_t begin = p.ops().size();
+    const WsumRowBlock in = block_at(b);
+    if (b >= kLookahead && p.ops().size() > begin)
+      p.order(units[b - kLookahead], compiler::OpRange{begin, p.ops().size()});
+    const size_t unit_begin = p.ops().size();
+    state = attn_wsum_block_checked(p, in.pm, in.exponent, in.v, state.xb, state.unsafe, state.pending);
+    units.push_back({unit_begin, p.ops().size()});
+  }
+  return state;
+}
+
 WsumChecked attn_wsum_block_checked(Program& p, const std::vector<ValueId>& pm, const std::vector<ValueId>& exponent,
                                     const std::vector<std::vector<ValueId>>& v, const std::vector<ValueId>& xb_in,
                                     const std::vector<ValueId>& unsafe_in, const std::vector<ValueId>& pending_in) {

@@ -167,6 +167,18 @@ WsumChecked attn_wsum_block_checked(Program& p, const std::vector<ValueId>& pm, 
                                     const std::vector<std::vector<ValueId>>& v, const std::vector<ValueId>& xb_in,
                                     const std::vector<ValueId>& unsafe_in, const std::vector<ValueId>& pending_in);
 
+// The checked weighted sum over a row of blocks made on demand: block_at(b) appends the
+// ops that produce block b's rows (pm and exponent per row, v[row][dim]) and returns them;
+// each block's unit continues the previous one's xb, unsafe and pending (the first block
+// from +0). A block's own ops are ordered behind the unit two blocks earlier, so a long
+// row keeps only a few blocks' working values live at a time. Returns the last block's
+// state (xb at kWsumScale).
+struct WsumRowBlock {
+  std::vector<ValueId> pm, exponent;
+  std::vector<std::vector<ValueId>> v;
+};
+WsumChecked attn_wsum_row(Program& p, size_t blocks, size_t dims, const std::function<WsumRowBlock(size_t)>& block_at);
+
 // ---- (d) the exact slow path (docs/npu-attention.md 6.4): C's chain with no flush, for the
 // heads whose lanes the unsafe bit sends there. Two-tier values, C's products, the block.
 

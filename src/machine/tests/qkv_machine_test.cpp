@@ -95,11 +95,13 @@ std::vector<float> per_head(K kind, int pos, int layer, int heads, size_t index)
 // positions 0..pos (golden x_in) and at a later position (a stale row inside pos's
 // block); at POS = pos, SCORE(l).0 .. SCORE(l).(pos / 8) and MAX(l): RM sends every head's
 // max; EXP(l).b.g for every block and head group, SUM(l).h for every head and
-// PROB(l).b.g, then RS, RE/RX and RP/RPX at a few positions t send every head's scaled
-// score, its exp as (mant, exponent) and its probability as (pm, exponent), and RSUM
-// every head's softmax sum. Expected: run.c's att_scaled, att_max, expf_parts' split of
-// run.c's exp (mant 2^exponent == att_exp, checked here too), att_sum and att_prob
-// (pm 2^exponent, checked here too), bit for bit. A second case at another layer and a smaller position runs in
+// PROB(l).b.g and WSUM(l).h, then RS, RE/RX and RP/RPX at a few positions t send every
+// head's scaled score, its exp as (mant, exponent) and its probability as (pm,
+// exponent), RSUM every head's softmax sum and RXB every head's xb and unsafe bit.
+// Expected: run.c's att_scaled, att_max, expf_parts' split of run.c's exp (mant
+// 2^exponent == att_exp, checked here too), att_sum, att_prob (pm 2^exponent, checked
+// here too) and att_out (through the fast path's C model, equal to att_out wherever its
+// unsafe bit is 0), bit for bit. A second case at another layer and a smaller position runs in
 // the same host session after the first, so the score and exp RAMs (wiped at each
 // group's row 0) and the block-max RAM (blocks past pos still hold the first case's
 // maxima) carry stale values the stages must leave out.
@@ -124,6 +126,7 @@ TEST(QkvMachine, AttentionStagesBitExactOnTheEngine) {
   Tally t;
   bool first = true;
   int stale_wins = 0;  // heads whose max would change if the rows past pos took part
+  int unsafe_heads = 0;
   for (const auto& [l, pos, stale] : std::vector<std::tuple<int, int, int>>{{1, 37, 39}, {3, 9, -1}}) {
     SCOPED_TRACE("layer " + std::to_string(l) + ", position " + std::to_string(pos));
     std::vector<int64_t> prompt;
@@ -149,10 +152,11 @@ TEST(QkvMachine, AttentionStagesBitExactOnTheEngine) {
       }
     }
     expect_run(m, prompt, host, m.expected_max(max), t);
-    // EXP, SUM and PROB, then the first read-back in the same prompt.
+    // EXP, SUM, PROB and WSUM, then the first read-back in the same prompt.
     std::vector<int64_t> exps = m.exps(l, pos);
     for (int64_t tok : m.sums(l)) exps.push_back(tok);
     for (int64_t tok : m.probs(l, pos)) exps.push_back(tok);
+    for (int64_t tok : m.wsums(l)) exps.push_back(tok);
     bool exps_run = false;
     for (const int at : {0, 7, 8, pos - 1, pos}) {
       const auto ts = static_cast<size_t>(at);
@@ -185,11 +189,35 @@ TEST(QkvMachine, AttentionStagesBitExactOnTheEngine) {
       expect_run(m, read, host, m.expected_scores(per_head(K::att_scaled, pos, l, heads, ts)), t);
     }
     expect_run(m, {m.id("RSUM.0")}, host, m.expected_sums(per_head(K::att_sum, pos, l, heads, 0)), t);
+    // xb of every head: the fast path's chain (its C model, lane by lane) and its unsafe
+    // bit; where the bit is 0 the model's xb is run.c's att_out, bit for bit.
+    for (int h = 0; h < heads; ++h) {
+      const std::vector<float>& prob = gold.head(K::att_prob, pos, l, h);
+      std::vector<float> vs;
+      for (int tt = 0; tt <= pos; ++tt) {
+        const std::vector<float>& vt = gold.at(K::v, tt, l);
+        vs.insert(vs.end(), vt.begin() + (h / kv_mul) * head_size, vt.begin() + (h / kv_mul + 1) * head_size);
+      }
+      std::vector<float> xb;
+      bool unsafe = false;
+      for (int i = 0; i < head_size; ++i) {
+        const npu::WeightedSumModel w = npu::attn_weighted_sum_fast_model(prob.data(), vs.data() + i, pos + 1, head_size);
+        xb.push_back(w.xb);
+        unsafe |= w.unsafe;
+      }
+      if (!unsafe) {
+        for (int i = 0; i < head_size; ++i)
+          ASSERT_EQ(std::bit_cast<uint32_t>(xb[static_cast<size_t>(i)]),
+                    std::bit_cast<uint32_t>(gold.head(K::att_out, pos, l, h).at(static_cast<size_t>(i))));
+      }
+      unsafe_heads += unsafe;
+      expect_run(m, {m.id("RXB(" + std::to_string(h) + ").0")}, host, m.expected_xb(h, xb, unsafe), t);
+    }
   }
   std::printf("attention stages: %lld floats bit-exact over %lld generated cycles, %.3f ms per cycle; %d heads whose "
-              "max the stale rows would have changed\n",
+              "max the stale rows would have changed; %d heads the fast weighted sum marks unsafe\n",
               static_cast<long long>(t.floats), static_cast<long long>(t.cycles),
-              t.cycles ? 1e3 * t.seconds / static_cast<double>(t.cycles) : 0.0, stale_wins);
+              t.cycles ? 1e3 * t.seconds / static_cast<double>(t.cycles) : 0.0, stale_wins, unsafe_heads);
   EXPECT_GT(stale_wins, 0);  // the case exercises the mask
 }
 

@@ -175,6 +175,54 @@ Assembler::Scalar Assembler::scalar_register(const std::string& name) {
   return Scalar{r.out[0], r.read_flag, r.first_element};
 }
 
+Assembler::Immediate Assembler::immediate_register(const std::string& name) {
+  if (!features_.empty()) fail("machine: register '{}' declared after send()", name);
+  Immediate r;
+  r.read_flag = input(name + ".read");
+  r.write_flag = input(name + ".write");
+  // Not among inputs_: those are 0/1 flags that gate their own clears; data and bias
+  // are 0 exactly when the write flag is, so the flag gates theirs (finish()).
+  r.data = p_.value(name + ".data");
+  r.bias = p_.value(name + ".bias");
+  immediate_data_.push_back({r.data, r.write_flag});
+  immediate_data_.push_back({r.bias, r.write_flag});
+  r.out = p_.value(name);
+  compiler::GdnMemory m;
+  m.write_flag = r.write_flag;  // one row: no address bits
+  m.read_flag = r.read_flag;
+  m.data = {r.data, r.bias};
+  m.out = {r.out, r.out};
+  m.out_weights = {1.0f, -1.0f};  // (k + 32) - 32 = k: small integers, exact in any order
+  p_.gdn_memory("immediate register " + name, std::move(m));
+  ++m_.register_file_heads;
+  return r;
+}
+
+std::vector<std::pair<ValueId, float>> Assembler::immediate(const Immediate& r, int64_t k) const {
+  if (k < 0 || k >= (int64_t{1} << 20)) fail("machine: immediate {} outside [0, 2^20)", k);
+  return {{r.write_flag, 1.0f}, {r.data, static_cast<float>(k + 32)}, {r.bias, 32.0f}};
+}
+
+void Assembler::computed_successor(const std::string& first, const std::vector<ValueId>& onehot) {
+  if (computed_) fail("machine: computed_successor() called twice");
+  if (onehot.empty()) fail("machine: a computed successor over no tokens");
+  const int64_t c0 = control_index(first);
+  if (c0 + static_cast<int64_t>(onehot.size()) > m_.control.count)
+    fail("machine: computed successors from '{}' ({} tokens) run past the {} control tokens", first, onehot.size(),
+         m_.control.count);
+  // Token c: gate 128 h (silu passes 128 exactly, -0 or +0 when idle), up 1/128: h
+  // exactly, into its group and member feature; one live term per feature.
+  std::vector<Neuron> select;
+  for (size_t k = 0; k < onehot.size(); ++k) {
+    const int64_t c = c0 + static_cast<int64_t>(k);
+    select.push_back(Neuron{Lin{{{onehot[k], kOn}}}, Lin{{{compiler::kOne, 1.0f / kOn}}},
+                            {{now_.group[static_cast<size_t>(c / m_.control.group_size)], 1.0f},
+                             {now_.member[static_cast<size_t>(c % m_.control.group_size)], 1.0f}}});
+  }
+  p_.mlp("computed successor", std::move(select));
+  computed_ = true;
+}
+
 ValueId Assembler::input(const std::string& name) {
   const ValueId v = p_.value(name);
   inputs_.push_back(v);
@@ -255,7 +303,10 @@ void Assembler::gate_clears(size_t first_op, size_t end_op, ValueId enable) {
 void Assembler::define(const std::string& control, MicroOp op) {
   const int64_t c = control_index(control);
   if (defined_[static_cast<size_t>(c)]) fail("machine: micro-op '{}' defined twice", control);
-  if (op.successor < 0 || op.successor >= m_.control.count)
+  if (op.timing == SuccessorTiming::Computed) {
+    if (!computed_) fail("machine: micro-op '{}' has a computed successor, but none was computed", control);
+    if (op.successor != -1) fail("machine: micro-op '{}' names a successor and computes one", control);
+  } else if (op.successor < 0 || op.successor >= m_.control.count)
     fail("machine: micro-op '{}' has no successor among the {} control tokens", control, m_.control.count);
   const int64_t rows = compiler::GdnLayout::for_dims(o_.key_dim, o_.value_dim).rows();
   for (int64_t r : {op.read_register, op.write_register})
@@ -304,6 +355,7 @@ AssembledMachine Assembler::finish() {
   for (int i = 0; i < o_.elements; ++i) io.inputs.push_back(heads_[static_cast<size_t>(i)].write_flag);
   io.inputs.insert(io.inputs.end(), inputs_.begin(), inputs_.end());
   io.inputs.insert(io.inputs.end(), lanes_.begin(), lanes_.end());
+  for (const auto& [v, flag] : immediate_data_) io.inputs.push_back(v);
   for (const auto* f : {&now_, &delayed_}) {
     const auto a = f->all();
     io.inputs.insert(io.inputs.end(), a.begin(), a.end());
@@ -318,8 +370,10 @@ AssembledMachine Assembler::finish() {
     if (op.write_register >= 0)
       npu::set_embedding_row(io, token, npu::write_token_inputs(heads_[static_cast<size_t>(op.write_element)], op.write_register));
     if (op.read_register >= 0) npu::set_embedding_row(io, token, npu::read_token_inputs(reg_, op.read_register));
-    const SignatureFeatures& next = op.timing == SuccessorTiming::Now ? now_ : delayed_;
-    npu::set_embedding_row(io, token, next.naming(m_.control, op.successor));
+    if (op.timing != SuccessorTiming::Computed) {
+      const SignatureFeatures& next = op.timing == SuccessorTiming::Now ? now_ : delayed_;
+      npu::set_embedding_row(io, token, next.naming(m_.control, op.successor));
+    }
     npu::set_embedding_row(io, token, op.sets);
   }
 
@@ -360,6 +414,7 @@ AssembledMachine Assembler::finish() {
     const auto successor = delayed_.all();
     flags.insert(flags.end(), successor.begin(), successor.end());
     for (ValueId f : flags) clears.enable_of[f] = f;
+    for (const auto& [v, flag] : immediate_data_) clears.enable_of[v] = flag;
     compiler::ReusePlan plan = compiler::plan_dim_reuse(p_, io, o_.limits, clears);
     for (ValueId v : head)
       if (plan.lifetimes[static_cast<size_t>(v)] == compiler::Lifetime::ToLastAccess ||

@@ -58,6 +58,9 @@ struct AssemblerOptions : HostOptions {
 enum class SuccessorTiming {
   Now,      // this cycle: the token sends nothing (HDR, NOP, DONE, a write-down micro-op)
   Delayed,  // three cycles later, after the three value tokens that follow the token
+  // This cycle, chosen by the datapath (Assembler::computed_successor): the embedding
+  // names none; MicroOp::successor is -1.
+  Computed,
 };
 
 struct MicroOp {
@@ -131,6 +134,20 @@ class Assembler {
     int first_element = 0;
   };
   Vector vector_register(const std::string& name, int elements);
+  // A scalar register written by the token itself (an immediate): its own GDN head, one
+  // row, key and data at conv tap 0, so a token whose embedding sets immediate(r, k)
+  // writes the integer k there on its own cycle (a read on a later cycle sees it). The
+  // token carries k + 32 in one data column and 32 in another (silu passes both exactly:
+  // 0 or >= 18), decoded with +1 and -1 into `out` (k, exact); every overwrite is an
+  // exact difference of small integers. Read by setting `read_flag`. Call before send().
+  struct Immediate {
+    compiler::ValueId out = 0;        // the value read (+0 when not read)
+    compiler::ValueId read_flag = 0;  // a token input
+    compiler::ValueId write_flag = 0, data = 0, bias = 0;  // token inputs (data k + 32, bias 32)
+  };
+  Immediate immediate_register(const std::string& name);
+  // What a token's embedding sets to write k (0 <= k < 2^20) into r (for MicroOp::sets).
+  std::vector<std::pair<compiler::ValueId, float>> immediate(const Immediate& r, int64_t k) const;
 
   // Values that token embeddings set (unit flags).
   compiler::ValueId input(const std::string& name);
@@ -146,6 +163,15 @@ class Assembler {
   // Values written only by ops [first_op, end_op) are +0 whenever `enable` is 0: their
   // dead-value clears read `enable` instead of the constant (no work on idle cycles).
   void gate_clears(size_t first_op, size_t end_op, compiler::ValueId enable);
+
+  // A computed successor: control tokens first, first + 1, ... first + onehot.size() - 1
+  // (consecutive names) are chosen by `onehot` (values exactly 0 or 1, at most one 1,
+  // all +-0 on every cycle whose token is not a Computed micro-op): one neuron per token
+  // adds the hot entry into the control signature features (the LM head's, as an
+  // embedding that names the token would), so the chosen token scores 2^20 + 2^10 like
+  // any control token. Appends one MLP op (no constants: free when idle). A micro-op
+  // with SuccessorTiming::Computed ends in it. Call once.
+  void computed_successor(const std::string& first, const std::vector<compiler::ValueId>& onehot);
 
   void define(const std::string& control, MicroOp op);
   // Micro-op builders, successors by name. step: a token that sends nothing (its
@@ -175,6 +201,8 @@ class Assembler {
   SignatureFeatures now_, delayed_;
   std::vector<npu::EmitFeatures> features_;   // p0, p1, p2 of the sent float
   std::vector<std::pair<std::pair<size_t, size_t>, compiler::ValueId>> gated_;
+  std::vector<std::pair<compiler::ValueId, compiler::ValueId>> immediate_data_;  // (data or bias, its write flag)
+  bool computed_ = false;
   std::vector<MicroOp> ops_;
   std::vector<char> defined_;
 };

@@ -27,6 +27,7 @@
 
 #include "compiler/clear_dead.h"
 #include "compiler/ir.h"
+#include "npu/unit_matvec.h"
 
 namespace qpu::npu {
 
@@ -37,6 +38,12 @@ struct GreedyHead {
   compiler::ValueId max;                  // logits[token]
   compiler::ValueId unit_enable = 0;  // the classifier's enable value: exactly `enable`
   compiler::ValueId first_value = 0, end_value = 0;  // the values the head created
+  // Row-block form (greedy_head_blocks): each block's values [first, end) and the enable
+  // its classifier derived (exactly `enable`). Empty for greedy_head.
+  struct BlockValues {
+    compiler::ValueId first = 0, end = 0, enable = 0;
+  };
+  std::vector<BlockValues> blocks;
 };
 
 // wcls is [vocab][x.size()] row-major. `enable` as in swiglu(): exactly 1 when the head
@@ -45,6 +52,26 @@ struct GreedyHead {
 // (not finite, subnormal).
 GreedyHead greedy_head(compiler::Program& p, const std::vector<compiler::ValueId>& x, std::span<const float> wcls,
                        int vocab, compiler::ValueId enable = compiler::kOne);
+
+// The same head in row blocks of the vocabulary laid one below the other, for the width
+// budget (docs/npu-machine.md, "M2": H and I <= 1,024; the one-program head is ~4,800
+// wide even sunk). Block b (rows [b R, b R + R), R = block_rows, the last one shorter)
+// is the matvec unit on those rows and its own argmax tree; its (max, index) meets the
+// running one as run.c's sample_argmax loop meets it: the block wins only with a
+// strictly greater max (every earlier row has a smaller index, so the first maximum
+// still wins). Each block's ops are ordered after the previous block's
+// (Program::order), so only one block's ~10 R classifier values are live at a time.
+// The one-hot of the final index is split into ops of at most `max_op_neurons` neurons
+// (3 per token). logits holds every row's logit, as greedy_head's; unit_enable is block
+// 0's enable and `blocks` lists every block's values for add_dead_clear_enables.
+struct GreedyBlockOptions {
+  int block_rows = 64;
+  MatvecOptions matvec{};
+  int max_op_neurons = 384;
+};
+GreedyHead greedy_head_blocks(compiler::Program& p, const std::vector<compiler::ValueId>& x,
+                              std::span<const float> wcls, int vocab, compiler::ValueId enable,
+                              const GreedyBlockOptions& options);
 
 // Dim reuse for a program holding the head: maps every value the head created to
 // unit_enable in options.enable_of (compiler/clear_dead.h). The promises hold: the

@@ -4,6 +4,7 @@
 // qkv_machine_test.cpp.
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <string>
 
 #include "common/error.h"
@@ -71,6 +72,35 @@ TEST(Assembler, RejectsBadMicroOps) {
   EXPECT_NE(error_of([&] { as.define("HDR", op); }).find("defined twice"), std::string::npos);
   // W and DONE are still undefined: finish() names the first one.
   EXPECT_NE(error_of([&] { as.finish(); }).find("'DONE' has no micro-op"), std::string::npos);
+}
+
+// Computed successors and immediates (the story token of the HEAD machine): a Computed
+// micro-op needs the datapath's one-hot, names no successor of its own, and the one-hot
+// covers consecutive control tokens that exist; an immediate is a small integer.
+TEST(Assembler, RejectsBadComputedSuccessorsAndImmediates) {
+  Assembler as(small(), {"HDR", "DONE", "H", "T.0", "T.1"}, "DONE");
+  const auto flag = as.input("flag");
+  const Assembler::Immediate tok = as.immediate_register("TOK");
+  EXPECT_NE(error_of([&] { as.immediate(tok, -1); }).find("immediate -1"), std::string::npos);
+  EXPECT_NE(error_of([&] { as.immediate(tok, int64_t{1} << 20); }).find("outside"), std::string::npos);
+  const auto sets = as.immediate(tok, 5);
+  ASSERT_EQ(sets.size(), 3u);
+  EXPECT_EQ(sets[1].second, 37.0f);  // k + 32: silu passes it exactly
+  EXPECT_EQ(sets[2].second, 32.0f);
+  MicroOp head;
+  head.timing = SuccessorTiming::Computed;
+  EXPECT_NE(error_of([&] { as.define("H", head); }).find("none was computed"), std::string::npos);
+  const auto hot = as.program().values("hot", 3);
+  EXPECT_NE(error_of([&] { as.computed_successor("T.0", hot); }).find("run past"), std::string::npos);
+  EXPECT_NE(error_of([&] { as.computed_successor("T.0", {}); }).find("no tokens"), std::string::npos);
+  as.computed_successor("T.0", {hot[0], hot[1]});
+  EXPECT_NE(error_of([&] { as.computed_successor("T.0", {hot[0]}); }).find("twice"), std::string::npos);
+  head.successor = 1;
+  EXPECT_NE(error_of([&] { as.define("H", head); }).find("names a successor"), std::string::npos);
+  head.successor = -1;
+  as.define("H", head);
+  as.send(as.register_out(), flag, as.program().ops().size());
+  EXPECT_NE(error_of([&] { as.immediate_register("B"); }).find("after send"), std::string::npos);
 }
 
 TEST(Assembler, FinishNeedsSend) {

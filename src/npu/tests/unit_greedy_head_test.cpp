@@ -12,6 +12,8 @@
 #include <cmath>
 #include <map>
 #include <memory>
+#include <random>
+#include <set>
 
 #include <gtest/gtest.h>
 
@@ -160,6 +162,18 @@ std::unique_ptr<Head> build_head(std::span<const float> wcls, int vocab, int dim
   hd->inputs = hd->p.values("x", dim + 1);
   const std::vector<ValueId> x(hd->inputs.begin(), hd->inputs.end() - 1);
   hd->h = greedy_head(hd->p, x, wcls, vocab, hd->inputs.back());
+  return hd;
+}
+
+// The row-block form (greedy_head_blocks) of the same head.
+std::unique_ptr<Head> build_block_head(std::span<const float> wcls, int vocab, int dim, int block_rows) {
+  auto hd = std::make_unique<Head>();
+  hd->inputs = hd->p.values("x", dim + 1);
+  const std::vector<ValueId> x(hd->inputs.begin(), hd->inputs.end() - 1);
+  GreedyBlockOptions o;
+  o.block_rows = block_rows;
+  o.matvec.max_op_neurons = kBudgetMaxOpNeurons;
+  hd->h = greedy_head_blocks(hd->p, x, wcls, vocab, hd->inputs.back(), o);
   return hd;
 }
 
@@ -406,6 +420,125 @@ TEST(UnitGreedyHead, HiddenSizeWithDimReuse) {
               "%lld also sunk\n",
               static_cast<long long>(plain), static_cast<long long>(bare.allocation.hidden_size), static_cast<long long>(narrow),
               static_cast<long long>(sunk.allocation.hidden_size));
+}
+
+}  // namespace
+}  // namespace qpu::npu
+
+namespace qpu::npu {
+namespace {
+
+// The row-block head (greedy_head_blocks) on the story's final x and random x with the
+// real classifier, blocks of 64 rows (8 blocks) and of 100 (the last one 12 rows): every
+// logit, the one-hot, the token and the max equal run.c's (and so the one-program head's,
+// which GoldenStoryMatchesTrace / RandomXMatchesRunC hold to the same values).
+TEST(UnitGreedyHeadBlocks, GoldenStoryAndRandomXMatchRunC) {
+  const Story& s = story();
+  const auto& cfg = s.ckpt.config();
+  for (const int rows : {64, 100}) {
+    const auto hd = build_block_head(s.ckpt.weights().wcls, cfg.vocab_size, cfg.dim, rows);
+    EXPECT_EQ(hd->h.blocks.size(), static_cast<size_t>((cfg.vocab_size + rows - 1) / rows));
+    std::vector<std::vector<float>> cases;
+    std::vector<std::vector<float>> want;
+    const size_t golden = std::min<size_t>(s.rec.x.size(), kLong ? s.rec.x.size() : 8);
+    for (size_t pos = 0; pos < golden; ++pos) {
+      cases.push_back(s.rec.x[pos]);
+      cases.back().push_back(1.0f);
+      want.push_back(s.rec.logits[pos]);
+    }
+    std::mt19937_64 rng(9001 + static_cast<uint64_t>(rows));
+    const int n = kLong ? 4096 : 24;
+    for (int c = 0; c < n; ++c) {
+      std::vector<float> x(static_cast<size_t>(cfg.dim) + 1, 1.0f);
+      for (int j = 0; j < cfg.dim; ++j) {
+        const int e = -24 + static_cast<int>(rng() % 29);
+        const float v = std::ldexp(1.0f + static_cast<float>(rng() & 0x7fffff) * 0x1p-23f, e >= 4 ? e - 10 : e);
+        x[static_cast<size_t>(j)] = (rng() & 1) ? -v : v;
+      }
+      if (c % 8 == 0) std::fill(x.begin(), x.end() - 1, 0.0f);  // all logits 0: token 0, a tie across every block
+      cases.push_back(x);
+      want.push_back(c_logits(s.ckpt.weights().wcls, cfg.vocab_size, std::vector<float>(x.begin(), x.end() - 1)));
+    }
+    const auto st = run_segmented(hd->p, hd->inputs, cases, engine_host());
+    std::set<int> tokens;
+    for (size_t c = 0; c < cases.size(); ++c) {
+      ASSERT_EQ(compare_case(*hd, st[c], want[c], cfg.vocab_size), "") << "rows " << rows << " case " << c;
+      tokens.insert(reference::sample_argmax(want[c]));
+    }
+    EXPECT_GE(tokens.size(), 4u);  // winners in several blocks, not one lucky index
+    std::printf("greedy head, blocks of %d rows: %zu golden + %d random cases, %zu distinct tokens, 0 mismatches\n", rows,
+                golden, n, tokens.size());
+  }
+}
+
+// Ties across block boundaries decide the token: small classifiers whose rows repeat
+// rows of earlier blocks, blocks of 5 and 7 rows (ragged last blocks), many random x.
+TEST(UnitGreedyHeadBlocks, TiesAcrossBlocksMatchRunC) {
+  std::mt19937_64 rng(78);
+  for (const int rows : {5, 7}) {
+    const int vocab = 24, dim = 6;
+    std::vector<float> w(static_cast<size_t>(vocab * dim));
+    for (float& v : w) v = (rng() % 8 == 0) ? 0.0f : std::ldexp(static_cast<float>(static_cast<int>(rng() % 2001) - 1000), -9);
+    for (int i = 12; i < vocab; ++i)  // rows 12..23 repeat rows 0..11, in later blocks
+      for (int j = 0; j < dim; ++j) w[static_cast<size_t>(i * dim + j)] = w[static_cast<size_t>((i - 12) * dim + j)];
+    const auto hd = build_block_head(w, vocab, dim, rows);
+    const int n = kLong ? 25000 : 256;
+    std::vector<std::vector<float>> cases;
+    for (int c = 0; c < n; ++c) {
+      std::vector<float> x(static_cast<size_t>(dim) + 1, 1.0f);
+      for (int j = 0; j < dim; ++j)
+        x[static_cast<size_t>(j)] = std::ldexp(static_cast<float>(static_cast<int>(rng() % 4001) - 2000), -8 - static_cast<int>(rng() % 4));
+      cases.push_back(x);
+    }
+    const auto st = run_segmented(hd->p, hd->inputs, cases, engine_host(), 4096);
+    int ties = 0;
+    for (int c = 0; c < n; ++c) {
+      const auto lg = c_logits(w, vocab, std::vector<float>(cases[static_cast<size_t>(c)].begin(), cases[static_cast<size_t>(c)].end() - 1));
+      const int t = reference::sample_argmax(lg);
+      ties += static_cast<int>(std::count(lg.begin(), lg.end(), lg[static_cast<size_t>(t)]) > 1);
+      ASSERT_EQ(compare_case(*hd, st[static_cast<size_t>(c)], lg, vocab), "") << "rows " << rows << " case " << c;
+    }
+    EXPECT_GT(ties, n / 5) << "rows " << rows;
+  }
+}
+
+// Idle: x = 0 and enable = 0 leave every value of the block head at exactly 0.
+TEST(UnitGreedyHeadBlocks, IdleWritesOnlyZeros) {
+  const Story& s = story();
+  const auto& cfg = s.ckpt.config();
+  const auto hd = build_block_head(s.ckpt.weights().wcls, cfg.vocab_size, cfg.dim, 64);
+  std::vector<std::vector<float>> cases(1, std::vector<float>(static_cast<size_t>(cfg.dim) + 1, 0.0f));
+  const auto st = run_segmented(hd->p, hd->inputs, cases, engine_host());
+  for (ValueId v = 0; v < hd->p.num_values(); ++v) ASSERT_EQ(st[0][static_cast<size_t>(v)], 0.0f) << hd->p.name(v);
+}
+
+// Width under the budget (1,024 neurons per MLP sublayer, sunk): the block head with
+// dim reuse fits H <= 1,024; the one-program head does not (~4,800).
+TEST(UnitGreedyHeadBlocks, FitsTheWidthBudget) {
+  const Story& s = story();
+  const auto& cfg = s.ckpt.config();
+  for (const int rows : {64, 86}) {
+    const auto hd = build_block_head(s.ckpt.weights().wcls, cfg.vocab_size, cfg.dim, rows);
+    compiler::Interface io;
+    io.inputs = hd->inputs;
+    io.outputs = hd->h.onehot;
+    io.outputs.push_back(hd->h.token);
+    io.outputs.push_back(hd->h.max);
+    io.vocab_size = static_cast<int64_t>(io.outputs.size());
+    compiler::DeadClearOptions options;
+    add_dead_clear_enables(hd->h, options);
+    compiler::ScheduleLimits limits;
+    limits.max_neurons_per_mlp = 1024;
+    limits.sink = true;
+    const compiler::ReusePlan plan = compiler::plan_dim_reuse(hd->p, io, limits, options);
+    const int64_t widest =
+        *std::max_element(plan.allocation.neurons_per_layer.begin(), plan.allocation.neurons_per_layer.end());
+    EXPECT_LE(plan.allocation.hidden_size, 1024) << "rows " << rows;
+    EXPECT_LE(widest, 1024) << "rows " << rows;
+    std::printf("greedy head, blocks of %d rows: %lld layers, hidden %lld, widest MLP sublayer %lld neurons\n", rows,
+                static_cast<long long>(plan.allocation.num_layers), static_cast<long long>(plan.allocation.hidden_size),
+                static_cast<long long>(widest));
+  }
 }
 
 }  // namespace

@@ -539,7 +539,7 @@ std::vector<ValueId> attn_wsum_block(Program& p, const std::vector<ValueId>& pm,
 
 WsumChecked attn_wsum_row(Program& p, size_t blocks, size_t dims, const std::function<WsumRowBlock(size_t)>& block_at) {
   if (blocks == 0 || dims == 0) fail("attn_wsum_row: {} blocks of {} dims", blocks, dims);
-  constexpr size_t kLookahead = 2;
+  constexpr size_t kLookahead = 1;
   WsumChecked state;
   state.xb = p.values("attn.wxb0", static_cast<int>(dims));  // never written: +0
   state.unsafe = p.values("attn.wunsafe0", static_cast<int>(dims));

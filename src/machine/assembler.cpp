@@ -223,6 +223,18 @@ void Assembler::computed_successor(const std::string& first, const std::vector<V
   computed_ = true;
 }
 
+std::vector<ValueId> Assembler::gated(const std::vector<ValueId>& x, const std::vector<ValueId>& flags,
+                                      const std::string& label) {
+  if (flags.empty()) fail("machine: '{}' gated by no flag", label);
+  Lin on;
+  for (ValueId f : flags) on.terms.push_back({f, kOn});
+  std::vector<ValueId> out = p_.values(label, static_cast<int>(x.size()));
+  std::vector<Neuron> ns;
+  for (size_t i = 0; i < x.size(); ++i) ns.push_back(Neuron{on, Lin{{{x[i], 1.0f / kOn}}}, {{out[i], 1.0f}}});
+  p_.mlp(label, std::move(ns));
+  return out;
+}
+
 ValueId Assembler::input(const std::string& name) {
   const ValueId v = p_.value(name);
   inputs_.push_back(v);

@@ -149,6 +149,13 @@ class Assembler {
   // What a token's embedding sets to write k (0 <= k < 2^20) into r (for MicroOp::sets).
   std::vector<std::pair<compiler::ValueId, float>> immediate(const Immediate& r, int64_t k) const;
 
+  // x[i] when one of `flags` (0/1 token inputs, at most one set) is 1, else +-0: one
+  // neuron per value, gate 128 * the flags' sum (no constant). A unit whose operands
+  // other micro-ops also read (a register, a RAM's out values) reads them through this,
+  // so that it sees zeros when idle (the units' idle contract: flags 0 AND operands 0).
+  std::vector<compiler::ValueId> gated(const std::vector<compiler::ValueId>& x,
+                                       const std::vector<compiler::ValueId>& flags, const std::string& label);
+
   // Values that token embeddings set (unit flags).
   compiler::ValueId input(const std::string& name);
   std::vector<compiler::ValueId> inputs(const std::string& name, int count);

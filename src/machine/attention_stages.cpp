@@ -52,16 +52,6 @@ std::vector<ValueId> either(compiler::Program& p, const std::vector<ValueId>& a,
   return any_of(p, {a, b}, label);
 }
 
-// x[i] when `flag` (exactly 0 or 1) is 1, else +-0: a stage's operands that read-backs
-// also read, so that an idle stage sees zeros.
-std::vector<ValueId> gated(compiler::Program& p, const std::vector<ValueId>& x, ValueId flag, const std::string& label) {
-  std::vector<ValueId> out = p.values(label, static_cast<int>(x.size()));
-  std::vector<Neuron> ns;
-  for (size_t i = 0; i < x.size(); ++i) ns.push_back(Neuron{Lin{{{flag, 128.0f}}}, Lin{{{x[i], 1.0f / 128.0f}}}, {{out[i], 1.0f}}});
-  p.mlp(label, std::move(ns));
-  return out;
-}
-
 // Adds out[t] (per position, read somewhere down the stack) into slot t mod 8 when `flag`
 // (so that no two adds into one slot value share a sublayer); returns the slots.
 std::vector<std::vector<ValueId>> gather(compiler::Program& p, const std::vector<std::vector<ValueId>>& out,
@@ -189,14 +179,13 @@ AttentionStages::AttentionStages(Assembler& as, const AttentionGeometry& g) : as
   prob_.wipe = as.inputs("prob.wipe", g.blocks());
   prob_back_ = as.input("prob.read_back");
   wsum_on_ = as.input("wsum.on");
-  wsum_wipe_ = as.input("wsum.wipe");
   xb_back_ = as.input("xb.read");
   wsum_k_ = as.inputs("wsum.k", g.exp_heads);
   wsum_kv_ = as.inputs("wsum.kv", g.kv_heads);
+  wsum_head_ = as.inputs("wsum.head", g.heads);
   vram_row_ = as.inputs("vram.row", AttentionGeometry::bits_for(g.layers));
   if (g.row_floats < g.head_size) fail("attention stages: a RAM row holds {} floats, a head {}", g.row_floats, g.head_size);
   sum_k_ = as.inputs("sum.k", g.exp_heads);
-  sum_row_ = as.inputs("sum.row", AttentionGeometry::bits_for(g.heads));
   max_on_ = as.input("max.on");
   score_back_ = as.input("score.read_back");
   max_back_ = as.input("max.read");
@@ -399,7 +388,7 @@ void AttentionStages::build(const std::vector<ValueId>& q, const std::vector<std
   // (npu::attn_probability: (pm, exponent) with pm 2^exponent == C's quotient, the
   // reciprocal once per head). Operands gated: RE / RX / RSUM read the same values.
   const size_t first_prob = p.ops().size();
-  const std::vector<ValueId> sums = gated(p, sum_out, prob_.on, "prob.sum");
+  const std::vector<ValueId> sums = as_.gated(sum_out, {prob_.on}, "prob.sum");
   std::vector<ValueId> recip;
   for (ValueId sv : sums) recip.push_back(npu::attn_sum_reciprocal(p, sv));
   // pm is 0 or in [2^-54, 4): wider than a RAM window, so it is stored in two columns,
@@ -409,7 +398,7 @@ void AttentionStages::build(const std::vector<ValueId>& q, const std::vector<std
   const ValueId zero = p.value("prob.zero");  // never written: +0
   std::vector<std::vector<ValueId>> probs(8);  // [slot][k big, k small, k exponent, ...]
   for (size_t s8 = 0; s8 < 8; ++s8) {
-    const std::vector<ValueId> e = gated(p, exp_slots[s8], prob_.on, "prob.exp");
+    const std::vector<ValueId> e = as_.gated(exp_slots[s8], {prob_.on}, "prob.exp");
     for (int k = 0; k < E; ++k) {
       const ValueId pm = npu::attn_probability(p, e[at(2 * k)], e[at(2 * k + 1)], sums[at(k)], recip[at(k)]);
       const ValueId small = npu::greater(p, split, pm);
@@ -522,16 +511,25 @@ void AttentionStages::build(const std::vector<ValueId>& q, const std::vector<std
   compiler::enable_constants(p, first_wsum, wsum_on_);
   as_.gate_clears(first_wsum, p.ops().size(), wsum_on_);
   for (int t = 0; t < P; ++t) as_.gate_clears(prob_op[at(t)], prob_op[at(t)] + 1, prob_read_flag[at(t)]);
-  // The xb RAM: row h (xb and the unsafe bit), wiped by WSUM of head 0, read by RXB.
-  const std::vector<ValueId> xb_out = p.values("xb.out", hs + 1);
+  // The xb RAM: one one-row head per nested head (xb and the unsafe bit), wiped and
+  // written by that head's WSUM, read all at once by ATTO and by RXB.
+  std::vector<std::vector<ValueId>> xb_out;
   {
-    std::vector<npu::FloatRamHead> xh(1);
-    xh[0].data = xb_data;
-    xh[0].key_bits = xh[0].query_bits = sum_row_;
-    xh[0].write_flag = wsum_on_;
-    xh[0].wipe_flag = wsum_wipe_;
-    xh[0].read_flag = xb_back_;
-    xh[0].out = xb_out;
+    std::vector<npu::FloatRamHead> one(1);
+    one[0].data = xb_data;
+    const auto neg = npu::float_ram_negations(p, one, wsum_on_, "xb RAM");
+    std::vector<npu::FloatRamHead> xh;
+    for (int h = 0; h < H; ++h) {
+      xb_out.push_back(p.values("xb.out" + std::to_string(h), hs + 1));
+      npu::FloatRamHead x;
+      x.data = xb_data;
+      x.negated = neg[0];
+      x.write_flag = x.wipe_flag = wsum_head_[at(h)];
+      x.read_flag = xb_back_;
+      x.out = xb_out.back();
+      xh.push_back(std::move(x));
+      xb_.insert(xb_.end(), xb_out.back().begin(), xb_out.back().begin() + hs);
+    }
     npu::float_ram(p, npu::FloatRamWindow{g_.score_low_binade}, xh, wsum_on_, "xb RAM");
   }
 
@@ -552,7 +550,7 @@ void AttentionStages::build(const std::vector<ValueId>& q, const std::vector<std
     lanes_.push_back(pm);
     lanes_.push_back(pr[at(3 * k + 2)]);
   }
-  lanes_.insert(lanes_.end(), xb_out.begin(), xb_out.end());
+  for (const auto& x : xb_out) lanes_.insert(lanes_.end(), x.begin(), x.end());
 }
 
 std::vector<std::pair<ValueId, float>> AttentionStages::qkv_sets(int layer) const {
@@ -603,7 +601,6 @@ void AttentionStages::define(int first_lane, ValueId send, ValueId q_read, Value
       op.sets = {{sum_on_, 1.0f}, {pos_read, 1.0f}, {sum_k_[at(h % g_.exp_heads)], 1.0f}};
       if (h < g_.exp_heads) op.sets.push_back({sum_wipe_[at(h)], 1.0f});
       with_bits(op, exp_query_, h / g_.exp_heads);
-      with_bits(op, sum_row_, h);
       as_.define(block_name("SUM", l, h), std::move(op));
     }
     for (int b = 0; b < g_.blocks(); ++b)
@@ -624,10 +621,9 @@ void AttentionStages::define(int first_lane, ValueId send, ValueId q_read, Value
                  {pos_read, 1.0f},
                  {wsum_k_[at(h % g_.exp_heads)], 1.0f},
                  {wsum_kv_[at(h / (H / g_.kv_heads))], 1.0f}};
-      if (h == 0) op.sets.push_back({wsum_wipe_, 1.0f});
+      op.sets.push_back({wsum_head_[at(h)], 1.0f});
       with_bits(op, exp_query_, h / g_.exp_heads);
       with_bits(op, vram_row_, l);
-      with_bits(op, sum_row_, h);
       as_.define(block_name("WSUM", l, h), std::move(op));
     }
     // The stages after MAX read its result; until they run on their own, MAX names RM.
@@ -664,8 +660,7 @@ void AttentionStages::define(int first_lane, ValueId send, ValueId q_read, Value
   for (int h = 0; h < H; ++h)
     for (int i = 0; i <= g_.head_size; ++i) {
       MicroOp op = as_.step(i < g_.head_size ? block_name("RXB", h, i + 1) : std::string("DONE"));
-      op.sets = {{send, 1.0f}, as_.lane_flag(first_lane + xb_lane + i), {xb_back_, 1.0f}};
-      with_bits(op, sum_row_, h);
+      op.sets = {{send, 1.0f}, as_.lane_flag(first_lane + xb_lane + h * (g_.head_size + 1) + i), {xb_back_, 1.0f}};
       op.timing = SuccessorTiming::Delayed;
       as_.define(block_name("RXB", h, i), std::move(op));
     }

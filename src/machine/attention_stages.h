@@ -20,7 +20,8 @@
 //   WSUM(l).h   head h's probabilities and v at every position: run.c's xb = sum_t p_t v_t
 //               in C's order, the fast path with its unsafe bit (npu::attn_wsum_row) ->
 //               the xb RAM (xb and the bit: when it is set, the fast xb may differ from
-//               C's and the exact slow path must run -- not built on the machine yet).
+//               C's and the exact slow path must run -- not built on the machine yet);
+// and on the QKV machine, ATTO(l).i: x + wo xb (run.c's x after the attention), lane i.
 //
 // RAM layouts: the score RAM uses the cache's banks (position t in bank t mod banks, row
 // t / banks; one row = every head's score at t), so a stage reads the 8 positions of a
@@ -89,6 +90,11 @@ class AttentionStages {
   // What QKV(l) sets beside its own flags: the v RAM row (the layer) it writes.
   std::vector<std::pair<compiler::ValueId, float>> qkv_sets(int layer) const;
 
+  // run.c's xb of every head (heads * head_size values, the attention's output for wo),
+  // read from the xb RAM when `xb_read()` is set (after build()).
+  const std::vector<compiler::ValueId>& xb() const { return xb_; }
+  compiler::ValueId xb_read() const { return xb_back_; }
+
   // The values the read-backs send, in lane order (after build()).
   const std::vector<compiler::ValueId>& lanes() const { return lanes_; }
 
@@ -111,13 +117,14 @@ class AttentionStages {
   std::vector<compiler::ValueId> exp_row_;         // ... as the row bits of the exp RAM it writes
   std::vector<compiler::ValueId> exp_query_;       // the exp RAM row SUM and RE/RX read (a head group)
   std::vector<compiler::ValueId> sum_k_;           // the head of its group SUM adds up
-  std::vector<compiler::ValueId> sum_row_;         // the sum RAM row (the head) SUM writes and RSUM reads
   compiler::ValueId max_on_ = 0, score_back_ = 0, max_back_ = 0, exp_back_ = 0;
   compiler::ValueId sum_on_ = 0, sum_back_ = 0, prob_back_ = 0;
   std::vector<compiler::ValueId> sum_wipe_;        // per sum RAM (place k in a head group)
   Inputs prob_;                                    // block / wipe: the prob RAM heads written
-  compiler::ValueId wsum_on_ = 0, wsum_wipe_ = 0, xb_back_ = 0;
+  compiler::ValueId wsum_on_ = 0, xb_back_ = 0;
   std::vector<compiler::ValueId> wsum_k_, wsum_kv_;  // WSUM's head: its place in its group, its kv head
+  std::vector<compiler::ValueId> wsum_head_;         // ... and the head itself (its xb RAM head)
+  std::vector<compiler::ValueId> xb_;                // the xb RAM's out values, heads * head_size
   std::vector<compiler::ValueId> vram_row_;          // the v RAM row (a layer) QKV writes and WSUM reads
   std::vector<compiler::ValueId> lanes_;
 };

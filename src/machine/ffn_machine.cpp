@@ -78,16 +78,7 @@ FfnMachine build_ffn_machine(const reference::Llama2Checkpoint& ck, const FfnMac
   // The units' idle contract is "every flag 0 AND operands 0", but FFN(l).i reads x
   // too: the chunk unit reads x through a gate that passes it only on SW cycles
   // (gate 128 * the sum of its layer flags, one-hot: x or +-0, exact).
-  const std::vector<ValueId> xs = p.values("sw.x", dim);
-  {
-    compiler::Lin on;
-    for (ValueId f : sw_layer) on.terms.push_back({f, 128.0f});
-    std::vector<compiler::Neuron> gate;
-    for (int i = 0; i < dim; ++i)
-      gate.push_back(compiler::Neuron{on, compiler::Lin{{{x[static_cast<size_t>(i)], 1.0f / 128.0f}}},
-                                      {{xs[static_cast<size_t>(i)], 1.0f}}});
-    p.mlp("sw.x_gate", std::move(gate));
-  }
+  const std::vector<ValueId> xs = as.gated(x, sw_layer, "sw.x");
   npu::MatvecOptions mo;
   mo.max_op_neurons = npu::kBudgetMaxOpNeurons;
   const npu::FfnChunkUnit unit = npu::ffn_chunk_unit(p, ck, xs, sw_layer, sw_chunk, o.lanes, mo);

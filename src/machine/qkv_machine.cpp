@@ -8,6 +8,7 @@
 #include "compiler/enable.h"
 #include "compiler/gdn_layout.h"
 #include "machine/attention_stages.h"
+#include "npu/block_ffn.h"
 #include "npu/block_qkv.h"
 #include "npu/float_ram.h"
 #include "npu/kv_address.h"
@@ -85,8 +86,11 @@ QkvMachine build_qkv_machine(const reference::Llama2Checkpoint& ck, const QkvMac
   for (int l = 0; l < layers; ++l)
     for (const char* r : {"RK", "RV"})
       for (int i = 0; i < kv_dim; ++i) names.push_back(cache_name(r, l, i));
-  if (o.attention)
+  if (o.attention) {
     for (const std::string& n : AttentionStages::names(ag)) names.push_back(n);
+    for (int l = 0; l < layers; ++l)
+      for (int i = 0; i < dim; ++i) names.push_back(cache_name("ATTO", l, i));
+  }
   AssemblerOptions ao;
   static_cast<HostOptions&>(ao) = o;
   ao.elements = dim;
@@ -99,7 +103,9 @@ QkvMachine build_qkv_machine(const reference::Llama2Checkpoint& ck, const QkvMac
   // flags are (pos is also read by the cache read-backs: the block's idle contract allows
   // any pos).
   const std::vector<ValueId> layer_flags = as.inputs("qkv.layer", layers);
-  const npu::QkvBlock b = npu::qkv_block(p, ck, as.register_out(), layer_flags, pos.out);
+  // With the attention stages ATTO reads X too: the block reads it through a gate.
+  const std::vector<ValueId> x = o.attention ? as.gated(as.register_out(), layer_flags, "qkv.x") : as.register_out();
+  const npu::QkvBlock b = npu::qkv_block(p, ck, x, layer_flags, pos.out);
   as.gate_clears(b.first_op, p.ops().size(), b.enable);
 
   // q into the q RAM, wiped and written by QKV, read by RQ.
@@ -180,8 +186,18 @@ QkvMachine build_qkv_machine(const reference::Llama2Checkpoint& ck, const QkvMac
     p.mlp("kv read sum", std::move(sum));
   }
 
-  // M2c: the attention's stages below the cache.
-  if (stages) stages->build(q, slot_out, b.v, b.enable, pos.out, compiler::OpRange{kv_sum_op, kv_sum_op + 1});
+  // M2c: the attention's stages below the cache, and ATTO(l).i: run.c's x += wo xb for
+  // layer l (x from X, xb from the xb RAM, both through a gate on ATTO's flags), lane i.
+  std::vector<ValueId> atto_layer, atto_out;
+  if (stages) {
+    stages->build(q, slot_out, b.v, b.enable, pos.out, compiler::OpRange{kv_sum_op, kv_sum_op + 1});
+    atto_layer = as.inputs("atto.layer", layers);
+    const std::vector<ValueId> ax = as.gated(as.register_out(), atto_layer, "atto.x");
+    const std::vector<ValueId> axb = as.gated(stages->xb(), atto_layer, "atto.xb");
+    const npu::FfnOut atto = npu::attention_out_block(p, ck, ax, axb, atto_layer);
+    as.gate_clears(atto.first_op, p.ops().size(), atto.enable);
+    atto_out = atto.x_out;
+  }
 
   // The read-back: lanes q ++ (the slots added: one bank reads, the others are +0), sent
   // when a read-back token sets `send`.
@@ -196,6 +212,8 @@ QkvMachine build_qkv_machine(const reference::Llama2Checkpoint& ck, const QkvMac
   std::vector<ValueId> lanes = q;
   lanes.insert(lanes.end(), kv.begin(), kv.end());
   lanes.push_back(next_pos);
+  const int atto_lane = static_cast<int>(lanes.size());
+  lanes.insert(lanes.end(), atto_out.begin(), atto_out.end());
   const int stage_lane = static_cast<int>(lanes.size());
   if (stages) lanes.insert(lanes.end(), stages->lanes().begin(), stages->lanes().end());
   as.send(lanes, send, first_sum);
@@ -243,7 +261,17 @@ QkvMachine build_qkv_machine(const reference::Llama2Checkpoint& ck, const QkvMac
         op.sets.push_back({kv_read[static_cast<size_t>(l)], 1.0f});
         as.define(cache_name(kind == 0 ? "RK" : "RV", l, i), std::move(op));
       }
-  if (stages) stages->define(stage_lane, send, q_read, pos.read_flag);
+  if (stages) {
+    stages->define(stage_lane, send, q_read, pos.read_flag);
+    for (int l = 0; l < layers; ++l)
+      for (int i = 0; i < dim; ++i) {
+        MicroOp op = sends(atto_lane + i, i + 1 < dim ? cache_name("ATTO", l, i + 1) : std::string("DONE"));
+        op.sets.push_back({atto_layer[static_cast<size_t>(l)], 1.0f});
+        op.sets.push_back({stages->xb_read(), 1.0f});
+        op.read_register = 0;
+        as.define(cache_name("ATTO", l, i), std::move(op));
+      }
+  }
   QkvMachine m;
   static_cast<AssembledMachine&>(m) = as.finish();
   m.heads = o.attention ? ag.heads : 0;
@@ -363,6 +391,12 @@ std::vector<int64_t> QkvMachine::expected_xb(int head, const std::vector<float>&
   std::vector<float> all = xb;
   all.push_back(unsafe ? 1.0f : 0.0f);
   return sent(*this, all, order);
+}
+
+std::vector<int64_t> QkvMachine::expected_atto(int layer, const std::vector<float>& x) const {
+  std::vector<std::string> order;
+  for (int i = 0; i < dim; ++i) order.push_back(cache_name("ATTO", layer, i));
+  return sent(*this, x, order);
 }
 
 std::vector<int64_t> QkvMachine::expected_exps(const std::vector<float>& mant, const std::vector<float>& exponent) const {

@@ -22,11 +22,13 @@
 //
 // With options.attention, the attention's stages follow the cache (M2c,
 // machine/attention_stages.h): SCORE, MAX, EXP, SUM, PROB, WSUM and their RAMs
-// and read-backs.
+// and read-backs, then ATTO(l).i (4 cycles each): x + wo xb, element i sent up (x from
+// X, xb from the xb RAM).
 //
 // Stack: register file + POS → QKV block → KV addresses → q RAM, KV cache → [SCORE →
 // score RAM, block-max RAM → MAX → max RAM → EXP → exp RAM → SUM → sum RAM → PROB → prob RAM,
-// v RAM → WSUM → xb RAM] → uplink.
+// v RAM → WSUM → xb RAM → ATTO] →
+// uplink.
 #include <cstdint>
 #include <vector>
 
@@ -87,6 +89,9 @@ struct QkvMachine : AssembledMachine {
   // differ from C's), DONE last.
   std::vector<int64_t> wsums(int layer) const;
   std::vector<int64_t> expected_xb(int head, const std::vector<float>& xb, bool unsafe) const;
+  // What ATTO(l).0 generates (with X holding layer l's x at the position the stages ran
+  // at): run.c's x after the attention, x + wo xb, element by element; DONE last.
+  std::vector<int64_t> expected_atto(int layer, const std::vector<float>& x) const;
   // What RE.0 generates: every head's mant, then every head's exponent, at POS; DONE last.
   std::vector<int64_t> expected_exps(const std::vector<float>& mant, const std::vector<float>& exponent) const;
 };

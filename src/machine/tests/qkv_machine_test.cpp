@@ -101,7 +101,8 @@ std::vector<float> per_head(K kind, int pos, int layer, int heads, size_t index)
 // Expected: run.c's att_scaled, att_max, expf_parts' split of run.c's exp (mant
 // 2^exponent == att_exp, checked here too), att_sum, att_prob (pm 2^exponent, checked
 // here too) and att_out (through the fast path's C model, equal to att_out wherever its
-// unsafe bit is 0), bit for bit. A second case at another layer and a smaller position runs in
+// unsafe bit is 0), bit for bit; then ATTO sends run.c's x_att_res (x_in + wo xb): the
+// attention half-layer from x_in to x_att_res on the machine. A second case at another layer and a smaller position runs in
 // the same host session after the first, so the score and exp RAMs (wiped at each
 // group's row 0) and the block-max RAM (blocks past pos still hold the first case's
 // maxima) carry stale values the stages must leave out.
@@ -213,6 +214,9 @@ TEST(QkvMachine, AttentionStagesBitExactOnTheEngine) {
       unsafe_heads += unsafe;
       expect_run(m, {m.id("RXB(" + std::to_string(h) + ").0")}, host, m.expected_xb(h, xb, unsafe), t);
     }
+    // ATTO: X still holds x_in of (pos, l) (the last QKV's): x + wo xb is run.c's x_att_res.
+    if (unsafe_heads == 0)
+      expect_run(m, {m.id("ATTO(" + std::to_string(l) + ").0")}, host, m.expected_atto(l, gold.at(K::x_att_res, pos, l)), t);
   }
   std::printf("attention stages: %lld floats bit-exact over %lld generated cycles, %.3f ms per cycle; %d heads whose "
               "max the stale rows would have changed; %d heads the fast weighted sum marks unsafe\n",

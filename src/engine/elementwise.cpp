@@ -99,8 +99,14 @@ typedef uint64_t u64x2 __attribute__((vector_size(16)));
 }
 
 // One channel exactly as torch_causal_conv1d_update sums it: taps left to right from +0.
-[[gnu::always_inline]] inline void conv_channel(const float* wc, int64_t history, float* past, float input,
+// kHistory >= 0: the history length as a constant (taps = 4 in every Qwen3.5 config), so
+// the shift is two register moves; with a run-time length GCC turns it into a call to
+// memmove per channel, which cost more than the channel's arithmetic on the looped
+// machine (docs/engine.md, "Cost per machine cycle"). The same operations either way.
+template <int kHistory>
+[[gnu::always_inline]] inline void conv_channel(const float* wc, int64_t runtime_history, float* past, float input,
                                                 float* out) {
+  const int64_t history = kHistory >= 0 ? kHistory : runtime_history;
   float acc = 0.0f;
   for (int64_t t = 0; t < history; ++t) acc = acc + wc[t] * past[t];
   acc = acc + wc[history] * input;
@@ -109,10 +115,11 @@ typedef uint64_t u64x2 __attribute__((vector_size(16)));
   *out = numerics::silu(acc);
 }
 
-[[gnu::always_inline]] inline void conv_silu_impl(const float* weight, int64_t taps, bool taps_finite,
-                                                  float* state, const float* in, float* out,
-                                                  int64_t channels) {
-  const int64_t history = taps - 1;
+template <int kHistory>
+[[gnu::always_inline]] inline void conv_silu_channels(const float* weight, int64_t taps, bool taps_finite,
+                                                      float* state, const float* in, float* out,
+                                                      int64_t channels) {
+  const int64_t history = kHistory >= 0 ? kHistory : taps - 1;
   int64_t c = 0;
   if (taps_finite) {
     for (; c + kBlock <= channels; c += kBlock) {
@@ -125,11 +132,23 @@ typedef uint64_t u64x2 __attribute__((vector_size(16)));
         continue;
       }
       for (int64_t ch = c; ch < c + kBlock; ++ch) {
-        conv_channel(weight + ch * taps, history, state + ch * history, in[ch], out + ch);
+        conv_channel<kHistory>(weight + ch * taps, history, state + ch * history, in[ch], out + ch);
       }
     }
   }
-  for (; c < channels; ++c) conv_channel(weight + c * taps, history, state + c * history, in[c], out + c);
+  for (; c < channels; ++c) {
+    conv_channel<kHistory>(weight + c * taps, history, state + c * history, in[c], out + c);
+  }
+}
+
+[[gnu::always_inline]] inline void conv_silu_impl(const float* weight, int64_t taps, bool taps_finite,
+                                                  float* state, const float* in, float* out,
+                                                  int64_t channels) {
+  if (taps == 4) {
+    conv_silu_channels<3>(weight, taps, taps_finite, state, in, out, channels);
+  } else {
+    conv_silu_channels<-1>(weight, taps, taps_finite, state, in, out, channels);
+  }
 }
 
 [[gnu::always_inline]] inline int64_t nonzero_indices_impl(const float* x, int64_t n, int32_t* rows) {

@@ -1,6 +1,7 @@
 #include "engine/gated_delta_net.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 
 #include "common/error.h"
@@ -15,8 +16,18 @@ void expect_size(const std::vector<float>& v, int64_t size, const std::string& n
 }
 
 // Recurrence work (state elements touched) below which a parallel region costs more
-// than it saves.
-constexpr int64_t kParallelMinState = int64_t{1} << 14;
+// than it saves. Measured on the looped machine (docs/engine.md, "Cost per machine
+// cycle"): its GDN mixers (16 heads of 16 x 64, at most 66,560 units per step) took the
+// region at 2^14 and two threads ran a cycle in 1.8 ms against 1.1 ms for one (8.1 vs
+// 2.4 ms on the attention-stage runs): between two steps the worker has gone to sleep,
+// and waking it on a loaded box costs more than the ~10-50 us of work it would take.
+// 2^17 keeps such layers on the calling thread; the GDN of a real Qwen3.5 (16 heads of
+// 128 x 128: 2^18 in the Dense count, ~2^20 with SkipZeros) still runs in parallel.
+constexpr int64_t kParallelMinState = int64_t{1} << 17;
+
+// Steps whose recurrence took the parallel region (tests check that a shape meant to
+// exercise it does).
+std::atomic<int64_t> parallel_step_count{0};
 
 // S = S + k delta^T, o = S^T q over every row (row i read right after its write).
 void write_and_read_all(float* state, int64_t dk, int64_t dv, const float* k, const float* q,
@@ -319,10 +330,10 @@ void GatedDeltaNet::step(const float* h, std::span<float> conv_state, std::span<
     }
   }
 
-  // The gated delta rule, one value head per iteration; value head j reads key head
-  // j / (v_heads / k_heads) (repeat_interleave, grouped).
-#pragma omp parallel for schedule(static) if (work >= kParallelMinState)
-  for (int64_t j = 0; j < v_heads; ++j) {
+  // The gated delta rule, one value head per call; value head j reads key head
+  // j / (v_heads / k_heads) (repeat_interleave, grouped). A head is computed whole by one
+  // thread, so the thread count changes no bit.
+  const auto run_head = [&](int64_t j) {
     const int64_t m = j / group;
     const float* kh = k + m * dk;
     const float* qh = q_scaled + m * dk;
@@ -355,9 +366,18 @@ void GatedDeltaNet::step(const float* h, std::span<float> conv_state, std::span<
         yh[c] = (norm_weight_[c] * (o[c] * r)) * numerics::silu(zh[c]);
       }
     }
+  };
+  if (work >= kParallelMinState) {
+    parallel_step_count.fetch_add(1, std::memory_order_relaxed);
+#pragma omp parallel for schedule(static)
+    for (int64_t j = 0; j < v_heads; ++j) run_head(j);
+  } else {  // no region at all: not even a team of one (the if clause still enters libgomp)
+    for (int64_t j = 0; j < v_heads; ++j) run_head(j);
   }
 
   out_proj_.multiply(normed, out);
 }
+
+int64_t GatedDeltaNet::parallel_steps() { return parallel_step_count.load(std::memory_order_relaxed); }
 
 }  // namespace qpu::engine

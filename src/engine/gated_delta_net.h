@@ -92,6 +92,11 @@ class GatedDeltaNet {
   void step(const float* h, std::span<float> conv_state, std::span<float> recurrent_state,
             bool first_token, float* out) const;
 
+  // Steps (all layers, all threads) whose recurrence ran its value heads in an OpenMP
+  // region: the work was at least the parallel threshold (tests check that the shapes
+  // meant to exercise the parallel path take it; smaller steps run on the calling thread).
+  static int64_t parallel_steps();
+
  private:
   GatedDeltaNetShape shape_;
   float rms_eps_ = 0;

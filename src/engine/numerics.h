@@ -16,9 +16,21 @@
 
 namespace qpu::engine::numerics {
 
-// silu(+-0) = +-0 / (1 + 1) = +-0: returned without the exp (gated-off neurons and
-// idle channels of compiled layers are exact zeros; same bits).
-inline float silu(float x) { return x == 0.0f ? x : x / (1.0f + std::exp(-x)); }
+// torch's silu, x / (1 + exp(-x)), with its exact windows returned without the exp (the
+// same bits; compiled layers live in these windows, and an expf that overflows goes
+// through glibc's slow error path):
+//   x = +-0:            +-0 / (1 + 1) = +-0.
+//   x >= 18 (+inf too): exp(-x) <= e^-18 < 2^-25, below half an ulp of 1, so
+//                       1 + exp(-x) rounds to 1 and x / 1 = x.
+//   -inf < x < -89:     exp(-x) > e^89 > FLT_MAX overflows to +inf, and a finite
+//                       negative x / +inf = -0. (-inf itself: -inf / inf = NaN, computed.)
+// silu_formula is the plain expression (tests compare the two over every float there).
+inline float silu_formula(float x) { return x / (1.0f + std::exp(-x)); }
+inline float silu(float x) {
+  if (x == 0.0f || x >= 18.0f) return x;
+  if (x < -89.0f && x > -HUGE_VALF) return -0.0f;
+  return silu_formula(x);
+}
 inline float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
 inline float softplus(float x) { return x > 20.0f ? x : std::log1p(std::exp(x)); }
 inline float rsqrt(float x) { return 1.0f / std::sqrt(x); }

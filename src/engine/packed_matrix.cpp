@@ -145,8 +145,12 @@ PackedMatrix PackedMatrix::pack(std::span<const float> values, int64_t rows, int
       }
       m.row_start_[rows] = static_cast<int64_t>(m.f32_.size());
       m.program_start_[rows] = static_cast<int64_t>(m.program_.size());
-      int64_t live = 0;
-      for (int64_t r = 0; r < rows; ++r) live += m.row_start_[r + 1] > m.row_start_[r];
+      int64_t live = 0, widest = 0;
+      for (int64_t r = 0; r < rows; ++r) {
+        live += m.row_start_[r + 1] > m.row_start_[r];
+        widest = std::max(widest, m.row_start_[r + 1] - m.row_start_[r]);
+      }
+      m.single_term_rows_ = widest <= 1;
       if (2 * live < rows && rows <= std::numeric_limits<int32_t>::max()) {
         m.live_rows_listed_ = true;
         m.live_rows_.reserve(static_cast<size_t>(live));
@@ -200,6 +204,15 @@ void PackedMatrix::multiply_rows(const float* x, float* y, int64_t row_begin, in
         std::fill(y + row_begin, y + row_end, 0.0f);
         auto live = std::lower_bound(live_rows_.begin(), live_rows_.end(), row_begin);
         for (; live != live_rows_.end() && *live < row_end; ++live) y[*live] = csr_row(x, *live);
+        return;
+      }
+      if (single_term_rows_) {
+        // What csr_row computes for such rows: one lane summed from +0 (0 + w * x[c]) with
+        // no merge after it, or +0 for an empty row.
+        for (int64_t r = row_begin; r < row_end; ++r) {
+          const int64_t k = row_start_[r];
+          y[r] = row_start_[r + 1] > k ? 0.0f + f32_[k] * x[col_index_[k]] : 0.0f;
+        }
         return;
       }
       for (int64_t r = row_begin; r < row_end; ++r) y[r] = csr_row(x, r);

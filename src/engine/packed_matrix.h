@@ -114,6 +114,10 @@ class PackedMatrix {
   // nonzero).
   std::vector<int32_t> live_rows_;
   bool live_rows_listed_ = false;
+  // CSR matrices whose every row holds at most one stored value (the looped machine's
+  // GDN in_proj_z: 1,024 rows, 512 values): the row path writes 0 + w * x[c] or +0 per
+  // row directly instead of running the row's program (the same bits).
+  bool single_term_rows_ = false;
   Path path_ = Path::Auto;
   ColumnMatrix columns_;  // SparseCsr, path_ Columns or Auto: the same nonzeros, column-major
 };

@@ -240,9 +240,13 @@ TEST(GdnSkipZeros, WideCheckpointTakesTheParallelPathWithTheSameBits) {
   spec.layers = {io::LayerType::LinearAttention, io::LayerType::LinearAttention};
   spec.k_heads = 4;
   spec.v_heads = 8;
-  spec.k_dim = 64;
-  spec.v_dim = 64;  // 8 x 64 x 64 state: the dense loops run in parallel
+  spec.k_dim = 128;
+  spec.v_dim = 128;  // 8 x 128 x 128 state: the recurrence reaches the parallel threshold
+  const int64_t before = GatedDeltaNet::parallel_steps();
   expect_models_agree(zero_rich_weights(spec, 7), spec.vocab, "wide", 8);
+  // Both recurrences at 2 threads (and at 1: a team of one) took the region on every
+  // step of both layers; the comparison above is only meaningful if they did.
+  EXPECT_GE(GatedDeltaNet::parallel_steps() - before, 2 * 2 * 2 * 8);
 }
 
 }  // namespace

@@ -218,6 +218,71 @@ TEST(IdleChannels, ConvUpdateGivesTheScalarLoopBitsAndState) {
   EXPECT_GT(skipped_blocks, 1000);  // the skip itself was exercised
 }
 
+// The looped machine's live conv blocks: one or two live channels (a rail, a written RAM
+// value) among +0 ones, taps 4 (the kernel's fixed-history variant) and others.
+// Channels that look idle but are not (a -0 in the input or history: the shift must move
+// its bits; a subnormal; an inf/NaN history with finite taps: w * inf is not +-0) sit
+// next to them, and the taps hold +0, -0 and negative values (w * +0 = -0 for w < 0).
+TEST(IdleChannels, LiveBlocksGiveTheScalarLoopBitsAndState) {
+  TinyRandom rng(33);
+  int64_t skippable_channels = 0;  // +0 channels in blocks that are not all +0 (computed)
+  for (dot::Isa isa : supported_isas()) {
+    const elementwise::Kernels& k = elementwise::kernels_for(isa);
+    for (int64_t taps : {1, 2, 4, 5}) {
+      const int64_t history = taps - 1, channels = 160;  // 10 blocks
+      for (int trial = 0; trial < 6; ++trial) {
+        const std::string what = std::string(dot::isa_name(isa)) + " taps " + std::to_string(taps) + " trial " +
+                                 std::to_string(trial);
+        std::vector<float> weight(static_cast<size_t>(channels * taps));
+        for (float& w : weight) {
+          const double u = rng.unit();
+          w = u < 0.2 ? 0.0f : u < 0.3 ? -0.0f : rng.uniform(2.0);
+        }
+        const bool finite = trial % 3 != 2;
+        if (!finite) weight[7] = -kInf;  // one inf tap: no channel may be skipped
+        std::vector<float> state(static_cast<size_t>(channels * history), 0.0f);
+        std::vector<float> dense_state = state, skip_state = state;
+        for (int step = 0; step < 12; ++step) {
+          std::vector<float> in(static_cast<size_t>(channels), 0.0f);
+          for (int64_t b = 0; b < channels / 16; ++b) {
+            // One or two live channels per block (the rail at a fixed place, so that
+            // its history stays live), and now and then an odd zero or special value.
+            in[static_cast<size_t>(b * 16 + b % 16)] = rng.uniform(4.0) + 0.5f;
+            if (rng.unit() < 0.5) in[static_cast<size_t>(b * 16 + static_cast<int64_t>(rng.unit() * 16.0))] = rng.uniform(1.0);
+            const int64_t odd = b * 16 + static_cast<int64_t>(rng.unit() * 16.0);
+            const double u = rng.unit();
+            if (u < 0.3) {
+              in[static_cast<size_t>(odd)] = -0.0f;
+            } else if (u < 0.4) {
+              in[static_cast<size_t>(odd)] = 1e-41f;
+            } else if (u < 0.45 && trial % 2 == 1) {
+              in[static_cast<size_t>(odd)] = rng.unit() < 0.5 ? kInf : kNaN;
+            }
+          }
+          if (history > 0 && step % 5 == 4) dense_state[3] = skip_state[3] = -0.0f;  // a -0 written by hand
+          for (int64_t b = 0; b < channels / 16 && finite; ++b) {
+            bool block_zero = true;
+            int64_t zero_channels = 0;
+            for (int64_t ch = b * 16; ch < b * 16 + 16; ++ch) {
+              bool zero = float_bits(in[static_cast<size_t>(ch)]) == 0;
+              for (int64_t t = 0; t < history; ++t) zero = zero && float_bits(skip_state[static_cast<size_t>(ch * history + t)]) == 0;
+              zero_channels += zero;
+              block_zero = block_zero && zero;
+            }
+            if (!block_zero) skippable_channels += zero_channels;
+          }
+          std::vector<float> want(static_cast<size_t>(channels)), got(static_cast<size_t>(channels), -1.0f);
+          conv_reference(weight, taps, dense_state, in, want, channels);
+          k.conv_silu(weight.data(), taps, finite, skip_state.data(), in.data(), got.data(), channels);
+          expect_same(got, want, what + " step " + std::to_string(step) + " out");
+          expect_same(skip_state, dense_state, what + " step " + std::to_string(step) + " state");
+        }
+      }
+    }
+  }
+  EXPECT_GT(skippable_channels, 10000);  // the mix the machine has was exercised
+}
+
 TEST(IdleChannels, IdleBlocksFollowTheSignsOfZero) {
   // Hand-checked values: silu(-0) * 3 = -0, silu(+0) * -3 = -0, silu(-0) * NaN = NaN,
   // a +0 history with a -0 input sums to +0 but stores -0 in the history.
@@ -438,6 +503,59 @@ TEST(IdleChannels, MostlyEmptyCsrRowsGiveTheDenseRowBits) {
     }
   }
   omp_set_num_threads(saved);
+}
+
+TEST(IdleChannels, SingleTermCsrRowsGiveTheDenseRowBits) {
+  // CSR matrices with at most one stored value per row (a compiled in_proj_z) skip the
+  // row program: 0 + w * x[c] per row, +0 for an empty row. Against the dense rows with
+  // -0 and subnormal weights, x with +-0, subnormals, products that underflow, inf and
+  // NaN (0 * inf in the dense sum: only where the weight is stored as -0, like CSR does),
+  // half the rows live (so the live-row list does not take them), serial and parallel.
+  TinyRandom rng(52);
+  const int saved = omp_get_max_threads();
+  int64_t checked = 0;
+  for (const auto& shape : {std::pair<int64_t, int64_t>{40, 70}, {1024, 1024}, {9000, 40}}) {
+    const int64_t rows = shape.first, cols = shape.second;
+    for (const bool wild : {false, true}) {
+      std::vector<float> m(static_cast<size_t>(rows * cols), 0.0f);
+      for (int64_t r = 0; r < rows; ++r) {
+        if (rng.unit() < 0.4) continue;  // empty
+        const double u = rng.unit();
+        const float w = u < 0.05 ? -0.0f : u < 0.1 ? 1e-40f : u < 0.15 ? -1e-30f : rng.uniform(4.0);
+        m[static_cast<size_t>(r * cols + static_cast<int64_t>(rng.unit() * static_cast<double>(cols)))] = w;
+      }
+      PackedMatrix::Options o;
+      o.force = PackedMatrix::Format::SparseCsr;
+      o.path = PackedMatrix::Path::Rows;
+      const PackedMatrix csr = PackedMatrix::pack(m, rows, cols, o, "m");
+      for (int threads : {1, 2, 3}) {
+        omp_set_num_threads(threads);
+        for (int trial = 0; trial < 4; ++trial) {
+          std::vector<float> x = sparse_values(rng, cols, trial == 0 ? 0.0 : 0.5, wild);
+          if (trial == 3) x[0] = 1e-30f;  // products that underflow to +-0
+          std::vector<float> want(static_cast<size_t>(rows)), got(static_cast<size_t>(rows), -1.0f);
+          // The dense order with the unstored (+0) weights left out, as CSR defines it
+          // (dense 0 * inf would be NaN); a stored -0 weight multiplies x like any other.
+          for (int64_t r = 0; r < rows; ++r) {
+            float lanes[dot::kLanes] = {};
+            for (int64_t c = 0; c < cols; ++c) {
+              const float w = m[static_cast<size_t>(r * cols + c)];
+              if (float_bits(w) != 0) lanes[c % dot::kLanes] = lanes[c % dot::kLanes] + w * x[static_cast<size_t>(c)];
+            }
+            want[static_cast<size_t>(r)] = dot::combine_lanes(lanes);
+          }
+          csr.multiply(x.data(), got.data());
+          for (int64_t r = 0; r < rows; ++r, ++checked) {
+            ASSERT_TRUE(same(got[static_cast<size_t>(r)], want[static_cast<size_t>(r)]))
+                << rows << " x " << cols << " row " << r << ": " << describe_float(got[static_cast<size_t>(r)]) << " vs "
+                << describe_float(want[static_cast<size_t>(r)]);
+          }
+        }
+      }
+    }
+  }
+  omp_set_num_threads(saved);
+  EXPECT_GT(checked, 100000);
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 
 #include "common/error.h"
 #include "common/float_bits.h"
+#include "engine/gated_delta_net.h"
 #include "engine/model.h"
 #include "reference_forward.h"
 #include "tiny_model.h"
@@ -133,9 +134,10 @@ TEST(Model, ThreadCountDoesNotMatterAtRealisticWidths) {
   spec.head_dim = 64;
   spec.k_heads = 4;
   spec.v_heads = 8;
-  spec.k_dim = 64;
-  spec.v_dim = 64;
+  spec.k_dim = 128;
+  spec.v_dim = 128;  // 8 x 128 x 128: the GDN recurrence reaches its parallel threshold
   const Model model(make_tiny_weights(spec));
+  const int64_t parallel_before = GatedDeltaNet::parallel_steps();
   const int saved = omp_get_max_threads();
   std::vector<int64_t> tokens;
   for (int i = 0; i < 12; ++i) tokens.push_back((i * 131) % 2000);
@@ -146,6 +148,7 @@ TEST(Model, ThreadCountDoesNotMatterAtRealisticWidths) {
     expect_same_bits(one, run(model, tokens), "threads");
   }
   omp_set_num_threads(saved);
+  EXPECT_GT(GatedDeltaNet::parallel_steps(), parallel_before);  // the GDN loop did run in a region
 }
 
 TEST(Model, DenseSparseAndBf16StorageGiveTheSameBits) {

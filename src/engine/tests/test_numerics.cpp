@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <tuple>
 #include <vector>
 
 #include "common/float_bits.h"
@@ -85,6 +86,38 @@ TEST(Numerics, ExactWindowsHoldEverywhere) {
   }
   for (float x = std::nextafter(20.0f, 21.0f); x < 1e30f; x *= 1.21f) ASSERT_EQ(softplus(x), x);
   EXPECT_EQ(float_bits(softplus(-104.0f)), 0u);
+}
+
+// silu returns its exact windows without the exp: the bits of the plain formula for every
+// float of the binades around the window edges (exhaustive: [8, 32), [-128, -64) and
+// their neighbours), the specials, and 4M random bit patterns.
+TEST(Numerics, SiluShortcutsGiveTheFormulaBits) {
+  const auto expect_formula = [](float x) {
+    const float got = silu(x), want = x == 0.0f ? x : numerics::silu_formula(x);
+    if (std::isnan(want)) {
+      ASSERT_TRUE(std::isnan(got)) << describe_float(x);
+    } else {
+      ASSERT_EQ(float_bits(got), float_bits(want)) << describe_float(x);
+    }
+  };
+  int64_t checked = 0;
+  // Binades [2^3, 2^5) of both signs (the +18 edge) and [2^6, 2^8) negated (the -89
+  // edge; expf(-x) starts to overflow at x = -88.72...).
+  for (const auto& [lo, hi, sign] : std::vector<std::tuple<float, float, float>>{{8.0f, 32.0f, 1.0f},
+                                                                                   {8.0f, 32.0f, -1.0f},
+                                                                                   {64.0f, 256.0f, -1.0f}}) {
+    for (uint32_t b = float_bits(lo); b < float_bits(hi); ++b, ++checked) expect_formula(sign * float_from_bits(b));
+  }
+  for (float x : {0.0f, -0.0f, HUGE_VALF, -HUGE_VALF, std::nanf(""), 18.0f, std::nextafter(18.0f, 0.0f), -89.0f,
+                  std::nextafter(-89.0f, 0.0f), std::nextafter(-89.0f, -100.0f), 3.4e38f, -3.4e38f, 1e-45f, -1e-45f}) {
+    expect_formula(x);
+  }
+  testing::TinyRandom rng(7);
+  for (int i = 0; i < (1 << 22); ++i, ++checked) {
+    const auto bits = static_cast<uint32_t>(rng.unit() * 4294967296.0);
+    expect_formula(float_from_bits(bits));
+  }
+  EXPECT_GT(checked, 4 * (1 << 23));
 }
 
 TEST(Numerics, RmsNormWithExactScale) {

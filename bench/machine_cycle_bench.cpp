@@ -1,0 +1,178 @@
+// The engine's cost per machine cycle (one host forward) on a real looped machine:
+// stories260K's QKV machine (machine/qkv_machine.h, ~230 narrow Qwen3.5 layers), fed the
+// token stream of src/machine/tests/qkv_machine_test.cpp's first test (HDR, the WX writes
+// of run.c's x, WPOS, QKV(l), INC, RQ and RK read-backs at five (positions, layer) cases),
+// every forward of it a cycle.
+//
+//   BM_MachineCycle/threads:T/cases:C   one iteration = the stream of the first C cases
+//                               on a fresh State (omp_set_num_threads(T)); counters:
+//                               ms_per_cycle (wall), cycles per iteration.
+//
+// The stream is recorded once by a greedy host run (the prompt tokens, then the argmax
+// fed back until DONE) and then replayed: every replay must give the recorded argmax
+// after every forward (checked on the first replay at each thread count, outside the
+// timing) so the measured work is the machine's real work, not a diverged run.
+//
+//   BM_SmallGdnLayers/threads:T  24 GDN layers of the machine's mixer shape (16 heads of
+//                               16 x 64, hidden 256) with random sparse weights and real
+//                               decays, so every head runs its full recurrence (66,560
+//                               state units per step: above the old 2^14 parallel
+//                               threshold of the recurrence, below the new 2^17); the
+//                               products stay below their own threshold. One forward per
+//                               iteration.
+//
+//   machine_cycle_bench --benchmark_filter='BM_MachineCycle/threads:1/cases:5'
+#include <benchmark/benchmark.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <tuple>
+#include <vector>
+
+#include "engine/model.h"
+#include "engine/tests/tiny_model.h"
+#include "machine/qkv_machine.h"
+#include "npu/tests/unit_harness.h"
+
+namespace {
+
+using namespace qpu;
+using K = reference::TraceKind;
+using npu::unit_testing::golden;
+using npu::unit_testing::stories260k;
+
+int64_t argmax(const std::vector<float>& logits) {
+  return std::max_element(logits.begin(), logits.end()) - logits.begin();
+}
+
+struct Setup {
+  machine::QkvMachine m;
+  std::unique_ptr<engine::Model> model;
+  std::vector<int64_t> stream;  // every token forwarded, in order
+  std::vector<int64_t> next;    // the argmax after each forward (where it matters: -1 if not)
+  std::vector<size_t> case_end;  // stream length after each (positions, layer) case
+};
+
+// One host session: the prompt runs and greedy continuations of the qkv machine test.
+Setup& setup() {
+  static std::unique_ptr<Setup> s;
+  if (s) return *s;
+  s = std::make_unique<Setup>();
+  const auto start = std::chrono::steady_clock::now();
+  s->m = machine::build_qkv_machine(stories260k(), machine::QkvMachineOptions{});
+  s->model = std::make_unique<engine::Model>(s->m.model());
+  const machine::QkvMachine& m = s->m;
+  const auto& gold = golden();
+  engine::State state = s->model->new_state();
+  std::vector<float> logits(static_cast<size_t>(s->model->config().vocab_size));
+  const auto run = [&](const std::vector<int64_t>& prompt) {  // the prompt, then greedy until DONE
+    for (size_t i = 0; i < prompt.size(); ++i) {
+      s->model->forward(prompt[i], state, logits);
+      s->stream.push_back(prompt[i]);
+      s->next.push_back(i + 1 == prompt.size() ? argmax(logits) : -1);
+    }
+    for (int64_t guard = 0; guard < 100000; ++guard) {
+      const int64_t t = s->next.back();
+      if (t == m.done()) return;
+      s->model->forward(t, state, logits);
+      s->stream.push_back(t);
+      s->next.push_back(argmax(logits));
+    }
+    std::fprintf(stderr, "machine_cycle_bench: a run did not reach DONE\n");
+    std::abort();
+  };
+  bool first = true;
+  for (const auto& [p1, p2, l] :
+       std::vector<std::tuple<int, int, int>>{{0, 37, 0}, {37, 95, 1}, {95, 1, 2}, {12, 44, 3}, {64, 63, 4}}) {
+    std::vector<int64_t> prompt;
+    if (first) prompt.push_back(m.id("HDR"));
+    first = false;
+    for (int64_t tok : m.load_and_run(gold.at(K::x_in, p1, l), p1, l)) prompt.push_back(tok);
+    for (int64_t tok : m.load_x(gold.at(K::x_in, p2, l))) prompt.push_back(tok);
+    for (int64_t tok : m.set_pos(p2 - 1)) prompt.push_back(tok);
+    prompt.push_back(m.id("INC"));
+    run(prompt);
+    run({m.qkv(l), m.id("RQ.0")});
+    for (const int p : {p1, p2}) {
+      std::vector<int64_t> read = m.set_pos(p);
+      read.push_back(m.id("RK(" + std::to_string(l) + ").0"));
+      run(read);
+    }
+    s->case_end.push_back(s->stream.size());
+  }
+  const auto& c = m.compiled.weights.config;
+  std::fprintf(stderr, "machine_cycle_bench: qkv machine, %lld layers, hidden %lld, intermediate %lld; stream of %zu "
+               "cycles; setup %.1f s\n",
+               static_cast<long long>(c.num_hidden_layers), static_cast<long long>(c.hidden_size),
+               static_cast<long long>(c.intermediate_size), s->stream.size(),
+               std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  return *s;
+}
+
+// The first `cycles` of the stream on a fresh state; with `check`, every recorded argmax
+// must recur.
+bool replay(const Setup& s, size_t cycles, std::vector<float>& logits, bool check) {
+  engine::State state = s.model->new_state();
+  for (size_t i = 0; i < cycles; ++i) {
+    s.model->forward(s.stream[i], state, logits);
+    if (check && s.next[i] >= 0 && argmax(logits) != s.next[i]) return false;
+  }
+  benchmark::DoNotOptimize(logits.data());
+  return true;
+}
+
+void BM_MachineCycle(benchmark::State& bench) {
+  const Setup& s = setup();
+  omp_set_num_threads(static_cast<int>(bench.range(0)));
+  const size_t cycles = s.case_end.at(static_cast<size_t>(bench.range(1)) - 1);
+  std::vector<float> logits(static_cast<size_t>(s.model->config().vocab_size));
+  if (!replay(s, cycles, logits, true)) {
+    bench.SkipWithError("the replayed stream diverged from the recorded greedy run");
+    return;
+  }
+  double seconds = 0;
+  for (auto _ : bench) {
+    const auto start = std::chrono::steady_clock::now();
+    replay(s, cycles, logits, false);
+    seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  }
+  bench.SetItemsProcessed(bench.iterations() * static_cast<int64_t>(cycles));
+  bench.counters["cycles"] = static_cast<double>(cycles);
+  bench.counters["ms_per_cycle"] = 1e3 * seconds / (static_cast<double>(cycles) * static_cast<double>(bench.iterations()));
+}
+// Args: threads, cases (1: the first (positions, layer) case, ~1,300 cycles; 5: all).
+BENCHMARK(BM_MachineCycle)->ArgNames({"threads", "cases"})->ArgsProduct({{1, 2}, {1, 5}})
+    ->Unit(benchmark::kMillisecond)->UseRealTime();
+
+void BM_SmallGdnLayers(benchmark::State& bench) {
+  static const std::unique_ptr<engine::Model> model = [] {
+    engine::testing::TinySpec spec;
+    spec.vocab = 64;
+    spec.hidden = 256;
+    spec.intermediate = 256;
+    spec.layers.assign(24, io::LayerType::LinearAttention);
+    spec.k_heads = 16;
+    spec.v_heads = 16;
+    spec.k_dim = 16;
+    spec.v_dim = 64;
+    spec.zero_fraction = 0.97;  // CSR, and every product below its parallel threshold
+    return std::make_unique<engine::Model>(engine::testing::make_tiny_weights(spec));
+  }();
+  omp_set_num_threads(static_cast<int>(bench.range(0)));
+  engine::State state = model->new_state();
+  std::vector<float> logits(static_cast<size_t>(model->config().vocab_size));
+  int64_t token = 1;
+  for (auto _ : bench) {
+    model->forward(token, state, logits);
+    token = (token * 7 + 3) % model->config().vocab_size;
+  }
+  bench.SetItemsProcessed(bench.iterations());
+}
+BENCHMARK(BM_SmallGdnLayers)->ArgName("threads")->Arg(1)->Arg(2)->Unit(benchmark::kMicrosecond)->UseRealTime();
+
+}  // namespace
+
+BENCHMARK_MAIN();

@@ -333,18 +333,8 @@ void AttentionStages::build(const std::vector<ValueId>& q, const std::vector<std
   // two values; positions past POS give (0, 0), a +0 term) added in run.c's order.
   const size_t first_sum = p.ops().size();
   auto exp_at = [&](size_t t) {
-    exp_out[t] = p.values("exp.out" + std::to_string(t), 2 * E);
-    npu::FloatRamHead h;
-    h.data = exps[t % 8];
-    h.negated = negated[t % 8];
-    h.key_bits = exp_row_;
-    h.write_flag = exp_.block[t / 8];
-    h.wipe_flag = exp_.wipe[t / 8];
-    h.query_bits = exp_query_;
-    h.read_flag = exp_read_flag[t];
-    h.out = exp_out[t];
     exp_op[t] = p.ops().size();
-    npu::float_ram(p, npu::FloatRamWindow{g_.exp_low_binade}, {h}, exp_.on, "exp RAM " + std::to_string(t));
+    exp_out[t] = position_head(p, "exp", t, exps, negated, exp_, exp_read_flag[t], g_.exp_low_binade);
     const ValueId after = npu::attn_int_positive(p, Lin{{{kOne, static_cast<float>(t)}, {pos, -1.0f}}}, "sum.past");
     ValueId pair[2];
     for (int part = 0; part < 2; ++part) {
@@ -443,18 +433,8 @@ void AttentionStages::build(const std::vector<ValueId>& q, const std::vector<std
   auto block_at = [&](size_t b) {
     npu::WsumRowBlock in;
     for (size_t t = b * 8; t < std::min(at(P), b * 8 + 8); ++t) {
-      prob_out[t] = p.values("prob.out" + std::to_string(t), 3 * E);
-      npu::FloatRamHead ph;
-      ph.data = probs[t % 8];
-      ph.negated = prob_neg[t % 8];
-      ph.key_bits = exp_row_;
-      ph.write_flag = prob_.block[t / 8];
-      ph.wipe_flag = prob_.wipe[t / 8];
-      ph.query_bits = exp_query_;
-      ph.read_flag = prob_read_flag[t];
-      ph.out = prob_out[t];
       prob_op[t] = p.ops().size();
-      npu::float_ram(p, npu::FloatRamWindow{g_.prob_low_binade}, {ph}, prob_.on, "prob RAM " + std::to_string(t));
+      prob_out[t] = position_head(p, "prob", t, probs, prob_neg, prob_, prob_read_flag[t], g_.prob_low_binade);
       std::vector<std::vector<ValueId>> vout;
       std::vector<npu::FloatRamHead> vh;
       for (int c = 0; c < chunks; ++c) {
@@ -558,6 +538,23 @@ std::vector<std::pair<ValueId, float>> AttentionStages::qkv_sets(int layer) cons
   for (size_t j = 0; j < vram_row_.size(); ++j)
     if ((layer >> j) & 1) sets.push_back({vram_row_[j], 1.0f});
   return sets;
+}
+
+std::vector<ValueId> AttentionStages::position_head(compiler::Program& p, const std::string& ram, size_t t,
+                                                    const std::vector<std::vector<ValueId>>& data,
+                                                    const std::vector<std::vector<ValueId>>& negated, const Inputs& stage,
+                                                    ValueId read, int low_binade) {
+  npu::FloatRamHead h;
+  h.data = data[t % 8];
+  h.negated = negated[t % 8];
+  h.key_bits = exp_row_;
+  h.write_flag = stage.block[t / 8];
+  h.wipe_flag = stage.wipe[t / 8];
+  h.query_bits = exp_query_;
+  h.read_flag = read;
+  h.out = p.values(ram + ".out" + std::to_string(t), static_cast<int>(h.data.size()));
+  npu::float_ram(p, npu::FloatRamWindow{low_binade}, {h}, stage.on, ram + " RAM " + std::to_string(t));
+  return h.out;
 }
 
 void AttentionStages::define(int first_lane, ValueId send, ValueId q_read, ValueId pos_read) {

@@ -104,6 +104,16 @@ class AttentionStages {
   void define(int first_lane, compiler::ValueId send, compiler::ValueId q_read, compiler::ValueId pos_read);
 
  private:
+  struct Inputs;
+  // The exp or prob RAM's head of position t (one row per head group: written at exp_row_
+  // when the stage's block flag of t's block is set, wiped with its wipe flag, read at
+  // exp_query_ when `read` is set); data[s] and negated[s] for slot s = t mod 8. Returns
+  // its out values.
+  std::vector<compiler::ValueId> position_head(compiler::Program& p, const std::string& ram, size_t t,
+                                               const std::vector<std::vector<compiler::ValueId>>& data,
+                                               const std::vector<std::vector<compiler::ValueId>>& negated,
+                                               const Inputs& stage, compiler::ValueId read, int low_binade);
+
   Assembler& as_;
   AttentionGeometry g_;
   struct Inputs {

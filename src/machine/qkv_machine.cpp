@@ -327,62 +327,56 @@ std::vector<int64_t> QkvMachine::expected_q(const std::vector<float>& q) const {
   return sent(*this, q, order);
 }
 
-std::vector<int64_t> QkvMachine::score_and_max(int layer, int pos) const {
+std::vector<int64_t> QkvMachine::stage_tokens(const char* op, int layer, int count, bool grouped) const {
   if (heads == 0) fail("qkv machine: built without the attention stages");
   if (layer < 0 || layer >= layers) fail("qkv machine: layer {} outside [0, {})", layer, layers);
   std::vector<int64_t> t;
-  for (int b = 0; b <= pos / 8; ++b) t.push_back(id(cache_name("SCORE", layer, b)));
+  for (int i = 0; i < count; ++i) {
+    if (!grouped) t.push_back(id(cache_name(op, layer, i)));
+    for (int hg = 0; grouped && hg < exp_groups; ++hg) t.push_back(id(cache_name(op, layer, i) + "." + std::to_string(hg)));
+  }
+  return t;
+}
+
+std::vector<int64_t> QkvMachine::read_backs(const std::vector<const char*>& ops, const std::vector<float>& floats) const {
+  std::vector<std::string> order;
+  for (const char* op : ops)
+    for (int h = 0; h < heads; ++h) order.push_back(name(op, h));
+  return sent(*this, floats, order);
+}
+
+std::vector<int64_t> QkvMachine::score_and_max(int layer, int pos) const {
+  std::vector<int64_t> t = stage_tokens("SCORE", layer, pos / 8 + 1, false);
   t.push_back(id("MAX(" + std::to_string(layer) + ")"));
   return t;
 }
+std::vector<int64_t> QkvMachine::exps(int layer, int pos) const { return stage_tokens("EXP", layer, pos / 8 + 1, true); }
+std::vector<int64_t> QkvMachine::sums(int layer) const { return stage_tokens("SUM", layer, heads, false); }
+std::vector<int64_t> QkvMachine::probs(int layer, int pos) const { return stage_tokens("PROB", layer, pos / 8 + 1, true); }
+std::vector<int64_t> QkvMachine::wsums(int layer) const { return stage_tokens("WSUM", layer, heads, false); }
 
-std::vector<int64_t> QkvMachine::exps(int layer, int pos) const {
-  if (heads == 0) fail("qkv machine: built without the attention stages");
-  if (layer < 0 || layer >= layers) fail("qkv machine: layer {} outside [0, {})", layer, layers);
-  std::vector<int64_t> t;
-  for (int b = 0; b <= pos / 8; ++b)
-    for (int hg = 0; hg < exp_groups; ++hg) t.push_back(id(cache_name("EXP", layer, b) + "." + std::to_string(hg)));
-  return t;
+std::vector<int64_t> QkvMachine::expected_max(const std::vector<float>& max) const {
+  std::vector<int64_t> s = {id(name("RM", 0))};  // MAX's successor
+  for (int64_t t : read_backs({"RM"}, max)) s.push_back(t);
+  return s;
 }
 
-std::vector<int64_t> QkvMachine::sums(int layer) const {
-  if (heads == 0) fail("qkv machine: built without the attention stages");
-  if (layer < 0 || layer >= layers) fail("qkv machine: layer {} outside [0, {})", layer, layers);
-  std::vector<int64_t> t;
-  for (int h = 0; h < heads; ++h) t.push_back(id(cache_name("SUM", layer, h)));
-  return t;
+std::vector<int64_t> QkvMachine::expected_scores(const std::vector<float>& scores) const {
+  return read_backs({"RS"}, scores);
 }
 
-std::vector<int64_t> QkvMachine::expected_sums(const std::vector<float>& sum) const {
-  std::vector<std::string> order;
-  for (int h = 0; h < heads; ++h) order.push_back(name("RSUM", h));
-  return sent(*this, sum, order);
-}
+std::vector<int64_t> QkvMachine::expected_sums(const std::vector<float>& sum) const { return read_backs({"RSUM"}, sum); }
 
-std::vector<int64_t> QkvMachine::probs(int layer, int pos) const {
-  if (heads == 0) fail("qkv machine: built without the attention stages");
-  if (layer < 0 || layer >= layers) fail("qkv machine: layer {} outside [0, {})", layer, layers);
-  std::vector<int64_t> t;
-  for (int b = 0; b <= pos / 8; ++b)
-    for (int hg = 0; hg < exp_groups; ++hg) t.push_back(id(cache_name("PROB", layer, b) + "." + std::to_string(hg)));
-  return t;
+std::vector<int64_t> QkvMachine::expected_exps(const std::vector<float>& mant, const std::vector<float>& exponent) const {
+  std::vector<float> all = mant;
+  all.insert(all.end(), exponent.begin(), exponent.end());
+  return read_backs({"RE", "RX"}, all);
 }
 
 std::vector<int64_t> QkvMachine::expected_probs(const std::vector<float>& pm, const std::vector<float>& exponent) const {
-  std::vector<std::string> order;
-  for (const char* r : {"RP", "RPX"})
-    for (int h = 0; h < heads; ++h) order.push_back(name(r, h));
   std::vector<float> all = pm;
   all.insert(all.end(), exponent.begin(), exponent.end());
-  return sent(*this, all, order);
-}
-
-std::vector<int64_t> QkvMachine::wsums(int layer) const {
-  if (heads == 0) fail("qkv machine: built without the attention stages");
-  if (layer < 0 || layer >= layers) fail("qkv machine: layer {} outside [0, {})", layer, layers);
-  std::vector<int64_t> t;
-  for (int h = 0; h < heads; ++h) t.push_back(id(cache_name("WSUM", layer, h)));
-  return t;
+  return read_backs({"RP", "RPX"}, all);
 }
 
 std::vector<int64_t> QkvMachine::expected_xb(int head, const std::vector<float>& xb, bool unsafe) const {
@@ -397,29 +391,6 @@ std::vector<int64_t> QkvMachine::expected_atto(int layer, const std::vector<floa
   std::vector<std::string> order;
   for (int i = 0; i < dim; ++i) order.push_back(cache_name("ATTO", layer, i));
   return sent(*this, x, order);
-}
-
-std::vector<int64_t> QkvMachine::expected_exps(const std::vector<float>& mant, const std::vector<float>& exponent) const {
-  std::vector<std::string> order;
-  for (const char* r : {"RE", "RX"})
-    for (int h = 0; h < heads; ++h) order.push_back(name(r, h));
-  std::vector<float> all = mant;
-  all.insert(all.end(), exponent.begin(), exponent.end());
-  return sent(*this, all, order);
-}
-
-std::vector<int64_t> QkvMachine::expected_max(const std::vector<float>& max) const {
-  std::vector<std::string> order;
-  for (int h = 0; h < heads; ++h) order.push_back(name("RM", h));
-  std::vector<int64_t> s = {id(order[0])};  // MAX's successor
-  for (int64_t t : sent(*this, max, order)) s.push_back(t);
-  return s;
-}
-
-std::vector<int64_t> QkvMachine::expected_scores(const std::vector<float>& scores) const {
-  std::vector<std::string> order;
-  for (int h = 0; h < heads; ++h) order.push_back(name("RS", h));
-  return sent(*this, scores, order);
 }
 
 std::vector<int64_t> QkvMachine::expected_kv(int layer, const std::vector<float>& k, const std::vector<float>& v) const {

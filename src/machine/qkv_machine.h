@@ -94,6 +94,12 @@ struct QkvMachine : AssembledMachine {
   std::vector<int64_t> expected_atto(int layer, const std::vector<float>& x) const;
   // What RE.0 generates: every head's mant, then every head's exponent, at POS; DONE last.
   std::vector<int64_t> expected_exps(const std::vector<float>& mant, const std::vector<float>& exponent) const;
+
+ private:
+  // op(l).i for i < count (with grouped: op(l).i.g for every head group g).
+  std::vector<int64_t> stage_tokens(const char* op, int layer, int count, bool grouped) const;
+  // What ops[0].0 generates: for each op, every head's float (floats in that order), DONE last.
+  std::vector<int64_t> read_backs(const std::vector<const char*>& ops, const std::vector<float>& floats) const;
 };
 
 // Dimensions come from the checkpoint's header (dim <= 64 register elements). Throws

@@ -29,10 +29,7 @@ using npu::unit_testing::stories260k;
 TEST(HeadMachine, GreedyStoryTokenAndLogitBitExactOnTheEngine) {
   const HeadMachine m = build_head_machine(stories260k(), HeadMachineOptions{});
   const auto& c = m.compiled.weights.config;
-  std::printf("head machine: layers %lld, hidden %lld, intermediate %lld, GDN heads per layer %lld, vocab %lld\n",
-              static_cast<long long>(c.num_hidden_layers), static_cast<long long>(c.hidden_size),
-              static_cast<long long>(c.intermediate_size), static_cast<long long>(m.compiled.allocation.num_gdn_heads),
-              static_cast<long long>(c.vocab_size));
+  testing::print_shape("head machine", m);
   EXPECT_LE(c.hidden_size, 1024);
   EXPECT_LE(c.intermediate_size, 1024);
   const auto& gold = golden();

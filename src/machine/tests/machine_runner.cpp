@@ -100,6 +100,14 @@ Run run_greedy(const AssembledMachine& m, const std::vector<int64_t>& prompt, co
   return r;
 }
 
+void print_shape(const char* what, const AssembledMachine& m) {
+  const auto& c = m.compiled.weights.config;
+  std::printf("%s: layers %lld, hidden %lld, intermediate %lld, GDN heads per layer %lld, vocab %lld\n", what,
+              static_cast<long long>(c.num_hidden_layers), static_cast<long long>(c.hidden_size),
+              static_cast<long long>(c.intermediate_size), static_cast<long long>(m.compiled.allocation.num_gdn_heads),
+              static_cast<long long>(c.vocab_size));
+}
+
 std::vector<float> decode_stream(const AssembledMachine& m, const std::vector<int64_t>& g) {
   std::vector<float> out;
   for (size_t i = 0; i + 2 < g.size(); i += 4)

@@ -33,6 +33,9 @@ struct Run {
 
 Run run_greedy(const AssembledMachine& m, const std::vector<int64_t>& prompt, const Step& step, int64_t max_new);
 
+// Prints "<what>: layers L, hidden H, intermediate I, GDN heads per layer G, vocab V".
+void print_shape(const char* what, const AssembledMachine& m);
+
 // The floats decoded from a generated stream (groups p0 p1 p2 control): y then z.
 std::vector<float> decode_stream(const AssembledMachine& m, const std::vector<int64_t>& generated);
 

@@ -49,10 +49,7 @@ void expect_run(const QkvMachine& m, const std::vector<int64_t>& prompt, const t
 TEST(QkvMachine, GoldenRecordsAndTheKvCacheBitExactOnTheEngine) {
   const QkvMachine m = build_qkv_machine(stories260k(), QkvMachineOptions{});
   const auto& c = m.compiled.weights.config;
-  std::printf("qkv machine: layers %lld, hidden %lld, intermediate %lld, GDN heads per layer %lld, vocab %lld\n",
-              static_cast<long long>(c.num_hidden_layers), static_cast<long long>(c.hidden_size),
-              static_cast<long long>(c.intermediate_size), static_cast<long long>(m.compiled.allocation.num_gdn_heads),
-              static_cast<long long>(c.vocab_size));
+  testing::print_shape("qkv machine", m);
   EXPECT_LE(c.intermediate_size, 1024);
   const auto& gold = golden();
   auto hosts = testing::engine_hosts(m.model());
@@ -112,11 +109,7 @@ TEST(QkvMachine, AttentionStagesBitExactOnTheEngine) {
   o.max_positions = 64;  // 8 blocks
   const QkvMachine m = build_qkv_machine(stories260k(), o);
   const auto& c = m.compiled.weights.config;
-  std::printf("qkv machine with the attention stages: layers %lld, hidden %lld, intermediate %lld, GDN heads per "
-              "layer %lld, vocab %lld\n",
-              static_cast<long long>(c.num_hidden_layers), static_cast<long long>(c.hidden_size),
-              static_cast<long long>(c.intermediate_size), static_cast<long long>(m.compiled.allocation.num_gdn_heads),
-              static_cast<long long>(c.vocab_size));
+  testing::print_shape("qkv machine with the attention stages", m);
   EXPECT_LE(c.intermediate_size, 1024);
   const auto& cfg = stories260k().config();
   const int heads = cfg.n_heads, head_size = cfg.dim / cfg.n_heads, kv_mul = cfg.n_heads / cfg.n_kv_heads;

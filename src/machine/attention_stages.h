@@ -29,13 +29,16 @@
 // POS holds. The exp RAM has one head per position, one row per head group (mant and
 // exponent of the group's heads), so SUM reads every position in one cycle, each at
 // the depth where its chain needs it; the prob RAM has the same layout, and the v RAM
-// (v again, written by QKV) one head per (position, chunk of kv heads), a row per layer. The block-max RAM has one head (one row) per
-// block, the max RAM one row, the sum RAM one row per head. Rows are write-once: a
-// group of banks is wiped at its row 0, a head at the write of its row 0.
+// (v again, written by QKV) one head per (position, chunk of kv heads), a row per layer.
+// The block-max RAM has one head (one row) per block, the max RAM one row, the sum RAM
+// one head per place in a head group (a row per group), the xb RAM one one-row head per
+// nested head. Rows are write-once: a group of banks is wiped at its row 0, a head at the
+// write of its row 0.
 //
 // Read-backs (4 cycles each, for tests and tools): RS.h the score of head h at POS, RM.h
 // the max of head h, RE.h / RX.h the mant / exponent of head h's exp at POS, RSUM.h the
-// sum of head h.
+// sum of head h, RP.h / RPX.h the pm / exponent of head h's probability at POS, RXB(h).i
+// element i of head h's xb (i = head_size: its unsafe bit).
 #include <string>
 #include <vector>
 
@@ -68,7 +71,8 @@ struct AttentionGeometry {
 
 class AttentionStages {
  public:
-  // The control names the stages add (SCORE(l).b, MAX(l), EXP(l).b, the read-backs).
+  // The control names the stages add (SCORE(l).b, MAX(l), EXP(l).b.g, SUM(l).h,
+  // PROB(l).b.g, WSUM(l).h, the read-backs).
   static std::vector<std::string> names(const AttentionGeometry& g);
 
   // Creates the stages' token inputs. Call before the cache is built: the cache reads

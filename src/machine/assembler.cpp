@@ -308,6 +308,22 @@ void Assembler::send(const std::vector<ValueId>& lanes, ValueId enable, size_t f
   m_.delay_heads += delay_line(p_, successor, layout.capacity(false), "delay line successor");
 }
 
+void Assembler::branch(ValueId cond) {
+  if (conditions_.empty()) {
+    then_ = signature_features(p_, m_.control, "branch.then");
+    otherwise_ = signature_features(p_, m_.control, "branch.else");
+  }
+  conditions_.push_back(cond);
+}
+
+MicroOp Assembler::branch_step(const std::string& then, const std::string& otherwise) const {
+  MicroOp op;
+  op.successor = control_index(then);
+  op.otherwise = control_index(otherwise);
+  op.timing = SuccessorTiming::Branch;
+  return op;
+}
+
 void Assembler::gate_clears(size_t first_op, size_t end_op, ValueId enable) {
   gated_.push_back({{first_op, end_op}, enable});
 }
@@ -320,6 +336,11 @@ void Assembler::define(const std::string& control, MicroOp op) {
     if (op.successor != -1) fail("machine: micro-op '{}' names a successor and computes one", control);
   } else if (op.successor < 0 || op.successor >= m_.control.count)
     fail("machine: micro-op '{}' has no successor among the {} control tokens", control, m_.control.count);
+  if (op.timing == SuccessorTiming::Branch) {
+    if (conditions_.empty()) fail("machine: micro-op '{}' branches, but no branch condition was given", control);
+    if (op.otherwise < 0 || op.otherwise >= m_.control.count)
+      fail("machine: micro-op '{}' has no second successor among the {} control tokens", control, m_.control.count);
+  }
   const int64_t rows = compiler::GdnLayout::for_dims(o_.key_dim, o_.value_dim).rows();
   for (int64_t r : {op.read_register, op.write_register})
     if (r >= rows) fail("machine: micro-op '{}' names register {}, the file has {}", control, r, rows);
@@ -355,6 +376,23 @@ AssembledMachine Assembler::finish() {
   if (features_.empty()) fail("machine: send() was never called");
   for (size_t c = 0; c < defined_.size(); ++c)
     if (!defined_[c]) fail("machine: control token '{}' has no micro-op", m_.control_names[c]);
+  // Branches: the control features += the staging set the condition picks (gate 128
+  // cond passes `then`, 128 - 128 cond passes `otherwise`; on other cycles both staging
+  // sets are 0, so the op adds +-0).
+  if (!conditions_.empty()) {
+    Lin on, off{{{compiler::kOne, kOn}}};
+    for (ValueId c : conditions_) {
+      on.terms.push_back({c, kOn});
+      off.terms.push_back({c, -kOn});
+    }
+    const auto now = now_.all(), then = then_.all(), otherwise = otherwise_.all();
+    std::vector<Neuron> pick;
+    for (size_t f = 0; f < now.size(); ++f) {
+      pick.push_back(Neuron{on, Lin{{{then[f], 1.0f / kOn}}}, {{now[f], 1.0f}}});
+      pick.push_back(Neuron{off, Lin{{{otherwise[f], 1.0f / kOn}}}, {{now[f], 1.0f}}});
+    }
+    p_.mlp("branch", std::move(pick));
+  }
   if (o_.idle_attention_layer) npu::add_idle_attention_layer(p_);
 
   // Embedding rows: value tokens into the register file's channels, control tokens as
@@ -368,7 +406,7 @@ AssembledMachine Assembler::finish() {
   io.inputs.insert(io.inputs.end(), inputs_.begin(), inputs_.end());
   io.inputs.insert(io.inputs.end(), lanes_.begin(), lanes_.end());
   for (const auto& [v, flag] : immediate_data_) io.inputs.push_back(v);
-  for (const auto* f : {&now_, &delayed_}) {
+  for (const auto* f : {&now_, &delayed_, &then_, &otherwise_}) {
     const auto a = f->all();
     io.inputs.insert(io.inputs.end(), a.begin(), a.end());
   }
@@ -382,7 +420,10 @@ AssembledMachine Assembler::finish() {
     if (op.write_register >= 0)
       npu::set_embedding_row(io, token, npu::write_token_inputs(heads_[static_cast<size_t>(op.write_element)], op.write_register));
     if (op.read_register >= 0) npu::set_embedding_row(io, token, npu::read_token_inputs(reg_, op.read_register));
-    if (op.timing != SuccessorTiming::Computed) {
+    if (op.timing == SuccessorTiming::Branch) {
+      npu::set_embedding_row(io, token, then_.naming(m_.control, op.successor));
+      npu::set_embedding_row(io, token, otherwise_.naming(m_.control, op.otherwise));
+    } else if (op.timing != SuccessorTiming::Computed) {
       const SignatureFeatures& next = op.timing == SuccessorTiming::Now ? now_ : delayed_;
       npu::set_embedding_row(io, token, next.naming(m_.control, op.successor));
     }
@@ -423,8 +464,10 @@ AssembledMachine Assembler::finish() {
     flags.push_back(reg_.read_flag);
     for (const auto& h : heads_) flags.push_back(h.write_flag);
     for (const auto* s : {&inputs_, &lanes_}) flags.insert(flags.end(), s->begin(), s->end());
-    const auto successor = delayed_.all();
-    flags.insert(flags.end(), successor.begin(), successor.end());
+    for (const auto* f : {&delayed_, &then_, &otherwise_}) {
+      const auto a = f->all();
+      flags.insert(flags.end(), a.begin(), a.end());
+    }
     for (ValueId f : flags) clears.enable_of[f] = f;
     for (const auto& [v, flag] : immediate_data_) clears.enable_of[v] = flag;
     compiler::ReusePlan plan = compiler::plan_dim_reuse(p_, io, o_.limits, clears);

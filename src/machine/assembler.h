@@ -61,6 +61,9 @@ enum class SuccessorTiming {
   // This cycle, chosen by the datapath (Assembler::computed_successor): the embedding
   // names none; MicroOp::successor is -1.
   Computed,
+  // This cycle, one of two named by the embedding: MicroOp::successor when the branch
+  // condition (Assembler::branch) is 1, MicroOp::otherwise when it is 0.
+  Branch,
 };
 
 struct MicroOp {
@@ -69,6 +72,7 @@ struct MicroOp {
   int64_t write_register = -1;  // register row the following float is written to (-1: none)
   int write_element = 0;        // ... in this element
   int64_t successor = -1;       // control index of the next micro-op
+  int64_t otherwise = -1;       // SuccessorTiming::Branch: the next one when the condition is 0
   SuccessorTiming timing = SuccessorTiming::Now;
 };
 
@@ -181,6 +185,16 @@ class Assembler {
   void computed_successor(const std::string& first, const std::vector<compiler::ValueId>& onehot);
 
   void define(const std::string& control, MicroOp op);
+  // A branch condition: `cond` exactly 0 or 1, and 0 on every cycle where no micro-op of
+  // its unit runs (several units may add theirs; on a cycle at most one is 1). A
+  // SuccessorTiming::Branch micro-op's successor is MicroOp::successor when the sum is 1
+  // and MicroOp::otherwise when it is 0: its embedding names both into two staging
+  // feature sets, and one op (2 neurons per control feature, after every condition)
+  // copies the chosen set into the control features. Call before finish().
+  void branch(compiler::ValueId cond);
+  // A Branch micro-op (successor names: `then` when the condition is 1, else `otherwise`).
+  MicroOp branch_step(const std::string& then, const std::string& otherwise) const;
+
   // Micro-op builders, successors by name. step: a token that sends nothing (its
   // successor reaches the LM head on its own cycle). write: a token followed by the three
   // value tokens of a float (the datapath's or the prompt's) that lands in element
@@ -210,6 +224,8 @@ class Assembler {
   std::vector<std::pair<std::pair<size_t, size_t>, compiler::ValueId>> gated_;
   std::vector<std::pair<compiler::ValueId, compiler::ValueId>> immediate_data_;  // (data or bias, its write flag)
   bool computed_ = false;
+  std::vector<compiler::ValueId> conditions_;   // branch(): summed by the selecting op
+  SignatureFeatures then_, otherwise_;          // the staging features a Branch token sets
   std::vector<MicroOp> ops_;
   std::vector<char> defined_;
 };

@@ -80,18 +80,37 @@ std::vector<ValueId> slot_sum(compiler::Program& p, const std::vector<std::vecto
   return out;
 }
 
+// 8 b of a token from its row bits and bank group flags (the cache's layout).
+Lin block_base(const std::vector<ValueId>& row, const std::vector<ValueId>& group, int banks) {
+  Lin b;
+  for (size_t j = 0; j < row.size(); ++j) b.terms.push_back({row[j], static_cast<float>(banks << j)});
+  for (size_t g = 1; g < group.size(); ++g) b.terms.push_back({group[g], static_cast<float>(8 * g)});
+  return b;
+}
+
 // [8 b + s > pos] for s = 1..7 (entry 0 unused: row 0 of a block is never past POS when
 // the block runs), with 8 b = banks row + 8 group from the token's 0/1 flags.
 std::vector<ValueId> rows_past(compiler::Program& p, const std::vector<ValueId>& row, const std::vector<ValueId>& group,
                                int banks, ValueId pos) {
   std::vector<ValueId> past(8, compiler::kNever);
   for (int s = 1; s < 8; ++s) {
-    Lin d{{{kOne, static_cast<float>(s)}, {pos, -1.0f}}};
-    for (size_t j = 0; j < row.size(); ++j) d.terms.push_back({row[j], static_cast<float>(banks << j)});
-    for (size_t g = 1; g < group.size(); ++g) d.terms.push_back({group[g], static_cast<float>(8 * g)});
+    Lin d = block_base(row, group, banks);
+    d.terms.push_back({kOne, static_cast<float>(s)});
+    d.terms.push_back({pos, -1.0f});
     past[at(s)] = npu::attn_int_positive(p, d, "attn.past");
   }
   return past;
+}
+
+// The block loops' branch condition: [pos >= 8 b + 8] (a block after b holds a position
+// up to POS) AND the stage runs, with 8 b = the linear form `base` of the token's flags.
+// Built outside the stage's enable range: its constants must stay 1, and `on` makes it 0
+// on every other cycle.
+ValueId more_blocks(compiler::Program& p, const Lin& base, ValueId on, ValueId pos) {
+  Lin d{{{pos, 1.0f}, {kOne, -7.0f}}};
+  for (const auto& t : base.terms) d.terms.push_back({t.value, -t.weight});
+  const ValueId more = npu::attn_int_positive(p, d, "attn.more");
+  return npu::attn_int_positive(p, Lin{{{more, 1.0f}, {on, 1.0f}, {kOne, -1.0f}}}, "attn.more_on");
 }
 
 // A banked float RAM (the cache's layout): group g's 8 heads (banks 8 g + s) store
@@ -228,6 +247,15 @@ void AttentionStages::build(const std::vector<ValueId>& q, const std::vector<std
   compiler::enable_constants(p, first, score_.on);
   as_.gate_clears(first, p.ops().size(), score_.on);
   p.order(before, compiler::OpRange{first, p.ops().size()});
+  // The block loops run themselves: SCORE, EXP and PROB of block b branch to block b + 1
+  // while a position up to POS lies there, else to the next stage.
+  as_.branch(more_blocks(p, block_base(row_, score_.group, g_.banks), score_.on, pos));
+  as_.branch(more_blocks(p, block_base(row_, exp_.group, g_.banks), exp_.on, pos));
+  {
+    Lin prob_base;
+    for (int b = 1; b < g_.blocks(); ++b) prob_base.terms.push_back({prob_.block[at(b)], static_cast<float>(8 * b)});
+    as_.branch(more_blocks(p, prob_base, prob_.on, pos));
+  }
 
   // The score RAM, read by EXP at the token's block and by RS at POS.
   const npu::KvAddress saddr = npu::kv_address(p, pos, score_back_, g_.banks, g_.row_bits);
@@ -568,7 +596,7 @@ void AttentionStages::define(int first_lane, ValueId send, ValueId q_read, Value
     for (int b = 0; b < g_.blocks(); ++b) {
       const int r = b / g_.groups(), g = b % g_.groups();
       const bool last = b + 1 == g_.blocks();
-      MicroOp op = as_.step(last ? layer_name("MAX", l) : block_name("SCORE", l, b + 1));
+      MicroOp op = last ? as_.step(layer_name("MAX", l)) : as_.branch_step(block_name("SCORE", l, b + 1), layer_name("MAX", l));
       op.sets = {{score_.on, 1.0f},
                  {q_read, 1.0f},
                  {pos_read, 1.0f},
@@ -580,10 +608,9 @@ void AttentionStages::define(int first_lane, ValueId send, ValueId q_read, Value
       as_.define(block_name("SCORE", l, b), std::move(op));
 
       for (int hg = 0; hg < g_.exp_groups(); ++hg) {
-        const std::string next = hg + 1 < g_.exp_groups() ? block_name("EXP", l, b) + "." + std::to_string(hg + 1)
-                                 : last                   ? block_name("SUM", l, 0)
-                                                          : block_name("EXP", l, b + 1) + ".0";
-        MicroOp e = as_.step(next);
+        MicroOp e = hg + 1 < g_.exp_groups() ? as_.step(block_name("EXP", l, b) + "." + std::to_string(hg + 1))
+                    : last                   ? as_.step(block_name("SUM", l, 0))
+                                             : as_.branch_step(block_name("EXP", l, b + 1) + ".0", block_name("SUM", l, 0));
         e.sets = {{exp_.on, 1.0f},          {pos_read, 1.0f},
                   {max_back_, 1.0f},        {exp_.group[at(g)], 1.0f},
                   {exp_.block[at(b)], 1.0f}, {exp_head_group_[at(hg)], 1.0f}};
@@ -602,11 +629,10 @@ void AttentionStages::define(int first_lane, ValueId send, ValueId q_read, Value
     }
     for (int b = 0; b < g_.blocks(); ++b)
       for (int hg = 0; hg < g_.exp_groups(); ++hg) {
-        const std::string next = hg + 1 < g_.exp_groups()  ? block_name("PROB", l, b) + "." + std::to_string(hg + 1)
-                                 : b + 1 < g_.blocks()     ? block_name("PROB", l, b + 1) + ".0"
-                                                           : block_name("WSUM", l, 0);
-        MicroOp op = as_.step(next);
-        op.sets = {{prob_.on, 1.0f}, {prob_.block[at(b)], 1.0f}, {sum_back_, 1.0f}};
+        MicroOp op = hg + 1 < g_.exp_groups() ? as_.step(block_name("PROB", l, b) + "." + std::to_string(hg + 1))
+                     : b + 1 < g_.blocks()    ? as_.branch_step(block_name("PROB", l, b + 1) + ".0", block_name("WSUM", l, 0))
+                                              : as_.step(block_name("WSUM", l, 0));
+        op.sets = {{prob_.on, 1.0f}, {prob_.block[at(b)], 1.0f}, {sum_back_, 1.0f}, {pos_read, 1.0f}};  // POS: the loop's branch
         if (hg == 0) op.sets.push_back({prob_.wipe[at(b)], 1.0f});
         with_bits(op, exp_query_, hg);
         with_bits(op, exp_row_, hg);

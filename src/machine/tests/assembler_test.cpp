@@ -103,6 +103,18 @@ TEST(Assembler, RejectsBadComputedSuccessorsAndImmediates) {
   EXPECT_NE(error_of([&] { as.immediate_register("B"); }).find("after send"), std::string::npos);
 }
 
+TEST(Assembler, RejectsBadBranches) {
+  Assembler as(small(), {"HDR", "DONE", "B", "X"}, "DONE");
+  EXPECT_NE(error_of([&] { as.define("B", as.branch_step("X", "DONE")); }).find("no branch condition"),
+            std::string::npos);
+  as.branch(as.input("cond"));
+  MicroOp op = as.branch_step("X", "DONE");
+  op.otherwise = 7;
+  EXPECT_NE(error_of([&] { as.define("B", op); }).find("no second successor"), std::string::npos);
+  EXPECT_NE(error_of([&] { as.branch_step("X", "Y"); }).find("Y"), std::string::npos);
+  as.define("B", as.branch_step("X", "DONE"));
+}
+
 TEST(Assembler, FinishNeedsSend) {
   Assembler as(small(), {"DONE"}, "DONE");
   MicroOp op;

@@ -88,21 +88,23 @@ std::vector<float> per_head(K kind, int pos, int layer, int heads, size_t index)
   return v;
 }
 
-// M2c's stages (options.attention): the cache of layer l is filled by QKV(l) at
+// M2c's stages (options.attention). The cache of layer l is filled by QKV(l) at
 // positions 0..pos (golden x_in) and at a later position (a stale row inside pos's
-// block); at POS = pos, SCORE(l).0 .. SCORE(l).(pos / 8) and MAX(l): RM sends every head's
-// max; EXP(l).b.g for every block and head group, SUM(l).h for every head and
-// PROB(l).b.g and WSUM(l).h, then RS, RE/RX and RP/RPX at a few positions t send every
-// head's scaled score, its exp as (mant, exponent) and its probability as (pm,
-// exponent), RSUM every head's softmax sum and RXB every head's xb and unsafe bit.
-// Expected: run.c's att_scaled, att_max, expf_parts' split of run.c's exp (mant
-// 2^exponent == att_exp, checked here too), att_sum, att_prob (pm 2^exponent, checked
-// here too) and att_out (through the fast path's C model, equal to att_out wherever its
-// unsafe bit is 0), bit for bit; then ATTO sends run.c's x_att_res (x_in + wo xb): the
-// attention half-layer from x_in to x_att_res on the machine. A second case at another layer and a smaller position runs in
-// the same host session after the first, so the score and exp RAMs (wiped at each
-// group's row 0) and the block-max RAM (blocks past pos still hold the first case's
-// maxima) carry stale values the stages must leave out.
+// block). At POS = pos, SCORE(l).0 starts the block loop, which the machine runs itself
+// (SCORE(l).1 .. SCORE(l).(pos / 8) chosen by branches on POS), then MAX(l), and RM sends
+// every head's max. EXP(l).0.0 alone runs the rest the same way: EXP(l).b.g over the
+// blocks and head groups, SUM(l).h for every head, PROB(l).b.g, WSUM(l).h. Then RS,
+// RE/RX and RP/RPX at a few positions t send every head's scaled score, its exp as (mant,
+// exponent) and its probability as (pm, exponent), RSUM every head's softmax sum and RXB
+// every head's xb and unsafe bit. Expected: run.c's att_scaled, att_max, expf_parts'
+// split of run.c's exp (mant 2^exponent == att_exp, checked here too), att_sum, att_prob
+// (pm 2^exponent, checked here too) and att_out (through the fast path's C model, equal
+// to att_out wherever its unsafe bit is 0), bit for bit; then ATTO sends run.c's
+// x_att_res (x_in + wo xb): the attention half-layer from x_in to x_att_res on the
+// machine. A second case at another layer and a smaller position runs in the same host
+// session after the first, so the score and exp RAMs (wiped at each group's row 0) and
+// the block-max RAM (blocks past pos still hold the first case's maxima) carry stale
+// values the stages must leave out.
 TEST(QkvMachine, AttentionStagesBitExactOnTheEngine) {
   QkvMachineOptions o;
   o.attention = true;
@@ -131,7 +133,11 @@ TEST(QkvMachine, AttentionStagesBitExactOnTheEngine) {
     for (int p = 0; p <= pos; ++p)
       for (int64_t tok : m.load_and_run(gold.at(K::x_in, p, l), p, l)) prompt.push_back(tok);
     for (int64_t tok : m.set_pos(pos)) prompt.push_back(tok);
-    for (int64_t tok : m.score_and_max(l, pos)) prompt.push_back(tok);
+    // SCORE(l).0 starts the block loop; the machine branches from POS to SCORE(l).1 ...
+    // SCORE(l).(pos / 8), then MAX(l).
+    const std::vector<int64_t> scores = m.score_and_max(l, pos);
+    prompt.push_back(scores[0]);
+    std::vector<int64_t> loop(scores.begin() + 1, scores.end());
     const std::vector<float> max = per_head(K::att_max, pos, l, heads, 0);
     if (stale >= 0) {
       // The rows of pos's block past pos: the stale row's score (q of pos, k of the later
@@ -145,13 +151,16 @@ TEST(QkvMachine, AttentionStagesBitExactOnTheEngine) {
         stale_wins += std::max({max[static_cast<size_t>(h)], mh, 0.0f}) != max[static_cast<size_t>(h)];
       }
     }
-    expect_run(m, prompt, host, m.expected_max(max), t);
-    // EXP, SUM, PROB and WSUM, then the first read-back in the same prompt.
-    std::vector<int64_t> exps = m.exps(l, pos);
-    for (int64_t tok : m.sums(l)) exps.push_back(tok);
-    for (int64_t tok : m.probs(l, pos)) exps.push_back(tok);
-    for (int64_t tok : m.wsums(l)) exps.push_back(tok);
-    bool exps_run = false;
+    for (int64_t tok : m.expected_max(max)) loop.push_back(tok);
+    expect_run(m, prompt, host, loop, t);
+    // EXP(l).0.0 alone: the machine runs EXP over the blocks up to POS, SUM for every
+    // head, PROB over the blocks, WSUM for every head, then DONE.
+    std::vector<int64_t> stages = m.exps(l, pos);
+    for (int64_t tok : m.sums(l)) stages.push_back(tok);
+    for (int64_t tok : m.probs(l, pos)) stages.push_back(tok);
+    for (int64_t tok : m.wsums(l)) stages.push_back(tok);
+    stages.push_back(m.done());
+    expect_run(m, {stages[0]}, host, std::vector<int64_t>(stages.begin() + 1, stages.end()), t);
     for (const int at : {0, 7, 8, pos - 1, pos}) {
       const auto ts = static_cast<size_t>(at);
       std::vector<float> mant, exponent;
@@ -162,9 +171,7 @@ TEST(QkvMachine, AttentionStagesBitExactOnTheEngine) {
         mant.push_back(e.mant);
         exponent.push_back(static_cast<float>(e.exponent));
       }
-      std::vector<int64_t> read = exps_run ? std::vector<int64_t>{} : exps;
-      exps_run = true;
-      for (int64_t tok : m.set_pos(at)) read.push_back(tok);
+      std::vector<int64_t> read = m.set_pos(at);
       read.push_back(m.id("RE.0"));
       expect_run(m, read, host, m.expected_exps(mant, exponent), t);
       std::vector<float> pm;

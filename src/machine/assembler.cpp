@@ -141,6 +141,14 @@ Assembler::Assembler(const AssemblerOptions& o, std::vector<std::string> control
   m_.register_file_heads = o.elements;
 }
 
+AssemblerOptions streamed_options(const HostOptions& host, int elements) {
+  AssemblerOptions ao;
+  static_cast<HostOptions&>(ao) = host;
+  ao.elements = elements;
+  ao.emit_layers = false;
+  return ao;
+}
+
 int64_t Assembler::control_index(const std::string& name) const {
   const auto it = index_.find(name);
   if (it == index_.end()) fail("machine: no control token named '{}'", name);

@@ -54,6 +54,10 @@ struct AssemblerOptions : HostOptions {
   bool emit_layers = true;
 };
 
+// The options of a machine of many dense layers: the host's, `elements` register
+// elements, layers emitted on demand (AssemblerOptions::emit_layers off).
+AssemblerOptions streamed_options(const HostOptions& host, int elements);
+
 // When a micro-op's successor reaches the LM head.
 enum class SuccessorTiming {
   Now,      // this cycle: the token sends nothing (HDR, NOP, DONE, a write-down micro-op)

@@ -63,11 +63,8 @@ FfnMachine build_ffn_machine(const reference::Llama2Checkpoint& ck, const FfnMac
     for (int c = 0; c < chunks; ++c) names.push_back(sw_name(l, c));
     for (int i = 0; i < dim; ++i) names.push_back(ffn_name(l, i));
   }
-  AssemblerOptions ao;
-  static_cast<HostOptions&>(ao) = o;
-  ao.elements = dim;
-  ao.emit_layers = false;  // ~400 dense layers of ~30 MB: emitted one at a time into the engine
-  Assembler as(ao, names, "DONE");
+  // ~400 dense layers of ~30 MB: emitted one at a time into the engine.
+  Assembler as(streamed_options(o, dim), names, "DONE");
   compiler::Program& p = as.program();
   const std::vector<ValueId>& x = as.register_out();
   const Assembler::Vector xb = as.vector_register("XB", dim);  // the attention's output (run.c's xb)

@@ -52,11 +52,7 @@ HeadMachine build_head_machine(const reference::Llama2Checkpoint& ck, const Head
   std::vector<std::string> names = {"HDR", "NOP", "DONE", "HEAD", "RT", "RL"};
   for (int i = 0; i < dim; ++i) names.push_back(name("WX", i));
   for (int k = 0; k < vocab; ++k) names.push_back(name("TOK", k));
-  AssemblerOptions ao;
-  static_cast<HostOptions&>(ao) = o;
-  ao.elements = dim;
-  ao.emit_layers = false;
-  Assembler as(ao, names, "DONE");
+  Assembler as(streamed_options(o, dim), names, "DONE");
   compiler::Program& p = as.program();
   const Assembler::Immediate tok = as.immediate_register("TOK");
 

@@ -91,11 +91,7 @@ QkvMachine build_qkv_machine(const reference::Llama2Checkpoint& ck, const QkvMac
     for (int l = 0; l < layers; ++l)
       for (int i = 0; i < dim; ++i) names.push_back(cache_name("ATTO", l, i));
   }
-  AssemblerOptions ao;
-  static_cast<HostOptions&>(ao) = o;
-  ao.elements = dim;
-  ao.emit_layers = false;
-  Assembler as(ao, names, "DONE");
+  Assembler as(streamed_options(o, dim), names, "DONE");
   compiler::Program& p = as.program();
   const Assembler::Scalar pos = as.scalar_register("POS");
 

@@ -21,42 +21,49 @@ namespace {
 
 constexpr float kOn = 128.0f;  // silu(128) == 128: a gate of 128 * flag passes up exactly or gives +-0
 
-// Per value: 1 when every op that writes it is in one of the ranges.
-std::vector<char> written_only_in(const compiler::Program& program, size_t first, size_t end) {
-  const auto n = static_cast<size_t>(program.num_values());
-  std::vector<char> inside(n, 0), outside(n, 0);
-  const auto& ops = program.ops();
-  for (size_t i = 0; i < ops.size(); ++i)
-    for (ValueId v : ops[i].writes()) (i >= first && i < end ? inside : outside)[static_cast<size_t>(v)] = 1;
-  for (size_t v = 0; v < n; ++v) inside[v] = inside[v] && !outside[v];
-  return inside;
-}
+// What finish() needs to know of every value's writers, in one pass over the program
+// (per value and per gated range a scan of every op was quadratic: minutes for a machine
+// of ~100K ops).
+struct Writers {
+  std::vector<int64_t> first, last;  // the first and last op that writes the value (-1: none)
+  // The gate value e of the value's last write when that write is an exact clear of it
+  // gated by 128 e (e a value: a unit's enable; the shape compiler/clear_dead.h
+  // recognises as a self-clear), else compiler::kOne. Units clear their own working
+  // values this way, gated by their own enable, which may differ from the enable of the
+  // range they sit in.
+  std::vector<ValueId> self_clear;
 
-// The gate value e of v's last write when that write is an exact clear of v gated by
-// 128 e (e a value: a unit's enable; the shape compiler/clear_dead.h recognises as a
-// self-clear), else compiler::kOne. Units clear their own working values this way, gated
-// by their own enable, which may differ from the enable of the range they sit in.
-ValueId self_clear_gate(const compiler::Program& program, ValueId v) {
-  const auto& ops = program.ops();
-  for (size_t i = ops.size(); i-- > 0;) {
-    const auto writes = ops[i].writes();
-    if (!std::binary_search(writes.begin(), writes.end(), v)) continue;
-    if (ops[i].kind != compiler::OpKind::Mlp) return compiler::kOne;
-    ValueId gate = compiler::kOne;
-    int terms = 0;
-    for (const Neuron& nr : ops[i].neurons)
-      for (const compiler::Term& t : nr.down) {
-        if (t.value != v) continue;
-        ++terms;
-        const bool clear = nr.gate.terms.size() == 1 && nr.gate.terms[0].weight == kOn && nr.up.terms.size() == 1 &&
-                           nr.up.terms[0].value == v && std::fabs(nr.up.terms[0].weight) == 1.0f / kOn &&
-                           t.weight == -kOn * nr.up.terms[0].weight;
-        gate = clear ? nr.gate.terms[0].value : compiler::kOne;
+  explicit Writers(const compiler::Program& program) {
+    const auto n = static_cast<size_t>(program.num_values());
+    first.assign(n, -1);
+    last.assign(n, -1);
+    const auto& ops = program.ops();
+    for (size_t i = 0; i < ops.size(); ++i)
+      for (ValueId v : ops[i].writes()) {
+        const auto u = static_cast<size_t>(v);
+        if (first[u] < 0) first[u] = static_cast<int64_t>(i);
+        last[u] = static_cast<int64_t>(i);
       }
-    return terms == 1 ? gate : compiler::kOne;
+    self_clear.assign(n, compiler::kOne);
+    std::vector<int> terms(n, 0);
+    for (size_t i = 0; i < ops.size(); ++i) {
+      if (ops[i].kind != compiler::OpKind::Mlp) continue;
+      for (const Neuron& nr : ops[i].neurons)
+        for (const compiler::Term& t : nr.down) {
+          const auto u = static_cast<size_t>(t.value);
+          if (last[u] != static_cast<int64_t>(i)) continue;
+          const bool clear = nr.gate.terms.size() == 1 && nr.gate.terms[0].weight == kOn && nr.up.terms.size() == 1 &&
+                             nr.up.terms[0].value == t.value && std::fabs(nr.up.terms[0].weight) == 1.0f / kOn &&
+                             t.weight == -kOn * nr.up.terms[0].weight;
+          self_clear[u] = ++terms[u] == 1 && clear ? nr.gate.terms[0].value : compiler::kOne;
+        }
+    }
   }
-  return compiler::kOne;
-}
+  // Every op that writes v is in [begin, end) (and one does).
+  bool only_in(size_t v, size_t begin, size_t end) const {
+    return first[v] >= 0 && static_cast<size_t>(first[v]) >= begin && static_cast<size_t>(last[v]) < end;
+  }
+};
 
 }  // namespace
 
@@ -457,12 +464,12 @@ AssembledMachine Assembler::finish() {
     for (const auto* s : {&f0.positive, &f0.negative, &f0.mantissa_hot}) head.insert(head.end(), s->begin(), s->end());
     head.push_back(f0.zero);
     clears.keep = head;
+    const Writers writers(p_);
     for (const auto& [range, enable] : gated_) {
-      const std::vector<char> gated = written_only_in(p_, range.first, range.second);
-      for (size_t v = 0; v < gated.size(); ++v) {
-        if (!gated[v]) continue;
+      for (size_t v = 0; v < writers.first.size(); ++v) {
+        if (!writers.only_in(v, range.first, range.second)) continue;
         // A unit's self-cleared value keeps its own enable (its clear reads that one).
-        const ValueId own = self_clear_gate(p_, static_cast<ValueId>(v));
+        const ValueId own = writers.self_clear[v];
         clears.enable_of[static_cast<ValueId>(v)] = own != compiler::kOne ? own : enable;
       }
       clears.enable_of[enable] = enable;

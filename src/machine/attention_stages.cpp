@@ -585,7 +585,7 @@ std::vector<ValueId> AttentionStages::position_head(compiler::Program& p, const 
   return h.out;
 }
 
-void AttentionStages::define(int first_lane, ValueId send, ValueId q_read, ValueId pos_read) {
+void AttentionStages::define(int first_lane, ValueId send, ValueId q_read, ValueId pos_read, bool chained) {
   const int H = g_.heads;
   auto with_bits = [](MicroOp& op, const std::vector<ValueId>& bits, int v) {
     for (size_t j = 0; j < bits.size(); ++j)
@@ -639,7 +639,7 @@ void AttentionStages::define(int first_lane, ValueId send, ValueId q_read, Value
         as_.define(block_name("PROB", l, b) + "." + std::to_string(hg), std::move(op));
       }
     for (int h = 0; h < H; ++h) {
-      MicroOp op = as_.step(h + 1 < H ? block_name("WSUM", l, h + 1) : std::string("DONE"));
+      MicroOp op = as_.step(h + 1 < H ? block_name("WSUM", l, h + 1) : chained ? block_name("ATTO", l, 0) : std::string("DONE"));
       op.sets = {{wsum_on_, 1.0f},
                  {pos_read, 1.0f},
                  {wsum_k_[at(h % g_.exp_heads)], 1.0f},
@@ -649,8 +649,8 @@ void AttentionStages::define(int first_lane, ValueId send, ValueId q_read, Value
       with_bits(op, vram_row_, l);
       as_.define(block_name("WSUM", l, h), std::move(op));
     }
-    // The stages after MAX read its result; until they run on their own, MAX names RM.
-    MicroOp op = as_.step(name("RM", 0));
+    // Chained, MAX goes on to the stages that read its result; else to its read-back.
+    MicroOp op = as_.step(chained ? block_name("EXP", l, 0) + ".0" : name("RM", 0));
     op.sets = {{max_on_, 1.0f}, {pos_read, 1.0f}};
     as_.define(layer_name("MAX", l), std::move(op));
   }

@@ -104,8 +104,11 @@ class AttentionStages {
 
   // Defines the stages' micro-ops; their read-back lanes start at `first_lane` of the
   // machine's send(); `send` is the send() enable; q_read / pos_read the read flags of
-  // the q RAM and POS.
-  void define(int first_lane, compiler::ValueId send, compiler::ValueId q_read, compiler::ValueId pos_read);
+  // the q RAM and POS. Chained: MAX(l) goes on to EXP(l).0.0 and the last WSUM(l) to
+  // ATTO(l).0 (the machine defines ATTO); else to RM.0 and DONE (stages started by the
+  // host, for tests).
+  void define(int first_lane, compiler::ValueId send, compiler::ValueId q_read, compiler::ValueId pos_read,
+              bool chained);
 
  private:
   struct Inputs;

@@ -15,8 +15,6 @@ using compiler::ValueId;
 namespace {
 
 std::string wx_name(int reg, int i) { return "WX(" + std::to_string(reg) + ")." + std::to_string(i); }
-std::string sw_name(int l, int c) { return "SW(" + std::to_string(l) + ")." + std::to_string(c); }
-std::string ffn_name(int l, int i) { return "FFN(" + std::to_string(l) + ")." + std::to_string(i); }
 std::string atto_name(int l, int i) { return "ATTO(" + std::to_string(l) + ")." + std::to_string(i); }
 std::string wxb_name(int i) { return "WXB." + std::to_string(i); }
 
@@ -44,65 +42,27 @@ void ffn_c(const reference::Llama2Checkpoint& ck, int l, std::vector<float>& x) 
 }
 
 int64_t FfnMachine::write_x(int reg, int i) const { return id(wx_name(reg, i)); }
-int64_t FfnMachine::swiglu(int l, int c) const { return id(sw_name(l, c)); }
+int64_t FfnMachine::swiglu(int l, int c) const { return id(swiglu_name(l, c)); }
 int64_t FfnMachine::ffn(int l, int i) const { return id(ffn_name(l, i)); }
 
 FfnMachine build_ffn_machine(const reference::Llama2Checkpoint& ck, const FfnMachineOptions& o) {
   const auto& cfg = ck.config();
-  const int dim = cfg.dim, layers = cfg.n_layers, hidden = cfg.hidden_dim;
-  if (o.lanes < 1 || o.lanes > hidden) fail("ffn machine: {} lanes per chunk outside [1, {}]", o.lanes, hidden);
-  const int chunks = (hidden + o.lanes - 1) / o.lanes;
+  const int dim = cfg.dim, layers = cfg.n_layers;
   if (dim > 64) fail("ffn machine: dim {} needs more than 64 register elements", dim);
 
   std::vector<std::string> names = {"HDR", "NOP", "DONE"};
   for (int r = 0; r < 2; ++r)
     for (int i = 0; i < dim; ++i) names.push_back(wx_name(r, i));
   for (int i = 0; i < dim; ++i) names.push_back(wxb_name(i));
-  for (int l = 0; l < layers; ++l) {
+  for (int l = 0; l < layers; ++l)
     for (int i = 0; i < dim; ++i) names.push_back(atto_name(l, i));
-    for (int c = 0; c < chunks; ++c) names.push_back(sw_name(l, c));
-    for (int i = 0; i < dim; ++i) names.push_back(ffn_name(l, i));
-  }
+  for (const std::string& n : FfnHalf::names(cfg, o)) names.push_back(n);
   // ~400 dense layers of ~30 MB: emitted one at a time into the engine.
   Assembler as(streamed_options(o, dim), names, "DONE");
   compiler::Program& p = as.program();
   const std::vector<ValueId>& x = as.register_out();
   const Assembler::Vector xb = as.vector_register("XB", dim);  // the attention's output (run.c's xb)
-
-  // SW(l).c: the chunk unit, flags (layer l) for the rmsnorm and (l, c) for the rows.
-  const std::vector<ValueId> sw_layer = as.inputs("sw.layer", layers);
-  const std::vector<ValueId> sw_chunk = as.inputs("sw.chunk", layers * chunks);
-  // The units' idle contract is "every flag 0 AND operands 0", but FFN(l).i reads x
-  // too: the chunk unit reads x through a gate that passes it only on SW cycles
-  // (gate 128 * the sum of its layer flags, one-hot: x or +-0, exact).
-  const std::vector<ValueId> xs = as.gated(x, sw_layer, "sw.x");
-  npu::MatvecOptions mo;
-  mo.max_op_neurons = npu::kBudgetMaxOpNeurons;
-  const npu::FfnChunkUnit unit = npu::ffn_chunk_unit(p, ck, xs, sw_layer, sw_chunk, o.lanes, mo);
-  as.gate_clears(unit.first_op, p.ops().size(), unit.enable);
-
-  // The product RAM: head c holds chunk c's products in row 0; SW(l).c wipes and writes
-  // it, FFN(l).i reads every head.
-  const std::vector<ValueId> ram_write = as.inputs("ram.write", chunks);
-  const ValueId ram_read = as.input("ram.read");
-  std::vector<ValueId> prod = p.values("ram.prod", hidden);
-  std::vector<npu::FloatRamHead> heads;
-  for (int c = 0; c < chunks; ++c) {
-    npu::FloatRamHead h;
-    const int n = std::min(o.lanes, hidden - c * o.lanes);
-    h.data.assign(unit.prod.begin(), unit.prod.begin() + n);
-    h.out.assign(prod.begin() + c * o.lanes, prod.begin() + c * o.lanes + n);
-    h.write_flag = h.wipe_flag = ram_write[static_cast<size_t>(c)];
-    h.read_flag = ram_read;
-    heads.push_back(std::move(h));
-  }
-  npu::float_ram(p, npu::FloatRamWindow{o.product_low_binade}, heads, unit.enable, "ffn product RAM");
-
-  // FFN(l).i: w2 over the products + x, lane i sent up.
-  const std::vector<ValueId> out_layer = as.inputs("ffn.layer", layers);
-  const npu::FfnOut out = npu::ffn_out_block(p, ck, x, prod, out_layer);
-  const compiler::OpRange out_ops{out.first_op, p.ops().size()};
-  as.gate_clears(out.first_op, p.ops().size(), out.enable);
+  FfnHalf half(as, ck, o);
 
   // ATTO(l).i: wo xb + x (xb from XB, read only on ATTO cycles), lane dim + i sent up.
   // It runs strictly after the FFN's out block (Program::order): side by side their
@@ -110,49 +70,40 @@ FfnMachine build_ffn_machine(const reference::Llama2Checkpoint& ck, const FfnMac
   const std::vector<ValueId> atto_layer = as.inputs("atto.layer", layers);
   const npu::FfnOut atto = npu::attention_out_block(p, ck, x, xb.out, atto_layer);
   as.gate_clears(atto.first_op, p.ops().size(), atto.enable);
-  p.order(out_ops, compiler::OpRange{atto.first_op, p.ops().size()});
+  p.order(half.out_ops(), compiler::OpRange{atto.first_op, p.ops().size()});
 
   const ValueId send = as.input("send.on");  // set by FFN and ATTO tokens
-  std::vector<ValueId> lanes = out.x_out;
+  std::vector<ValueId> lanes = half.lanes();
   lanes.insert(lanes.end(), atto.x_out.begin(), atto.x_out.end());
   as.send(lanes, send, p.ops().size());
 
   as.define_header(wx_name(0, 0));
   for (int r = 0; r < 2; ++r)
-    for (int i = 0; i < dim; ++i) as.define(wx_name(r, i), as.write(r, i, i + 1 < dim ? wx_name(r, i + 1) : sw_name(r, 0)));
+    for (int i = 0; i < dim; ++i)
+      as.define(wx_name(r, i), as.write(r, i, i + 1 < dim ? wx_name(r, i + 1) : swiglu_name(r, 0)));
   for (int i = 0; i < dim; ++i)
     as.define(wxb_name(i), as.write(0, xb.first_element + i, i + 1 < dim ? wxb_name(i + 1) : atto_name(0, 0)));
+  // Layer l's input x lives in X((l + 1) % 2): ATTO(l) writes x + wo xb into X(l % 2),
+  // which SW(l) and FFN(l) read; FFN(l) writes X((l + 1) % 2), layer l + 1's input.
   for (int l = 0; l < layers; ++l) {
-    // Layer l's input x lives in X((l + 1) % 2): ATTO(l) writes x + wo xb into X(l % 2),
-    // which SW(l) and FFN(l) read; FFN(l) writes X((l + 1) % 2), layer l + 1's input.
     const int from = l % 2, to = (l + 1) % 2;
     for (int i = 0; i < dim; ++i) {
-      MicroOp op = as.write(from, i, i + 1 < dim ? atto_name(l, i + 1) : sw_name(l, 0));
+      MicroOp op = as.write(from, i, i + 1 < dim ? atto_name(l, i + 1) : swiglu_name(l, 0));
       op.sets = {{atto_layer[static_cast<size_t>(l)], 1.0f}, {xb.read_flag, 1.0f}, {send, 1.0f}, as.lane_flag(dim + i)};
       op.read_register = to;
       as.define(atto_name(l, i), std::move(op));
     }
-    for (int c = 0; c < chunks; ++c) {
-      MicroOp op = as.step(c + 1 < chunks ? sw_name(l, c + 1) : ffn_name(l, 0));
-      op.sets = {{sw_layer[static_cast<size_t>(l)], 1.0f},
-                 {sw_chunk[static_cast<size_t>(l * chunks + c)], 1.0f},
-                 {ram_write[static_cast<size_t>(c)], 1.0f}};
-      op.read_register = from;
-      as.define(sw_name(l, c), std::move(op));
-    }
-    for (int i = 0; i < dim; ++i) {
-      MicroOp op =
-          as.write(to, i, i + 1 < dim ? ffn_name(l, i + 1) : (l + 1 < layers ? sw_name(l + 1, 0) : std::string("DONE")));
-      op.sets = {{out_layer[static_cast<size_t>(l)], 1.0f}, {ram_read, 1.0f}, {send, 1.0f}, as.lane_flag(i)};
-      op.read_register = from;
-      as.define(ffn_name(l, i), std::move(op));
-    }
   }
+  FfnControl control;
+  control.reads = [](int l) { return int64_t{l % 2}; };
+  control.writes = [](int l) { return int64_t{(l + 1) % 2}; };
+  control.after_ffn = [&](int l) { return l + 1 < layers ? swiglu_name(l + 1, 0) : std::string("DONE"); };
+  half.define(0, send, control);
   FfnMachine m;
   static_cast<AssembledMachine&>(m) = as.finish();
   m.dim = dim;
   m.layers = layers;
-  m.chunks = chunks;
+  m.chunks = half.chunks();
   m.lanes = o.lanes;
   return m;
 }

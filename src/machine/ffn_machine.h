@@ -31,16 +31,12 @@
 #include <vector>
 
 #include "machine/assembler.h"
+#include "machine/ffn_half.h"
 #include "reference/llama2_checkpoint.h"
 
 namespace qpu::machine {
 
-struct FfnMachineOptions : HostOptions {
-  int lanes = 7;  // SWIGLU chunk lanes (docs/npu-machine.md: 7 lanes fit the width budget)
-  // Product RAM window: nonzero |product| in [2^low, 2^(low + 37)) (docs/trace-ranges.md:
-  // stories260K's ffn_prod spans binades -32..3).
-  int product_low_binade = -33;
-};
+struct FfnMachineOptions : HostOptions, FfnOptions {};
 
 struct FfnMachine : AssembledMachine {
   int dim = 0, layers = 0, chunks = 0, lanes = 0;

@@ -22,16 +22,12 @@
 #include <vector>
 
 #include "machine/assembler.h"
+#include "machine/head_part.h"
 #include "reference/llama2_checkpoint.h"
 
 namespace qpu::machine {
 
-struct HeadMachineOptions : HostOptions {
-  // Classifier rows per block: 86 (6 blocks for stories260K's 512) fits hidden 1,024 in 512
-  // layers; 64 rows fit too (596 layers), 103 (5 blocks) need hidden 1,152.
-  int block_rows = 86;
-  int logit_low_binade = -31;   // the logit RAM holds 0 and |logit| in [2^-31, 2^6)
-};
+struct HeadMachineOptions : HostOptions, HeadOptions {};
 
 struct HeadMachine : AssembledMachine {
   int dim = 0, vocab = 0;

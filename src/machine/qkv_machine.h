@@ -33,22 +33,12 @@
 #include <vector>
 
 #include "machine/assembler.h"
+#include "machine/attention_half.h"
 #include "reference/llama2_checkpoint.h"
 
 namespace qpu::machine {
 
-struct QkvMachineOptions : HostOptions {
-  // RAM window: nonzero |q|, |k|, |v| in [2^low, 2^(low + 37)) (docs/trace-ranges.md:
-  // q_rope binades -22..5, k_rope -24..4, v -23..1).
-  int ram_low_binade = -31;
-  int kv_banks = 32;      // heads per (layer, kv head); a multiple of 8 or less than 8
-  int max_positions = 0;  // positions the cache holds (0: the checkpoint's seq_len)
-  // M2c (machine/attention_stages.h): SCORE(l).b, MAX(l), EXP(l).b and their RAMs and
-  // read-backs below the cache. Needs kv_banks a multiple of 8. Off: the M2b machine.
-  bool attention = false;
-  int wave_heads = 4;  // heads SCORE computes side by side (the rest in waves below them)
-  int exp_heads = 2;   // heads one EXP cycle exponentiates
-};
+struct QkvMachineOptions : HostOptions, AttentionOptions {};
 
 struct QkvMachine : AssembledMachine {
   int dim = 0, kv_dim = 0, layers = 0;

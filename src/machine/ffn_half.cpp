@@ -1,0 +1,93 @@
+#include "machine/ffn_half.h"
+
+#include <algorithm>
+
+#include "common/error.h"
+#include "npu/block_ffn.h"
+#include "npu/float_ram.h"
+
+namespace qpu::machine {
+
+using compiler::ValueId;
+
+namespace {
+size_t at(int i) { return static_cast<size_t>(i); }
+}  // namespace
+
+std::string swiglu_name(int l, int c) { return "SW(" + std::to_string(l) + ")." + std::to_string(c); }
+std::string ffn_name(int l, int i) { return "FFN(" + std::to_string(l) + ")." + std::to_string(i); }
+
+std::vector<std::string> FfnHalf::names(const reference::Llama2Config& cfg, const FfnOptions& o) {
+  if (o.lanes < 1 || o.lanes > cfg.hidden_dim) fail("ffn half: {} lanes per chunk outside [1, {}]", o.lanes, cfg.hidden_dim);
+  const int chunks = (cfg.hidden_dim + o.lanes - 1) / o.lanes;
+  std::vector<std::string> n;
+  for (int l = 0; l < cfg.n_layers; ++l) {
+    for (int c = 0; c < chunks; ++c) n.push_back(swiglu_name(l, c));
+    for (int i = 0; i < cfg.dim; ++i) n.push_back(ffn_name(l, i));
+  }
+  return n;
+}
+
+FfnHalf::FfnHalf(Assembler& as, const reference::Llama2Checkpoint& ck, const FfnOptions& o) : as_(as) {
+  const auto& cfg = ck.config();
+  const int hidden = cfg.hidden_dim;
+  if (o.lanes < 1 || o.lanes > hidden) fail("ffn half: {} lanes per chunk outside [1, {}]", o.lanes, hidden);
+  dim_ = cfg.dim;
+  layers_ = cfg.n_layers;
+  chunks_ = (hidden + o.lanes - 1) / o.lanes;
+  compiler::Program& p = as.program();
+
+  // SW(l).c: the chunk unit, flags (layer l) for the rmsnorm and (l, c) for the rows.
+  sw_layer_ = as.inputs("sw.layer", layers_);
+  sw_chunk_ = as.inputs("sw.chunk", layers_ * chunks_);
+  // The units' idle contract is "every flag 0 AND operands 0", but FFN(l).i reads x
+  // too: the chunk unit reads x through a gate that passes it only on SW cycles.
+  const std::vector<ValueId> xs = as.gated(as.register_out(), sw_layer_, "sw.x");
+  npu::MatvecOptions mo;
+  mo.max_op_neurons = npu::kBudgetMaxOpNeurons;
+  const npu::FfnChunkUnit unit = npu::ffn_chunk_unit(p, ck, xs, sw_layer_, sw_chunk_, o.lanes, mo);
+  as.gate_clears(unit.first_op, p.ops().size(), unit.enable);
+
+  // The product RAM: head c holds chunk c's products in row 0; SW(l).c wipes and writes
+  // it, FFN(l).i reads every head.
+  ram_write_ = as.inputs("ram.write", chunks_);
+  ram_read_ = as.input("ram.read");
+  std::vector<ValueId> prod = p.values("ram.prod", hidden);
+  std::vector<npu::FloatRamHead> heads;
+  for (int c = 0; c < chunks_; ++c) {
+    npu::FloatRamHead h;
+    const int n = std::min(o.lanes, hidden - c * o.lanes);
+    h.data.assign(unit.prod.begin(), unit.prod.begin() + n);
+    h.out.assign(prod.begin() + c * o.lanes, prod.begin() + c * o.lanes + n);
+    h.write_flag = h.wipe_flag = ram_write_[at(c)];
+    h.read_flag = ram_read_;
+    heads.push_back(std::move(h));
+  }
+  npu::float_ram(p, npu::FloatRamWindow{o.product_low_binade}, heads, unit.enable, "ffn product RAM");
+
+  // FFN(l).i: w2 over the products + x, lane i sent up.
+  out_layer_ = as.inputs("ffn.layer", layers_);
+  const npu::FfnOut out = npu::ffn_out_block(p, ck, as.register_out(), prod, out_layer_);
+  out_ops_ = compiler::OpRange{out.first_op, p.ops().size()};
+  as.gate_clears(out.first_op, p.ops().size(), out.enable);
+  lanes_ = out.x_out;
+}
+
+void FfnHalf::define(int first_lane, ValueId send, const FfnControl& c) {
+  for (int l = 0; l < layers_; ++l) {
+    for (int k = 0; k < chunks_; ++k) {
+      MicroOp op = as_.step(k + 1 < chunks_ ? swiglu_name(l, k + 1) : ffn_name(l, 0));
+      op.sets = {{sw_layer_[at(l)], 1.0f}, {sw_chunk_[at(l * chunks_ + k)], 1.0f}, {ram_write_[at(k)], 1.0f}};
+      op.read_register = c.reads(l);
+      as_.define(swiglu_name(l, k), std::move(op));
+    }
+    for (int i = 0; i < dim_; ++i) {
+      MicroOp op = as_.write(c.writes(l), i, i + 1 < dim_ ? ffn_name(l, i + 1) : c.after_ffn(l));
+      op.sets = {{out_layer_[at(l)], 1.0f}, {ram_read_, 1.0f}, {send, 1.0f}, as_.lane_flag(first_lane + i)};
+      op.read_register = c.reads(l);
+      as_.define(ffn_name(l, i), std::move(op));
+    }
+  }
+}
+
+}  // namespace qpu::machine

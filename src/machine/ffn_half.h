@@ -1,0 +1,72 @@
+#pragma once
+// The FFN half of a nested layer as a part of a looped machine, shared by the FFN machine
+// (machine/ffn_machine.h) and the whole-token machine (machine/token_machine.h):
+//
+//   rmsnorm(xb, x, rms_ffn[l]); hb = w1 xb; hb2 = w3 xb; hb = silu(hb) * hb2;
+//   xb = w2 hb; x += xb
+//
+//  * SW(l).c, c < chunks (1 cycle each, sends nothing): rmsnorm(x) -> the chunk's rows of
+//    w1 and w3 -> silu * on its `lanes` lanes (npu::ffn_chunk_unit), the products written
+//    down into the product RAM (npu/float_ram.h: head c, wiped and written at once);
+//  * FFN(l).i, i < dim (4 cycles each): every product read back from the RAM -> w2 -> + x
+//    (npu::ffn_out_block), lane i sent up and written into element i of a register.
+//
+// x is the register the micro-op reads (Assembler::register_out): SW reads it through a
+// gate on its own flags (other micro-ops read registers on other cycles), the out block
+// directly (its idle contract holds for any x while its flags are 0).
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "compiler/ir.h"
+#include "machine/assembler.h"
+#include "reference/llama2_checkpoint.h"
+
+namespace qpu::machine {
+
+struct FfnOptions {
+  int lanes = 7;  // SWIGLU chunk lanes (docs/npu-machine.md: 7 lanes fit the width budget)
+  // Product RAM window: nonzero |product| in [2^low, 2^(low + 37)) (docs/trace-ranges.md:
+  // stories260K's ffn_prod spans binades -32..3).
+  int product_low_binade = -33;
+};
+
+// Layer l's registers and what follows it.
+struct FfnControl {
+  std::function<int64_t(int layer)> reads;          // the register SW(l) and FFN(l) read
+  std::function<int64_t(int layer)> writes;         // the register FFN(l).i writes element i of
+  std::function<std::string(int layer)> after_ffn;  // FFN(l).(dim - 1)'s successor
+};
+
+class FfnHalf {
+ public:
+  // SW(l).c and FFN(l).i for every layer.
+  static std::vector<std::string> names(const reference::Llama2Config& config, const FfnOptions& options);
+
+  // Appends the chunk unit, the product RAM and the out block to as.program(). Throws
+  // qpu::Error for a lane count outside [1, hidden_dim].
+  FfnHalf(Assembler& as, const reference::Llama2Checkpoint& checkpoint, const FfnOptions& options);
+
+  int chunks() const { return chunks_; }
+  // The out block's ops (for Program::order) and its lanes (x_out, dim values).
+  compiler::OpRange out_ops() const { return out_ops_; }
+  const std::vector<compiler::ValueId>& lanes() const { return lanes_; }
+
+  // Defines SW and FFN; FFN's lanes start at `first_lane` of the machine's send() (enable
+  // `send`).
+  void define(int first_lane, compiler::ValueId send, const FfnControl& control);
+
+ private:
+  Assembler& as_;
+  int dim_ = 0, layers_ = 0, chunks_ = 0;
+  std::vector<compiler::ValueId> sw_layer_, sw_chunk_, ram_write_, out_layer_;
+  compiler::ValueId ram_read_ = 0;
+  compiler::OpRange out_ops_{};
+  std::vector<compiler::ValueId> lanes_;
+};
+
+// SW(l).c and FFN(l).i.
+std::string swiglu_name(int layer, int chunk);
+std::string ffn_name(int layer, int i);
+
+}  // namespace qpu::machine

@@ -1,0 +1,60 @@
+#pragma once
+// M2e (docs/npu-machine.md, "M2e"): one looped machine that runs the whole nested model,
+// token after token, with nothing from the host but its own output fed back. The prompt
+// is HDR alone; HDR names TOK.1 (run.c's BOS at position 0) and from there every micro-op
+// names the next:
+//
+//   TOK.k       writes k into TOK (an immediate register) -> QKV.0
+//   QKV.l       x (layer 0: the embedding of TOK, npu::embedding_lookup; else X0) ->
+//               rmsnorm -> wq, wk, wv -> RoPE(POS); q RAM, KV cache -> SCORE(l).0
+//   SCORE ... WSUM   the attention of layer l (machine/attention_stages.h); the block
+//               loops branch on POS -> ATTO(l).0
+//   ATTO(l).i   x + wo xb, element i sent up into X1 -> SW(l).0 after i = dim - 1
+//   SW(l).c     the FFN's chunks into the product RAM -> FFN(l).0
+//   FFN(l).i    x + w2 (silu(w1 x) * w3 x), element i sent up into X0 -> QKV.(l + 1),
+//               after the last layer INC
+//   INC         POS + 1, sent up into POS -> HEAD
+//   HEAD        rmsnorm (rms_final) -> wcls -> argmax k: the host's next token is TOK.k
+//
+// so the host's output is the nested story's token ids (TOK.k) between the machine's
+// own control and value tokens. X0 holds a layer's input, X1 its x after the attention.
+//
+// Stack (top to bottom): register file, POS, TOK -> the embedding lookup -> the attention
+// half (machine/attention_half.h) -> the FFN half (machine/ffn_half.h) -> HEAD
+// (machine/head_part.h) -> uplink. The three parts are ordered one below the other
+// (Program::order): side by side their working values would not fit the width budget.
+#include <cstdint>
+#include <vector>
+
+#include "machine/attention_half.h"
+#include "machine/ffn_half.h"
+#include "machine/head_part.h"
+#include "reference/llama2_checkpoint.h"
+
+namespace qpu::machine {
+
+struct TokenMachineOptions : HostOptions, AttentionOptions, FfnOptions, HeadOptions {};
+
+// run.c's values at one position that the machine's stream shows: x after the
+// attention and after the FFN of every layer, and the next token.
+struct PositionRecord {
+  int pos = 0;
+  std::vector<std::vector<float>> x_att_res, x_ffn_res;  // [layer][dim]
+  int next = 0;
+};
+
+struct TokenMachine : AssembledMachine {
+  int dim = 0, layers = 0, vocab = 0, chunks = 0, heads = 0, exp_groups = 0;
+
+  // What the machine generates for one nested position, from the token after the
+  // position's TOK (QKV.0) through the next TOK: every control token and the value
+  // tokens of every float it sends up.
+  std::vector<int64_t> expected_position(const PositionRecord& record) const;
+};
+
+// Dimensions come from the checkpoint's header (dim <= 64 register elements). The
+// attention stages are always on. Throws qpu::Error for options the units or heads
+// cannot hold.
+TokenMachine build_token_machine(const reference::Llama2Checkpoint& checkpoint, const TokenMachineOptions& options);
+
+}  // namespace qpu::machine

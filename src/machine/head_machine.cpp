@@ -57,7 +57,10 @@ HeadMachine build_head_machine(const reference::Llama2Checkpoint& ck, const Head
 
   as.define_header(name("WX", 0));
   for (int i = 0; i < dim; ++i) as.define(name("WX", i), as.write(0, i, i + 1 < dim ? name("WX", i + 1) : std::string("HEAD")));
-  head.define(0, send, 0, "RT");
+  HeadControl control;
+  control.x_register = 0;
+  control.story_token = [&](int) { return as.step("RT"); };
+  head.define(0, send, control);
   HeadMachine m;
   static_cast<AssembledMachine&>(m) = as.finish();
   m.dim = dim;

@@ -1,6 +1,8 @@
 #include "machine/head_part.h"
 
 #include "common/error.h"
+#include "compiler/enable.h"
+#include "npu/table_lookup.h"
 #include "npu/float_ram.h"
 #include "npu/unit_greedy_head.h"
 #include "npu/unit_matvec.h"
@@ -19,12 +21,15 @@ std::vector<std::string> HeadPart::names(const reference::Llama2Config& cfg) {
 }
 
 HeadPart::HeadPart(Assembler& as, const reference::Llama2Checkpoint& ck, const HeadOptions& o,
-                   const Assembler::Immediate& tok, const std::function<std::vector<ValueId>(ValueId)>& x)
+                   const Assembler::Immediate& tok, const FromFlag& x, const FromFlag& forced)
     : as_(as), vocab_(ck.config().vocab_size), tok_(tok) {
   if (o.block_rows < 1) fail("head: {} classifier rows per block", o.block_rows);
   compiler::Program& p = as.program();
   head_ = as.input("head.on");
   const std::vector<ValueId> operand = x(head_);
+  // Built before HEAD's gated range: the source of the forced token may write values on
+  // other cycles too (a RAM's write address).
+  const ValueId forced_token = forced ? forced(head_).at(0) : compiler::kNever;
   const size_t first = p.ops().size();
   const std::vector<float> rms_final(ck.weights().rms_final.begin(), ck.weights().rms_final.end());
   const npu::RmsnormUnit norm = npu::rmsnorm_unit(p, {rms_final}, operand, {head_});
@@ -32,8 +37,27 @@ HeadPart::HeadPart(Assembler& as, const reference::Llama2Checkpoint& ck, const H
   go.block_rows = o.block_rows;
   go.matvec.max_op_neurons = npu::kBudgetMaxOpNeurons;
   const npu::GreedyHead h = npu::greedy_head_blocks(p, norm.out, ck.weights().wcls, vocab_, head_, go);
+  std::vector<ValueId> onehot = h.onehot;
+  if (forced) {
+    // The forced token f (0: none, k + 1: token k) as a one-hot over [0, vocab] (its
+    // constants read HEAD's flag: all +-0 when idle), then per token k: the argmax's
+    // entry when f = 0 (gate 128 (argmax_k - head + hot_0): 128 for the winner, 0 or
+    // -128 otherwise: silu gives 1 or +-0 exactly), or hot_(k+1).
+    const size_t first_hot = p.ops().size();
+    const std::vector<ValueId> hot = npu::one_hot(p, forced_token, vocab_ + 1, "head.forced");
+    compiler::enable_constants(p, first_hot, head_);
+    onehot = p.values("head.next", vocab_);
+    std::vector<compiler::Neuron> ns;
+    for (int k = 0; k < vocab_; ++k) {
+      const auto u = static_cast<size_t>(k);
+      ns.push_back({compiler::Lin{{{h.onehot[u], 128.0f}, {head_, -128.0f}, {hot[0], 128.0f}}},
+                    compiler::Lin{{{head_, 1.0f / 128.0f}}}, {{onehot[u], 1.0f}}});
+      ns.push_back({compiler::Lin{{{hot[u + 1], 128.0f}}}, compiler::Lin{{{hot[u + 1], 1.0f / 128.0f}}}, {{onehot[u], 1.0f}}});
+    }
+    p.mlp("head.next", std::move(ns));
+  }
   as.gate_clears(first, p.ops().size(), head_);
-  as.computed_successor(story_token_name(0), h.onehot);
+  as.computed_successor(story_token_name(0), onehot);
 
   // The winning logit, kept for RL: one row, wiped and written by HEAD.
   logit_read_ = as.input("logit.read");
@@ -47,17 +71,18 @@ HeadPart::HeadPart(Assembler& as, const reference::Llama2Checkpoint& ck, const H
   lanes_ = {tok.out, logit};
 }
 
-void HeadPart::define(int first_lane, ValueId send, int64_t x_register, const std::string& after_token) {
+void HeadPart::define(int first_lane, ValueId send, const HeadControl& c) {
   {
     MicroOp op;
     op.sets = {{head_, 1.0f}};
-    op.read_register = x_register;
+    op.sets.insert(op.sets.end(), c.head_sets.begin(), c.head_sets.end());
+    op.read_register = c.x_register;
     op.timing = SuccessorTiming::Computed;
     as_.define("HEAD", std::move(op));
   }
   for (int k = 0; k < vocab_; ++k) {
-    MicroOp op = as_.step(after_token);
-    op.sets = as_.immediate(tok_, k);
+    MicroOp op = c.story_token(k);
+    for (const auto& set : as_.immediate(tok_, k)) op.sets.push_back(set);
     as_.define(story_token_name(k), std::move(op));
   }
   // A read-back token sends lane `lane` up (nothing is written: the host only reads it).

@@ -5,7 +5,8 @@
 //  * HEAD (1 cycle, sends nothing): rmsnorm(x, x, rms_final) -> wcls in row blocks ->
 //    sample_argmax (npu::rmsnorm_unit, npu::greedy_head_blocks); the winning logit into
 //    the logit RAM; the host's next token is the story token TOK.k (a computed
-//    successor: the argmax's one-hot selects its LM head row);
+//    successor: the argmax's one-hot selects its LM head row), or a forced token (a
+//    prompt's) instead of the argmax when the machine gives one;
 //  * TOK.k (1 cycle): writes k into the immediate register TOK on its own cycle;
 //  * RT, RL (4 cycles each): TOK, then the winning logit, sent up.
 #include <functional>
@@ -24,22 +25,33 @@ struct HeadOptions {
   int logit_low_binade = -31;  // the logit RAM holds 0 and |logit| in [2^-31, 2^6)
 };
 
+struct HeadControl {
+  int64_t x_register = -1;  // the register row HEAD reads (-1: none)
+  std::vector<std::pair<compiler::ValueId, float>> head_sets;  // more flags HEAD sets
+  // TOK.k's micro-op but its write of k into TOK (HeadPart adds that): its successor(s)
+  // and any flags it sets.
+  std::function<MicroOp(int k)> story_token;
+};
+
 class HeadPart {
  public:
   // HEAD, RT, RL, TOK.k for every nested token k.
   static std::vector<std::string> names(const reference::Llama2Config& config);
 
-  // Appends the units. `x`: what HEAD reads (exact, +-0 on every cycle where `head_on()`
-  // is 0; the caller builds it from head_on()). `tok`: the immediate register TOK.
+  // Appends the units. `x`: what HEAD reads, built from HEAD's flag (exact, +-0 on every
+  // cycle where the flag is 0). `tok`: the immediate register TOK. `forced` (optional,
+  // built from HEAD's flag): an exact integer, 0 when the argmax chooses the next token,
+  // k + 1 when the token must be k (run.c's prompt tokens), +-0 when HEAD is idle.
+  using FromFlag = std::function<std::vector<compiler::ValueId>(compiler::ValueId head)>;
   HeadPart(Assembler& as, const reference::Llama2Checkpoint& checkpoint, const HeadOptions& options,
-           const Assembler::Immediate& tok, const std::function<std::vector<compiler::ValueId>(compiler::ValueId)>& x);
+           const Assembler::Immediate& tok, const FromFlag& x, const FromFlag& forced = nullptr);
+  compiler::ValueId flag() const { return head_; }
 
   // Lanes: TOK, the winning logit.
   const std::vector<compiler::ValueId>& lanes() const { return lanes_; }
 
-  // Defines HEAD (reading register row `x_register`, -1 for none), TOK.k (naming
-  // `after_token`), RT and RL (lanes from `first_lane` of send(), enable `send`).
-  void define(int first_lane, compiler::ValueId send, int64_t x_register, const std::string& after_token);
+  // Defines HEAD, TOK.k, RT and RL (lanes from `first_lane` of send(), enable `send`).
+  void define(int first_lane, compiler::ValueId send, const HeadControl& control);
 
  private:
   Assembler& as_;

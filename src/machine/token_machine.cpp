@@ -1,9 +1,13 @@
 #include "machine/token_machine.h"
 
+#include <algorithm>
 #include <string>
 
 #include "common/error.h"
+#include "npu/float_ram.h"
+#include "npu/kv_address.h"
 #include "npu/table_lookup.h"
+#include "npu/unit_attention.h"
 
 namespace qpu::machine {
 
@@ -42,7 +46,7 @@ TokenMachine build_token_machine(const reference::Llama2Checkpoint& ck, const To
   if (dim > 64) fail("token machine: dim {} needs more than 64 register elements", dim);
   TokenMachineOptions o = options;
   o.attention = true;
-  std::vector<std::string> names = {"HDR", "NOP", "DONE", "INC"};
+  std::vector<std::string> names = {"HDR", "NOP", "DONE", "INC", "WSTEPS", "WPOS", "WF", "PST"};
   for (const std::string& n : AttentionHalf::names(cfg, o)) names.push_back(n);
   for (const std::string& n : FfnHalf::names(cfg, o)) names.push_back(n);
   for (const std::string& n : HeadPart::names(cfg)) names.push_back(n);
@@ -50,6 +54,8 @@ TokenMachine build_token_machine(const reference::Llama2Checkpoint& ck, const To
   compiler::Program& p = as.program();
   const Assembler::Scalar pos = as.scalar_register("POS");
   const Assembler::Immediate tok = as.immediate_register("TOK");
+  const Assembler::Scalar steps = as.scalar_register("STEPS");    // run.c's steps (-n)
+  const Assembler::Scalar forced = as.scalar_register("FORCED");  // a prompt token + 1, on its way to the prompt RAM
 
   // Layer 0's x is the embedding of TOK (no crossing): QKV.0 and ATTO(0).i set `emb` and
   // read TOK; the other layers' micro-ops read X0. Either way the units get x through one
@@ -63,10 +69,50 @@ TokenMachine build_token_machine(const reference::Llama2Checkpoint& ck, const To
   const compiler::OpRange attention_ops{first_attention_op, p.ops().size()};
   FfnHalf ffn(as, ck, o);
   const compiler::OpRange ffn_ops{attention_ops.end, p.ops().size()};
-  HeadPart head(as, ck, o, tok, [&](ValueId on) { return as.gated(as.register_out(), {on}, "head.x"); });
+  // The prompt RAM: position j's forced token + 1 (0: none), written by PST from FORCED at
+  // the address POS holds, read by HEAD at POS (= the position whose token HEAD chooses:
+  // INC ran before it). Banked like the KV cache (npu/kv_address.h).
+  const ValueId store_prompt = as.input("prompt.store");
+  auto prompt_ram = [&](ValueId head_on) {
+    const int positions = o.max_positions > 0 ? o.max_positions : cfg.seq_len;
+    const int banks = std::min(o.kv_banks, positions);
+    int row_bits = 0;
+    while ((int64_t{banks} << row_bits) < positions) ++row_bits;
+    const npu::KvAddress waddr = npu::kv_address(p, pos.out, store_prompt, banks, row_bits);
+    const npu::KvAddress raddr = npu::kv_address(p, pos.out, head_on, banks, row_bits);
+    const ValueId out = p.value("prompt.forced");
+    std::vector<npu::FloatRamHead> data(1);
+    data[0].data = {forced.out};
+    const auto negated = npu::float_ram_negations(p, data, store_prompt, "prompt RAM");
+    // One RAM per bank, all reading into `out` (one bank reads at a time; the compiler
+    // places writes of one value in different sublayers).
+    for (int b = 0; b < banks; ++b) {
+      npu::FloatRamHead h = data[0];
+      h.negated = negated[0];
+      h.key_bits = waddr.row_bits;
+      h.write_flag = waddr.bank[static_cast<size_t>(b)];
+      h.query_bits = raddr.row_bits;
+      h.read_flag = raddr.bank[static_cast<size_t>(b)];
+      h.out = {out};
+      npu::float_ram(p, npu::FloatRamWindow{-20}, {h}, store_prompt, "prompt RAM bank " + std::to_string(b));  // k + 1 <= 2^16
+    }
+    return std::vector<ValueId>{out};
+  };
+  HeadPart head(as, ck, o, tok, [&](ValueId on) { return as.gated(as.register_out(), {on}, "head.x"); }, prompt_ram);
   const compiler::OpRange head_ops{ffn_ops.end, p.ops().size()};
   p.order(attention_ops, ffn_ops);
   p.order(ffn_ops, head_ops);
+
+  // The story token's branch: TOK.k for k != BOS goes on to QKV.0 while POS < STEPS (run.c's
+  // `while (pos < steps)`), else to DONE; TOK.1 (BOS) goes on only at position 0 (run.c
+  // starts with it and stops when the model picks it). Built before send(): the
+  // constants stay 1, the flags make both conditions 0 on every other cycle.
+  const ValueId tok_next = as.input("tok.next"), tok_bos = as.input("tok.bos");
+  {
+    const ValueId below = npu::attn_int_positive(p, Lin{{{steps.out, 1.0f}, {pos.out, -1.0f}}}, "tok.below_steps");
+    as.branch(npu::attn_int_positive(p, Lin{{{below, 1.0f}, {tok_next, 1.0f}, {compiler::kOne, -1.0f}}}, "tok.go_on"));
+    as.branch(npu::attn_int_positive(p, Lin{{{tok_bos, 1.0f}, {pos.out, -1.0f}}}, "tok.bos_start"));
+  }
 
   // INC: pos + 1 (one neuron: gate 128 inc, up (pos + 1) / 128, an exact small integer).
   const ValueId send = as.input("send.on");
@@ -84,8 +130,18 @@ TokenMachine build_token_machine(const reference::Llama2Checkpoint& ck, const To
   lanes.insert(lanes.end(), head.lanes().begin(), head.lanes().end());
   as.send(lanes, send, first_sum);
 
-  // HDR: run.c's first token, BOS (1), at position 0 (POS starts empty: 0).
-  as.define_header(story_token_name(1));
+  // The prompt (TokenMachine::prompt): HDR, WSTEPS and n; per prompt token j >= 1 WPOS j,
+  // WF t_j + 1 and PST; WPOS 0. Its last write names TOK.1: run.c's first token, BOS (1),
+  // at position 0.
+  as.define_header("WSTEPS");
+  as.define("WSTEPS", as.write(0, steps.element, story_token_name(1)));
+  as.define("WPOS", as.write(0, pos.element, story_token_name(1)));
+  as.define("WF", as.write(0, forced.element, "PST"));
+  {
+    MicroOp op = as.step("NOP");
+    op.sets = {{store_prompt, 1.0f}, {forced.read_flag, 1.0f}, {pos.read_flag, 1.0f}};
+    as.define("PST", std::move(op));
+  }
   {
     MicroOp op = as.write(0, pos.element, "HEAD");
     op.sets = {{send, 1.0f}, as.lane_flag(0), {pos.read_flag, 1.0f}, {inc, 1.0f}};
@@ -109,7 +165,16 @@ TokenMachine build_token_machine(const reference::Llama2Checkpoint& ck, const To
   fc.writes = [](int) { return kX0; };
   fc.after_ffn = [&](int l) { return l + 1 < layers ? std::string("QKV.") + std::to_string(l + 1) : std::string("INC"); };
   ffn.define(ffn_lane, send, fc);
-  head.define(head_lane, send, kX0, "QKV.0");
+  HeadControl hc;
+  hc.x_register = kX0;
+  hc.head_sets = {{pos.read_flag, 1.0f}};  // the prompt RAM's read address
+  hc.story_token = [&](int k) {
+    MicroOp op = as.branch_step("QKV.0", "DONE");  // the conditions above
+    op.sets = {{k == 1 ? tok_bos : tok_next, 1.0f}, {pos.read_flag, 1.0f}};
+    if (k != 1) op.sets.push_back({steps.read_flag, 1.0f});
+    return op;
+  };
+  head.define(head_lane, send, hc);
 
   TokenMachine m;
   static_cast<AssembledMachine&>(m) = as.finish();
@@ -119,7 +184,29 @@ TokenMachine build_token_machine(const reference::Llama2Checkpoint& ck, const To
   m.chunks = ffn.chunks();
   m.heads = attention.heads();
   m.exp_groups = attention.exp_groups();
+  m.max_positions = o.max_positions > 0 ? o.max_positions : cfg.seq_len;
   return m;
+}
+
+std::vector<int64_t> TokenMachine::prompt(const std::vector<int>& nested, int steps) const {
+  if (steps < 1 || steps > max_positions) fail("token machine: {} steps outside [1, {}]", steps, max_positions);
+  if (nested.empty() || nested[0] != 1) fail("token machine: a nested prompt starts with BOS (1)");
+  if (nested.size() > static_cast<size_t>(max_positions))
+    fail("token machine: a prompt of {} tokens, the machine holds {} positions", nested.size(), max_positions);
+  std::vector<int64_t> t = {id("HDR")};
+  auto write = [&](const char* op, int v) {
+    t.push_back(id(op));
+    for (int64_t x : value_tokens(static_cast<float>(v))) t.push_back(x);
+  };
+  write("WSTEPS", steps);
+  for (size_t j = 1; j < nested.size(); ++j) {
+    if (nested[j] < 0 || nested[j] >= vocab) fail("token machine: prompt token {} outside [0, {})", nested[j], vocab);
+    write("WPOS", static_cast<int>(j));
+    write("WF", nested[j] + 1);
+    t.push_back(id("PST"));
+  }
+  write("WPOS", 0);
+  return t;
 }
 
 std::vector<int64_t> TokenMachine::expected_position(const PositionRecord& r) const {

@@ -19,6 +19,12 @@
 // so the host's output is the nested story's token ids (TOK.k) between the machine's
 // own control and value tokens. X0 holds a layer's input, X1 its x after the attention.
 //
+// run.c's loop control: STEPS (a register the prompt writes) ends the story: TOK.k goes
+// on to QKV.0 while POS < STEPS, else to DONE; TOK.1 (BOS) goes on only at position 0
+// (run.c stops when the model picks BOS). A prompt's tokens wait in the prompt RAM (the
+// host prompt writes them, TokenMachine::prompt): HEAD takes position p's token from
+// there instead of the argmax while the prompt lasts (run.c's forced prompt tokens).
+//
 // Stack (top to bottom): register file, POS, TOK -> the embedding lookup -> the attention
 // half (machine/attention_half.h) -> the FFN half (machine/ffn_half.h) -> HEAD
 // (machine/head_part.h) -> uplink. The three parts are ordered one below the other
@@ -45,6 +51,15 @@ struct PositionRecord {
 
 struct TokenMachine : AssembledMachine {
   int dim = 0, layers = 0, vocab = 0, chunks = 0, heads = 0, exp_groups = 0;
+
+  int max_positions = 0;
+
+  // The host prompt of a run of `steps` nested positions (run.c's -n; 1 .. max_positions):
+  // HDR, WSTEPS and the parts of steps, then per nested prompt token t_j after BOS
+  // (j >= 1) WPOS j, WF t_j + 1 and PST (the prompt RAM), then WPOS 0. `nested_prompt`:
+  // run.c's prompt tokens, BOS first (BOS alone: no prompt). Throws for a prompt that
+  // does not start with BOS, a token outside the vocabulary, or one past max_positions.
+  std::vector<int64_t> prompt(const std::vector<int>& nested_prompt, int steps) const;
 
   // What the machine generates for one nested position, from the token after the
   // position's TOK (QKV.0) through the next TOK: every control token and the value

@@ -16,6 +16,22 @@ using compiler::kOne;
 using detail::kOn;
 using detail::lin;
 
+std::vector<ValueId> one_hot(Program& p, ValueId index, int rows, const std::string& label) {
+  if (rows < 1 || rows > (1 << 16)) fail("{}: a one-hot of {} rows (must be in [1, 65536])", label, rows);
+  // The ramp r_m for m = -1..rows feeds H_(m-1), H_m, H_(m+1).
+  std::vector<ValueId> hot = p.values(label + ".hot", rows);
+  std::vector<Neuron> neurons;
+  for (int m = -1; m <= rows; ++m) {
+    Neuron r{lin({{index, kOn}}), lin({{kOne, 1.0f / kOn}}), {}};
+    if (m != 0) r.gate.terms.push_back({kOne, -kOn * static_cast<float>(m)});
+    for (auto [h, w] : {std::pair{m + 1, 1.0f}, std::pair{m, -2.0f}, std::pair{m - 1, 1.0f}})
+      if (h >= 0 && h < rows) r.down.push_back({hot[static_cast<size_t>(h)], w});
+    neurons.push_back(std::move(r));
+  }
+  p.mlp(label + ".hot", std::move(neurons));
+  return hot;
+}
+
 TableLookup table_lookup(Program& p, ValueId index, std::span<const float> table, int rows, int cols, const std::string& label) {
   if (rows < 1 || rows > (1 << 16) || cols < 1)
     fail("{}: a table of {} x {} (rows must be in [1, 65536], cols >= 1)", label, rows, cols);
@@ -24,20 +40,7 @@ TableLookup table_lookup(Program& p, ValueId index, std::span<const float> table
   for (size_t i = 0; i < table.size(); ++i)
     if (!std::isfinite(table[i])) fail("{}: entry {} (row {}) is not finite", label, table[i], i / static_cast<size_t>(cols));
   TableLookup t;
-
-  // 1. One-hot: the ramp r_m for m = -1..rows feeds H_(m-1), H_m, H_(m+1).
-  t.one_hot = p.values(label + ".hot", rows);
-  {
-    std::vector<Neuron> neurons;
-    for (int m = -1; m <= rows; ++m) {
-      Neuron r{lin({{index, kOn}}), lin({{kOne, 1.0f / kOn}}), {}};
-      if (m != 0) r.gate.terms.push_back({kOne, -kOn * static_cast<float>(m)});
-      for (auto [h, w] : {std::pair{m + 1, 1.0f}, std::pair{m, -2.0f}, std::pair{m - 1, 1.0f}})
-        if (h >= 0 && h < rows) r.down.push_back({t.one_hot[static_cast<size_t>(h)], w});
-      neurons.push_back(std::move(r));
-    }
-    p.mlp(label + ".hot", std::move(neurons));
-  }
+  t.one_hot = one_hot(p, index, rows, label);
   // 2. Select row `index`: one neuron per row, its down column the row's constants.
   t.out = p.values(label + ".out", cols);
   std::vector<Neuron> neurons;

@@ -31,6 +31,11 @@ struct TableLookup {
   std::vector<compiler::ValueId> out;      // cols values: the row
 };
 
+// Sublayer 1 alone: rows values, exactly 1 at an integer index in [0, rows), +-0 elsewhere
+// (and all +-0 for an integer index outside it, e.g. -1 or rows). Throws for rows
+// outside [1, 65536].
+std::vector<compiler::ValueId> one_hot(compiler::Program& p, compiler::ValueId index, int rows, const std::string& label);
+
 // table is rows x cols, row-major. Throws for empty or oversized shapes, a table of
 // the wrong length, or a non-finite entry.
 TableLookup table_lookup(compiler::Program& p, compiler::ValueId index, std::span<const float> table, int rows, int cols,

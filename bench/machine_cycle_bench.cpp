@@ -21,7 +21,20 @@
 //                               products stay below their own threshold. One forward per
 //                               iteration.
 //
+//   BM_AttentionMachineCycle/threads:T/stages:S   the QKV machine WITH the attention
+//                               stages (options.attention, max_positions 64: ~830 layers,
+//                               hidden ~2,400), fed the stream of qkv_machine_test's
+//                               AttentionStagesBitExactOnTheEngine, first case (layer 1,
+//                               position 37, stale row 39): HDR, QKV(1) at 39 and at
+//                               0..37 (WX writes of run.c's x, WPOS), WPOS 37, SCORE(1).0
+//                               running itself to DONE, EXP(1).0.0 running itself to
+//                               DONE, ATTO(1).0. S = 0: one iteration = the whole stream
+//                               from a fresh State; S = 1: only the attention stages'
+//                               cycles (SCORE onward) from a copy of the State the loads
+//                               left. Recorded and checked like BM_MachineCycle.
+//
 //   machine_cycle_bench --benchmark_filter='BM_MachineCycle/threads:1/cases:5'
+//   machine_cycle_bench --benchmark_filter='BM_AttentionMachineCycle/threads:1'
 #include <benchmark/benchmark.h>
 #include <omp.h>
 
@@ -56,6 +69,26 @@ struct Setup {
   std::vector<size_t> case_end;  // stream length after each (positions, layer) case
 };
 
+// The prompt, then the argmax fed back until DONE; records every forward into stream/next.
+void run_greedy(const machine::QkvMachine& m, const engine::Model& model, engine::State& state,
+                std::vector<float>& logits, const std::vector<int64_t>& prompt, std::vector<int64_t>& stream,
+                std::vector<int64_t>& next) {
+  for (size_t i = 0; i < prompt.size(); ++i) {
+    model.forward(prompt[i], state, logits);
+    stream.push_back(prompt[i]);
+    next.push_back(i + 1 == prompt.size() ? argmax(logits) : -1);
+  }
+  for (int64_t guard = 0; guard < 100000; ++guard) {
+    const int64_t t = next.back();
+    if (t == m.done()) return;
+    model.forward(t, state, logits);
+    stream.push_back(t);
+    next.push_back(argmax(logits));
+  }
+  std::fprintf(stderr, "machine_cycle_bench: a run did not reach DONE\n");
+  std::abort();
+}
+
 // One host session: the prompt runs and greedy continuations of the qkv machine test.
 Setup& setup() {
   static std::unique_ptr<Setup> s;
@@ -68,21 +101,8 @@ Setup& setup() {
   const auto& gold = golden();
   engine::State state = s->model->new_state();
   std::vector<float> logits(static_cast<size_t>(s->model->config().vocab_size));
-  const auto run = [&](const std::vector<int64_t>& prompt) {  // the prompt, then greedy until DONE
-    for (size_t i = 0; i < prompt.size(); ++i) {
-      s->model->forward(prompt[i], state, logits);
-      s->stream.push_back(prompt[i]);
-      s->next.push_back(i + 1 == prompt.size() ? argmax(logits) : -1);
-    }
-    for (int64_t guard = 0; guard < 100000; ++guard) {
-      const int64_t t = s->next.back();
-      if (t == m.done()) return;
-      s->model->forward(t, state, logits);
-      s->stream.push_back(t);
-      s->next.push_back(argmax(logits));
-    }
-    std::fprintf(stderr, "machine_cycle_bench: a run did not reach DONE\n");
-    std::abort();
+  const auto run = [&](const std::vector<int64_t>& prompt) {
+    run_greedy(m, *s->model, state, logits, prompt, s->stream, s->next);
   };
   bool first = true;
   for (const auto& [p1, p2, l] :
@@ -112,16 +132,21 @@ Setup& setup() {
   return *s;
 }
 
-// The first `cycles` of the stream on a fresh state; with `check`, every recorded argmax
-// must recur.
-bool replay(const Setup& s, size_t cycles, std::vector<float>& logits, bool check) {
-  engine::State state = s.model->new_state();
-  for (size_t i = 0; i < cycles; ++i) {
-    s.model->forward(s.stream[i], state, logits);
-    if (check && s.next[i] >= 0 && argmax(logits) != s.next[i]) return false;
+// Forwards stream[begin, end) from `state`; with `check`, every recorded argmax must recur.
+bool replay_range(const engine::Model& model, const std::vector<int64_t>& stream, const std::vector<int64_t>& next,
+                  size_t begin, size_t end, engine::State& state, std::vector<float>& logits, bool check) {
+  for (size_t i = begin; i < end; ++i) {
+    model.forward(stream[i], state, logits);
+    if (check && next[i] >= 0 && argmax(logits) != next[i]) return false;
   }
   benchmark::DoNotOptimize(logits.data());
   return true;
+}
+
+// The first `cycles` of the stream on a fresh state.
+bool replay(const Setup& s, size_t cycles, std::vector<float>& logits, bool check) {
+  engine::State state = s.model->new_state();
+  return replay_range(*s.model, s.stream, s.next, 0, cycles, state, logits, check);
 }
 
 void BM_MachineCycle(benchmark::State& bench) {
@@ -145,6 +170,86 @@ void BM_MachineCycle(benchmark::State& bench) {
 }
 // Args: threads, cases (1: the first (positions, layer) case, ~1,300 cycles; 5: all).
 BENCHMARK(BM_MachineCycle)->ArgNames({"threads", "cases"})->ArgsProduct({{1, 2}, {1, 5}})
+    ->Unit(benchmark::kMillisecond)->UseRealTime();
+
+// The attention machine's session (qkv_machine_test's AttentionStagesBitExactOnTheEngine,
+// first case: layer 1, position 37, the stale row at 39).
+struct AttentionSetup {
+  machine::QkvMachine m;
+  std::unique_ptr<engine::Model> model;
+  std::vector<int64_t> stream, next;
+  size_t stages_begin = 0;       // the first cycle of the attention stages (SCORE(1).0)
+  engine::State at_stages;       // the state before that cycle
+};
+
+AttentionSetup& attention_setup() {
+  static std::unique_ptr<AttentionSetup> s;
+  if (s) return *s;
+  s = std::make_unique<AttentionSetup>();
+  const auto start = std::chrono::steady_clock::now();
+  machine::QkvMachineOptions o;
+  o.attention = true;
+  o.max_positions = 64;
+  s->m = machine::build_qkv_machine(stories260k(), o);
+  s->model = std::make_unique<engine::Model>(s->m.model());
+  const machine::QkvMachine& m = s->m;
+  const auto& gold = golden();
+  const int l = 1, pos = 37, stale = 39;
+  engine::State state = s->model->new_state();
+  std::vector<float> logits(static_cast<size_t>(s->model->config().vocab_size));
+  std::vector<int64_t> loads = {m.id("HDR")};
+  for (int64_t tok : m.load_and_run(gold.at(K::x_in, stale, l), stale, l)) loads.push_back(tok);
+  for (int p = 0; p <= pos; ++p)
+    for (int64_t tok : m.load_and_run(gold.at(K::x_in, p, l), p, l)) loads.push_back(tok);
+  for (int64_t tok : m.set_pos(pos)) loads.push_back(tok);
+  // The loads are a prompt: only its last forward's argmax (SCORE's) is recorded, and
+  // SCORE(l).0 is fed as the test feeds it.
+  loads.push_back(m.score_and_max(l, pos)[0]);
+  for (size_t i = 0; i + 1 < loads.size(); ++i) {
+    s->model->forward(loads[i], state, logits);
+    s->stream.push_back(loads[i]);
+    s->next.push_back(-1);
+  }
+  s->stages_begin = s->stream.size();
+  s->at_stages = state;
+  run_greedy(m, *s->model, state, logits, {loads.back()}, s->stream, s->next);  // SCORE .. MAX .. DONE
+  run_greedy(m, *s->model, state, logits, {m.exps(l, pos)[0]}, s->stream, s->next);  // EXP .. WSUM .. DONE
+  run_greedy(m, *s->model, state, logits, {m.id("ATTO(" + std::to_string(l) + ").0")}, s->stream, s->next);
+  const auto& c = m.compiled.weights.config;
+  std::fprintf(stderr, "machine_cycle_bench: attention machine, %lld layers, hidden %lld, intermediate %lld; stream of "
+               "%zu cycles (%zu of them the stages); setup %.1f s\n",
+               static_cast<long long>(c.num_hidden_layers), static_cast<long long>(c.hidden_size),
+               static_cast<long long>(c.intermediate_size), s->stream.size(), s->stream.size() - s->stages_begin,
+               std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  return *s;
+}
+
+void BM_AttentionMachineCycle(benchmark::State& bench) {
+  const AttentionSetup& s = attention_setup();
+  omp_set_num_threads(static_cast<int>(bench.range(0)));
+  const bool stages_only = bench.range(1) != 0;
+  const size_t begin = stages_only ? s.stages_begin : 0, cycles = s.stream.size() - begin;
+  std::vector<float> logits(static_cast<size_t>(s.model->config().vocab_size));
+  const auto replay_once = [&](bool check) {
+    engine::State state = stages_only ? s.at_stages : s.model->new_state();
+    return replay_range(*s.model, s.stream, s.next, begin, s.stream.size(), state, logits, check);
+  };
+  if (!replay_once(true)) {
+    bench.SkipWithError("the replayed stream diverged from the recorded greedy run");
+    return;
+  }
+  double seconds = 0;
+  for (auto _ : bench) {
+    const auto start = std::chrono::steady_clock::now();
+    replay_once(false);
+    seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  }
+  bench.SetItemsProcessed(bench.iterations() * static_cast<int64_t>(cycles));
+  bench.counters["cycles"] = static_cast<double>(cycles);
+  bench.counters["ms_per_cycle"] = 1e3 * seconds / (static_cast<double>(cycles) * static_cast<double>(bench.iterations()));
+}
+// Args: threads, stages (0: the whole stream; 1: the attention stages only).
+BENCHMARK(BM_AttentionMachineCycle)->ArgNames({"threads", "stages"})->ArgsProduct({{1, 2}, {0, 1}})
     ->Unit(benchmark::kMillisecond)->UseRealTime();
 
 void BM_SmallGdnLayers(benchmark::State& bench) {

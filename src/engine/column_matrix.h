@@ -56,6 +56,12 @@ class ColumnMatrix {
   // sums active_entries.
   Plan count(const float* x) const;
   void list_active(const float* x, Plan& plan, std::vector<int32_t>& active) const;
+  // list_active in two halves, so that products of several matrices with the same x
+  // (PackedMatrix::multiply_all) scan x once: list_columns writes the column list of x
+  // (cols entries; plan.active_cols must be count()'s) and points plan.active at it;
+  // active_entries() is the stored weights of those columns in this matrix.
+  static void list_columns(const float* x, int64_t cols, Plan& plan, std::vector<int32_t>& active);
+  int64_t active_entries(const Plan& plan) const;
 
   // y[r] for the rows of `band`, for an x whose plan is `plan` (plan.x_finite and
   // weights_finite() must hold). Uses the calling thread's scratch.

@@ -1,5 +1,10 @@
 #include "engine/elementwise.h"
 
+#include <immintrin.h>
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
 #include <cstring>
 
 #include "engine/numerics.h"
@@ -48,6 +53,23 @@ typedef uint64_t u64x2 __attribute__((vector_size(16)));
   for (int l = 0; l < kBlock; ++l) rv[l] = r;  // exact copies of r (a -0 or NaN r included)
   int64_t i = 0;
   for (; i + kBlock <= n; i += kBlock) store(out + i, (load<f32x16>(x + i) * rv) * load<f32x16>(scale + i));
+  for (; i < n; ++i) out[i] = (x[i] * r) * scale[i];
+}
+
+[[gnu::always_inline]] inline void scale_mul_plain_impl(const float* x, float r, const float* scale,
+                                                        const uint64_t* plain, float* out, int64_t n) {
+  f32x16 rv;
+  for (int l = 0; l < kBlock; ++l) rv[l] = r;
+  int64_t i = 0;
+  for (; i + kBlock <= n; i += kBlock) {
+    const f32x16 xb = load<f32x16>(x + i);
+    const int64_t b = i / kBlock;
+    if (plain != nullptr && ((plain[b / 64] >> (b % 64)) & 1) != 0 && !any_nonzero(xb)) {
+      store(out + i, xb);  // (+-0 * r) * s = +-0 with x's sign
+      continue;
+    }
+    store(out + i, (xb * rv) * load<f32x16>(scale + i));
+  }
   for (; i < n; ++i) out[i] = (x[i] * r) * scale[i];
 }
 
@@ -118,22 +140,34 @@ template <int kHistory>
 template <int kHistory>
 [[gnu::always_inline]] inline void conv_silu_channels(const float* weight, int64_t taps, bool taps_finite,
                                                       float* state, const float* in, float* out,
-                                                      int64_t channels) {
+                                                      int64_t channels, uint8_t* zero_inputs) {
   const int64_t history = kHistory >= 0 ? kHistory : taps - 1;
   int64_t c = 0;
-  if (taps_finite) {
-    for (; c + kBlock <= channels; c += kBlock) {
+  for (; c + kBlock <= channels; c += kBlock) {
+    const u32x16 in_bits = load<u32x16>(in + c);
+    const bool input_zero = !any(in_bits);
+    bool history_zero = false;  // known without reading it
+    if (zero_inputs != nullptr) {
+      uint8_t& count = zero_inputs[c / kBlock];
+      history_zero = count >= history;
+      count = input_zero ? static_cast<uint8_t>(std::min<int64_t>(count + 1, history)) : 0;
+    }
+    if (taps_finite) {
+      if (input_zero && history_zero) {
+        store(out + c, f32x16{});
+        continue;
+      }
       // The bits of the block's inputs and histories, OR-ed: 0 only if all are +0.
-      u32x16 bits = load<u32x16>(in + c);
+      u32x16 bits = in_bits;
       const float* past = state + c * history;
       for (int64_t k = 0; k < kBlock * history; k += kBlock) bits |= load<u32x16>(past + k);
       if (!any(bits)) {
         store(out + c, f32x16{});
         continue;
       }
-      for (int64_t ch = c; ch < c + kBlock; ++ch) {
-        conv_channel<kHistory>(weight + ch * taps, history, state + ch * history, in[ch], out + ch);
-      }
+    }
+    for (int64_t ch = c; ch < c + kBlock; ++ch) {
+      conv_channel<kHistory>(weight + ch * taps, history, state + ch * history, in[ch], out + ch);
     }
   }
   for (; c < channels; ++c) {
@@ -143,11 +177,11 @@ template <int kHistory>
 
 [[gnu::always_inline]] inline void conv_silu_impl(const float* weight, int64_t taps, bool taps_finite,
                                                   float* state, const float* in, float* out,
-                                                  int64_t channels) {
+                                                  int64_t channels, uint8_t* zero_inputs) {
   if (taps == 4) {
-    conv_silu_channels<3>(weight, taps, taps_finite, state, in, out, channels);
+    conv_silu_channels<3>(weight, taps, taps_finite, state, in, out, channels, zero_inputs);
   } else {
-    conv_silu_channels<-1>(weight, taps, taps_finite, state, in, out, channels);
+    conv_silu_channels<-1>(weight, taps, taps_finite, state, in, out, channels, zero_inputs);
   }
 }
 
@@ -168,10 +202,92 @@ template <int kHistory>
   return count;
 }
 
+// live_words: one word per 64 inputs. A float is +-0 iff its bits without the sign are
+// 0, and non-finite iff its exponent bits are all ones. Generic: 4 lanes (SSE2, as the
+// baseline target allows); AVX2: 8; AVX-512: 16, with the nonzero test straight into a
+// mask register. The tail past the last full block runs the scalar test.
+[[gnu::always_inline]] inline bool live_tail(const float* x, int64_t k, int64_t n, uint64_t& bits) {
+  bool finite = true;
+  for (; k < n; ++k) {
+    const uint32_t u = std::bit_cast<uint32_t>(x[k]);
+    bits |= static_cast<uint64_t>((u << 1) != 0) << k;
+    finite = finite && (u & 0x7f800000u) != 0x7f800000u;
+  }
+  return finite;
+}
+
+bool live_words_generic(const float* x, int64_t n, uint64_t* live) {
+  bool finite = true;
+  const __m128i no_sign = _mm_set1_epi32(0x7fffffff), exponent = _mm_set1_epi32(0x7f800000);
+  __m128i special = _mm_setzero_si128();
+  for (int64_t base = 0; base < n; base += 64) {
+    const float* xw = x + base;
+    const int64_t m = std::min<int64_t>(64, n - base);
+    uint64_t bits = 0;
+    int64_t k = 0;
+    for (; k + 4 <= m; k += 4) {
+      const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(xw + k));
+      const int zero = _mm_movemask_ps(_mm_castsi128_ps(_mm_cmpeq_epi32(_mm_and_si128(v, no_sign), _mm_setzero_si128())));
+      bits |= static_cast<uint64_t>(~zero & 0xf) << k;
+      special = _mm_or_si128(special, _mm_cmpeq_epi32(_mm_and_si128(v, exponent), exponent));
+    }
+    finite = live_tail(xw, k, m, bits) && finite;
+    live[base / 64] = bits;
+  }
+  return finite && _mm_movemask_ps(_mm_castsi128_ps(special)) == 0;
+}
+
+__attribute__((target("avx2"))) bool live_words_avx2(const float* x, int64_t n, uint64_t* live) {
+  bool finite = true;
+  const __m256i no_sign = _mm256_set1_epi32(0x7fffffff), exponent = _mm256_set1_epi32(0x7f800000);
+  __m256i special = _mm256_setzero_si256();
+  for (int64_t base = 0; base < n; base += 64) {
+    const float* xw = x + base;
+    const int64_t m = std::min<int64_t>(64, n - base);
+    uint64_t bits = 0;
+    int64_t k = 0;
+    for (; k + 8 <= m; k += 8) {
+      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xw + k));
+      const int zero =
+          _mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpeq_epi32(_mm256_and_si256(v, no_sign), _mm256_setzero_si256())));
+      bits |= static_cast<uint64_t>(~zero & 0xff) << k;
+      special = _mm256_or_si256(special, _mm256_cmpeq_epi32(_mm256_and_si256(v, exponent), exponent));
+    }
+    finite = live_tail(xw, k, m, bits) && finite;
+    live[base / 64] = bits;
+  }
+  return finite && _mm256_movemask_ps(_mm256_castsi256_ps(special)) == 0;
+}
+
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))) bool live_words_avx512(const float* x, int64_t n,
+                                                                                       uint64_t* live) {
+  bool finite = true;
+  const __m512i no_sign = _mm512_set1_epi32(0x7fffffff), exponent = _mm512_set1_epi32(0x7f800000);
+  __mmask16 special = 0;
+  for (int64_t base = 0; base < n; base += 64) {
+    const float* xw = x + base;
+    const int64_t m = std::min<int64_t>(64, n - base);
+    uint64_t bits = 0;
+    int64_t k = 0;
+    for (; k + 16 <= m; k += 16) {
+      const __m512i v = _mm512_loadu_si512(xw + k);
+      bits |= static_cast<uint64_t>(_mm512_test_epi32_mask(v, no_sign)) << k;
+      special |= _mm512_cmpeq_epi32_mask(_mm512_and_si512(v, exponent), exponent);
+    }
+    finite = live_tail(xw, k, m, bits) && finite;
+    live[base / 64] = bits;
+  }
+  return finite && special == 0;
+}
+
 #define QPU_ELEMENTWISE_VARIANT(suffix, target_attr)                                                      \
   target_attr void add_##suffix(float* x, const float* y, int64_t n) { add_impl(x, y, n); }               \
   target_attr void scale_mul_##suffix(const float* x, float r, const float* scale, float* out, int64_t n) { \
     scale_mul_impl(x, r, scale, out, n);                                                                  \
+  }                                                                                                       \
+  target_attr void scale_mul_plain_##suffix(const float* x, float r, const float* scale, const uint64_t* plain, \
+                                            float* out, int64_t n) {                                      \
+    scale_mul_plain_impl(x, r, scale, plain, out, n);                                                     \
   }                                                                                                       \
   target_attr void mul_##suffix(const float* x, float m, float* out, int64_t n) { mul_impl(x, m, out, n); } \
   target_attr void div_##suffix(const float* x, float d, float* out, int64_t n) { div_impl(x, d, out, n); } \
@@ -182,14 +298,21 @@ template <int kHistory>
   }                                                                                                       \
   target_attr void conv_silu_##suffix(const float* weight, int64_t taps, bool taps_finite, float* state,  \
                                       const float* in, float* out, int64_t channels) {                    \
-    conv_silu_impl(weight, taps, taps_finite, state, in, out, channels);                                  \
+    conv_silu_impl(weight, taps, taps_finite, state, in, out, channels, nullptr);                         \
+  }                                                                                                       \
+  target_attr void conv_silu_tracked_##suffix(const float* weight, int64_t taps, bool taps_finite,        \
+                                              float* state, const float* in, float* out, int64_t channels, \
+                                              uint8_t* zero_inputs) {                                     \
+    conv_silu_impl(weight, taps, taps_finite, state, in, out, channels, zero_inputs);                     \
   }                                                                                                       \
   target_attr int64_t nonzero_indices_##suffix(const float* x, int64_t n, int32_t* rows) {                \
     return nonzero_indices_impl(x, n, rows);                                                              \
   }                                                                                                       \
-  constexpr Kernels kernels_##suffix{add_##suffix,        scale_mul_##suffix, mul_##suffix,               \
+  constexpr Kernels kernels_##suffix{add_##suffix,        scale_mul_##suffix, scale_mul_plain_##suffix,   \
+                                     mul_##suffix,                                                        \
                                      div_##suffix,        silu_mul_##suffix,  gated_norm_##suffix,        \
-                                     conv_silu_##suffix,  nonzero_indices_##suffix};
+                                     conv_silu_##suffix,  conv_silu_tracked_##suffix,                 \
+                                     nonzero_indices_##suffix, live_words_##suffix};
 
 QPU_ELEMENTWISE_VARIANT(generic, )
 QPU_ELEMENTWISE_VARIANT(avx2, __attribute__((target("avx2"))))
@@ -212,14 +335,45 @@ const Kernels& kernels() {
   return active;
 }
 
-void rms_norm(const float* x, int64_t n, const float* scale, float eps, float* out) {
+void rms_norm(const float* x, int64_t n, const float* scale, float eps, float* out, const uint64_t* plain) {
   const float r = numerics::rsqrt(numerics::mean_square_plus_eps(x, n, eps));
-  kernels().scale_mul(x, r, scale, out, n);
+  if (plain != nullptr && std::isfinite(r) && !std::signbit(r)) {
+    kernels().scale_mul_plain(x, r, scale, plain, out, n);
+  } else {
+    kernels().scale_mul(x, r, scale, out, n);
+  }
+}
+
+std::vector<uint64_t> plain_blocks(const float* scale, int64_t n) {
+  std::vector<uint64_t> plain(static_cast<size_t>((n / kBlock + 63) / 64), 0);
+  for (int64_t b = 0; b < n / kBlock; ++b) {
+    bool ok = true;
+    for (int64_t i = b * kBlock; i < (b + 1) * kBlock; ++i) ok = ok && std::isfinite(scale[i]) && !std::signbit(scale[i]);
+    if (ok) plain[static_cast<size_t>(b / 64)] |= uint64_t{1} << (b % 64);
+  }
+  return plain;
+}
+
+bool all_zero(const float* x, int64_t n) {
+  uint32_t bits = 0;
+#pragma omp simd reduction(| : bits)
+  for (int64_t i = 0; i < n; ++i) bits |= std::bit_cast<uint32_t>(x[i]) << 1;  // the sign dropped
+  return bits == 0;
 }
 
 void l2norm(float* x, int64_t n) {
+  // An all-+-0 head (an idle one of a compiled layer, most of them on a cycle): the
+  // canonical dot of +-0s is +0 (every product is +0, summed from +0), so r = rsqrt(1e-6),
+  // finite and positive, and x * r = x with its sign: the vector is left as it is.
+  if (all_zero(x, n)) return;
   const float r = numerics::rsqrt(dot::dot_f32(x, x, n) + 1e-6f);
   kernels().mul(x, r, x, n);
+}
+
+float mean_square_plus_eps(const float* x, int64_t n, float eps) {
+  // All +-0: the dot is +0 (as in l2norm) without the 64-lane sum.
+  if (all_zero(x, n)) return 0.0f / static_cast<float>(n) + eps;
+  return numerics::mean_square_plus_eps(x, n, eps);
 }
 
 }  // namespace qpu::engine::elementwise

@@ -21,6 +21,7 @@
 // An idle channel of a compiled layer (input exactly 0) therefore costs a vector
 // compare instead of a call to exp or a 4-tap loop. docs/engine.md, "Idle channels".
 #include <cstdint>
+#include <vector>
 
 #include "engine/dot.h"
 
@@ -34,6 +35,13 @@ struct Kernels {
   void (*add)(float* x, const float* y, int64_t n);
   // out[i] = (x[i] * r) * scale[i]   (RMSNorm's scaling; out may be x)
   void (*scale_mul)(const float* x, float r, const float* scale, float* out, int64_t n);
+  // scale_mul where blocks of 16 whose x is all +-0 and whose scale is `plain` (bit b
+  // of plain[b / 64]: every scale value of block b is finite with the sign bit clear)
+  // copy x instead: (+-0 * r) * s keeps x's bits for such s and a finite r with the sign
+  // bit clear (the caller passes plain = nullptr for any other r). The scale of an idle
+  // block, cold on a looped machine, is then not read. The bits of scale_mul.
+  void (*scale_mul_plain)(const float* x, float r, const float* scale, const uint64_t* plain, float* out,
+                          int64_t n);
   // out[i] = x[i] * m   (out may be x)
   void (*mul)(const float* x, float m, float* out, int64_t n);
   // out[i] = x[i] / d   (out may be x)
@@ -49,18 +57,42 @@ struct Kernels {
   // finite (else no channel is skipped).
   void (*conv_silu)(const float* weight, int64_t taps, bool taps_finite, float* state, const float* in,
                     float* out, int64_t channels);
+  // conv_silu that also keeps, per block b of 16 channels (b < channels / 16), a count
+  // zero_inputs[b]: how many of the block's latest inputs were all +0 (bits 0), capped at
+  // taps-1. At taps-1 the block's history is all +0 without reading it, so a block whose
+  // input is all +0 too writes +0 after one test of the input (the history of a GDN layer
+  // that runs on a cycle is mostly +0 and mostly not in the cache). A count may be too
+  // low (0 = unknown, always safe) but never too high: start from 0, or from taps-1 for a
+  // state of +0s, and let no other code write the state. The same bits as conv_silu.
+  void (*conv_silu_tracked)(const float* weight, int64_t taps, bool taps_finite, float* state, const float* in,
+                            float* out, int64_t channels, uint8_t* zero_inputs);
   // The ascending indices i < n with x[i] != 0 (+0 and -0 are zeros, NaN is not),
   // written to rows; returns their count.
   int64_t (*nonzero_indices)(const float* x, int64_t n, int32_t* rows);
+  // The residual facts of the idle-sublayer test (model.cpp): bit k of live[w] is 1 iff
+  // x[64 w + k] is not +-0 (NaN is live), for (n + 63) / 64 words (the bits past n are
+  // 0); returns whether every x[i] is finite. Pure bit tests: the same result in every set.
+  bool (*live_words)(const float* x, int64_t n, uint64_t* live);
 };
 
 const Kernels& kernels();                 // the active instruction set (dot::active_isa())
 const Kernels& kernels_for(dot::Isa isa);  // tests: a supported set
 
 // RMSNorm with the kernels: r = rsqrt(mean(x^2) + eps) in the canonical dot order, then
-// scale_mul. The bits of numerics::rms_norm.
-void rms_norm(const float* x, int64_t n, const float* scale, float eps, float* out);
-// GDN l2norm in place: the bits of numerics::l2norm.
+// scale_mul. The bits of numerics::rms_norm. With `plain` (plain_blocks(scale)), idle
+// blocks of x skip their scale (scale_mul_plain).
+void rms_norm(const float* x, int64_t n, const float* scale, float eps, float* out,
+              const uint64_t* plain = nullptr);
+// scale_mul_plain's mask of a scale vector: bit b set iff scale[16 b, 16 b + 16) are all
+// finite with the sign bit clear (a partial last block never is).
+std::vector<uint64_t> plain_blocks(const float* scale, int64_t n);
+// GDN l2norm in place: the bits of numerics::l2norm (an all-+-0 x is left as it is:
+// that is what the formula gives).
 void l2norm(float* x, int64_t n);
+// numerics::mean_square_plus_eps with the all-+-0 x answered without the sum (0 / n + eps,
+// the same bits).
+float mean_square_plus_eps(const float* x, int64_t n, float eps);
+// Every x[i] is +0 or -0 (n = 0 included).
+bool all_zero(const float* x, int64_t n);
 
 }  // namespace qpu::engine::elementwise

@@ -226,8 +226,11 @@ GatedDeltaNet::GatedDeltaNet(io::LinearAttentionWeights&& w, const GatedDeltaNet
                       std::isfinite(rms_eps) && rms_eps > 0.0f;
 }
 
+int64_t GatedDeltaNet::conv_blocks() const { return shape_.conv_dim() / elementwise::kBlock; }
+
 void GatedDeltaNet::step(const float* h, std::span<float> conv_state, std::span<float> recurrent_state,
-                         bool first_token, float* out) const {
+                         bool first_token, float* out, std::span<uint8_t> conv_zero_blocks,
+                         bool projections_zero) const {
   const GatedDeltaNetShape& s = shape_;
   const int64_t conv_dim = s.conv_dim();
   const int64_t taps = s.conv_kernel;
@@ -239,6 +242,9 @@ void GatedDeltaNet::step(const float* h, std::span<float> conv_state, std::span<
       static_cast<int64_t>(recurrent_state.size()) != s.recurrent_state_size()) {
     fail("gated delta net: state has {} conv / {} recurrent values, expected {} / {}",
          conv_state.size(), recurrent_state.size(), s.conv_state_size(), s.recurrent_state_size());
+  }
+  if (!conv_zero_blocks.empty() && static_cast<int64_t>(conv_zero_blocks.size()) != conv_blocks()) {
+    fail("gated delta net: {} conv block counts, expected {}", conv_zero_blocks.size(), conv_blocks());
   }
 
   // Scratch: mixed, conv [conv_dim]; z, normed [value_dim]; b, a, beta, decay [v_heads];
@@ -257,15 +263,24 @@ void GatedDeltaNet::step(const float* h, std::span<float> conv_state, std::span<
   float* head_scratch = q_scaled + key_dim;
   const PackedMatrix::Job projections[] = {
       {&in_proj_qkv_, h, mixed}, {&in_proj_z_, h, z}, {&in_proj_b_, h, b}, {&in_proj_a_, h, a}};
-  PackedMatrix::multiply_all(projections);
+  if (projections_zero) {
+    std::fill(mixed, mixed + conv_dim, 0.0f);
+    std::fill(z, z + value_dim, 0.0f);
+    std::fill(b, b + v_heads, 0.0f);
+    std::fill(a, a + v_heads, 0.0f);
+  } else {
+    PackedMatrix::multiply_all(projections);
+  }
 
   // Causal depthwise conv over [previous kernel-1 inputs, this input], no bias, then
   // silu (torch_causal_conv1d_update). The sum runs over the taps left to right from +0.
   // skip_idle_channels: the same loop, blocks of all-+0 channels skipped (elementwise.h).
   if (skip_idle_channels_) {
-    elementwise::kernels().conv_silu(conv_weight_.data(), taps, conv_taps_finite_, conv_state.data(), mixed,
-                                     conv, conv_dim);
+    elementwise::kernels().conv_silu_tracked(conv_weight_.data(), taps, conv_taps_finite_, conv_state.data(), mixed,
+                                             conv, conv_dim,
+                                             conv_zero_blocks.empty() ? nullptr : conv_zero_blocks.data());
   } else {
+    std::fill(conv_zero_blocks.begin(), conv_zero_blocks.end(), uint8_t{0});  // not kept here: unknown
     for (int64_t c = 0; c < conv_dim; ++c) {
       float* past = conv_state.data() + c * history;
       const float* wc = conv_weight_.data() + c * taps;
@@ -356,7 +371,8 @@ void GatedDeltaNet::step(const float* h, std::span<float> conv_state, std::span<
     }
 
     // Qwen3_5RMSNormGated: weight * (o * rsqrt(mean(o^2) + eps)), then * silu(z).
-    const float r = numerics::rsqrt(numerics::mean_square_plus_eps(o, dv, rms_eps_));
+    const float r = numerics::rsqrt(skip_idle_channels_ ? elementwise::mean_square_plus_eps(o, dv, rms_eps_)
+                                                        : numerics::mean_square_plus_eps(o, dv, rms_eps_));
     const float* zh = z + j * dv;
     float* yh = normed + j * dv;
     if (skip_idle_channels_) {  // silu skipped on all-zero blocks of z (elementwise.h)

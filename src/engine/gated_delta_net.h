@@ -89,8 +89,19 @@ class GatedDeltaNet {
   //   chunked kernel, whose read-out for one token is (q.k) * (v*beta) instead of
   //   sum_i (k_i * delta) * q_i: we reproduce that ordering (the state written is
   //   identical either way).
+  // conv_zero_blocks: empty, or one count per block of 16 conv channels (conv_dim / 16,
+  //   rounded down) kept by elementwise's conv_silu_tracked (Model keeps them in State):
+  //   how many of the block's latest inputs were all +0, so that a block with a +0
+  //   history and input costs no read of its history. The same bits either way.
+  // projections_zero: the caller knows that in_proj_qkv/z/b/a give +0 in every row for
+  //   this h (Model's idle test: every dim they read is +-0, h finite, the weights finite),
+  //   so they are not run and h is not read: +0 is what they would write. A GDN layer
+  //   whose input has gone idle while its conv history is still live runs this way.
   void step(const float* h, std::span<float> conv_state, std::span<float> recurrent_state,
-            bool first_token, float* out) const;
+            bool first_token, float* out, std::span<uint8_t> conv_zero_blocks = {},
+            bool projections_zero = false) const;
+  // The number of conv_zero_blocks counts (conv channel blocks of 16).
+  int64_t conv_blocks() const;
 
   // Steps (all layers, all threads) whose recurrence ran its value heads in an OpenMP
   // region: the work was at least the parallel threshold (tests check that the shapes

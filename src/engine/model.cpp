@@ -9,10 +9,6 @@
 
 #include <fmt/format.h>
 
-#if defined(__SSE2__)
-#include <immintrin.h>
-#endif
-
 #include "common/error.h"
 #include "engine/elementwise.h"
 #include "engine/gated_attention.h"
@@ -31,53 +27,54 @@ struct ResidualFacts {
   std::vector<uint64_t> live;  // bit k of word w: dim 64 w + k
 
   void compute(const float* x, int64_t d) {
-    int ok = 1;
-#pragma omp simd reduction(& : ok)
-    for (int64_t i = 0; i < d; ++i) ok &= x[i] - x[i] == 0.0f;  // NaN for inf and NaN
-    finite = ok != 0;
-    live.assign(static_cast<size_t>((d + 63) / 64), 0);
-    for (size_t w = 0; w < live.size(); ++w) {
-      const int64_t base = static_cast<int64_t>(w) * 64, n = std::min<int64_t>(64, d - base);
-      uint64_t bits = 0;
-      int64_t k = 0;
-#if defined(__SSE2__)
-      // 4 dims per step: (bits & 0x7fffffff) == 0 exactly for +-0; movemask packs the lanes.
-      const __m128i no_sign = _mm_set1_epi32(0x7fffffff);
-      for (; k + 4 <= n; k += 4) {
-        const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x + base + k));
-        const int zero = _mm_movemask_ps(_mm_castsi128_ps(_mm_cmpeq_epi32(_mm_and_si128(v, no_sign), _mm_setzero_si128())));
-        bits |= static_cast<uint64_t>(~zero & 0xf) << k;
-      }
-#endif
-      for (; k < n; ++k) bits |= static_cast<uint64_t>((std::bit_cast<uint32_t>(x[base + k]) << 1) != 0) << k;
-      live[w] = bits;
-    }
+    live.resize(static_cast<size_t>((d + 63) / 64));
+    // One vectorized pass (elementwise.h): it runs after every sublayer that changed x,
+    // i.e. several hundred times per cycle of a looped machine.
+    finite = elementwise::kernels().live_words(x, d, live.data());
   }
 };
 
 // The residual dims that a sublayer's input projections read with a nonzero weight, one
-// bit per dim: "every read dim of x is +-0" is "no word of read AND live is nonzero",
-// 16 ANDs per 1,024 dims however the read dims are spread.
+// bit per dim: "every read dim of x is +-0" is "no word of read AND live is nonzero".
+// Only the words holding a read dim are stored (a compiled layer reads a few dims of a
+// hidden of ~2,400: one to a handful of words instead of ~40), in one contiguous list, so
+// that the test of an idle sublayer, which runs for every layer on every cycle, touches
+// a cache line or two.
 struct ReadDims {
   // The skip is exact whenever the test holds (the weights, norm scale and eps are
   // finite; for a GDN also what GatedDeltaNet::idle_output_zero() checks).
   bool eligible = false;
-  std::vector<uint64_t> read;
+  struct Word {
+    uint32_t index;  // word of ResidualFacts::live
+    uint64_t bits;   // its read dims (nonzero)
+  };
+  std::vector<Word> words;
 
   // used[d]: some weight in column d is nonzero.
   void build(const std::vector<uint8_t>& used) {
-    read.assign((used.size() + 63) / 64, 0);
-    for (size_t i = 0; i < used.size(); ++i) {
-      if (used[i]) read[i / 64] |= uint64_t{1} << (i % 64);
+    words.clear();
+    for (size_t w = 0; w * 64 < used.size(); ++w) {
+      uint64_t bits = 0;
+      for (size_t k = 0; k < 64 && w * 64 + k < used.size(); ++k) bits |= static_cast<uint64_t>(used[w * 64 + k] != 0) << k;
+      if (bits != 0) words.push_back({static_cast<uint32_t>(w), bits});
     }
   }
 
-  // Every read dim is +0 or -0 in the x that `facts` describe.
-  bool all_zero(const ResidualFacts& facts) const {
-    uint64_t any = 0;
-    for (size_t w = 0; w < read.size(); ++w) any |= read[w] & facts.live[w];
-    return any == 0;
-  }
+};
+
+// What forward tests of every layer on every cycle, for all layers in one contiguous
+// array, and their read words in another (Model::Impl). The Layer structs are large and
+// cold: reading a flag of each and its own heap vector of words cost about two cache
+// misses per layer, ~10% of a looped machine's cycle (~800 layers, most of them idle).
+struct SublayerTest {
+  uint32_t begin = 0, end = 0;  // its ReadDims words in Impl::read_words
+  bool eligible = false;        // ReadDims::eligible
+};
+struct LayerTests {
+  SublayerTest mixer, mlp;  // mixer: GDN layers only
+  bool gdn = false;
+  bool skip_mixer = false;            // Layer::skip_mixer
+  bool idle_state_untouched = false;  // Layer::idle_state_untouched
 };
 
 bool all_finite(const std::vector<float>& v) {
@@ -95,6 +92,8 @@ struct Layer {
   io::LayerType type = io::LayerType::LinearAttention;
   std::vector<float> input_scale;  // 1 + input_layernorm.weight
   std::vector<float> post_scale;   // 1 + post_attention_layernorm.weight
+  // elementwise::plain_blocks of the two scales (idle blocks of x skip their scale).
+  std::vector<uint64_t> input_plain, post_plain;
   GatedDeltaNet linear;
   GatedAttention full;
   PackedMatrix gate_proj, up_proj, down_proj;
@@ -150,7 +149,10 @@ struct Model::Impl {
   bool skip_idle_sublayers = true;  // ModelOptions::idle_sublayers == Skip
   mutable std::atomic<int64_t> skipped_mlp{0}, skipped_gdn{0};
   std::vector<float> final_scale;
+  std::vector<uint64_t> final_plain;  // elementwise::plain_blocks(final_scale)
   std::vector<Layer> layers;
+  std::vector<LayerTests> tests;          // per layer
+  std::vector<ReadDims::Word> read_words;  // of every SublayerTest
 
   const PackedMatrix& output() const { return tied ? embed : lm_head; }
 };
@@ -203,6 +205,7 @@ void Model::build(io::Qwen35Weights weights, const LayerSource& source, const Mo
     weights.lm_head = {};
   }
   m.final_scale = one_plus(std::move(weights.norm), hidden, "norm.weight");
+  m.final_plain = elementwise::plain_blocks(m.final_scale.data(), hidden);
 
   const GatedDeltaNetShape gdn_shape{hidden,
                                      c.linear_num_key_heads,
@@ -216,6 +219,9 @@ void Model::build(io::Qwen35Weights weights, const LayerSource& source, const Mo
                                        c.head_dim,      rotary_dim,            c.rope_theta};
 
   m.layers.resize(static_cast<size_t>(c.num_hidden_layers));
+  m.tests.clear();
+  m.tests.reserve(static_cast<size_t>(c.num_hidden_layers));
+  m.read_words.clear();
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     io::LayerWeights w = source(l);
     Layer& layer = m.layers[l];
@@ -224,6 +230,8 @@ void Model::build(io::Qwen35Weights weights, const LayerSource& source, const Mo
     if (w.type != layer.type) fail("{}: the weights' layer type differs from config.layer_types", name);
     layer.input_scale = one_plus(std::move(w.input_layernorm), hidden, name + ".input_layernorm.weight");
     layer.post_scale = one_plus(std::move(w.post_attention_layernorm), hidden, name + ".post_attention_layernorm.weight");
+    layer.input_plain = elementwise::plain_blocks(layer.input_scale.data(), hidden);
+    layer.post_plain = elementwise::plain_blocks(layer.post_scale.data(), hidden);
     if (layer.type == io::LayerType::LinearAttention) {
       std::vector<uint8_t> used(static_cast<size_t>(hidden), 0);
       for (const auto* p : {&w.linear.in_proj_qkv, &w.linear.in_proj_z, &w.linear.in_proj_b, &w.linear.in_proj_a}) {
@@ -250,6 +258,22 @@ void Model::build(io::Qwen35Weights weights, const LayerSource& source, const Mo
       layer.mlp_reads.eligible = eps_ok && all_finite(layer.post_scale) && all_finite(w.gate_proj) &&
                                  all_finite(w.up_proj) && all_finite(w.down_proj);
     }
+    const auto flatten = [&m](const ReadDims& reads) {
+      SublayerTest t;
+      t.begin = static_cast<uint32_t>(m.read_words.size());
+      m.read_words.insert(m.read_words.end(), reads.words.begin(), reads.words.end());
+      t.end = static_cast<uint32_t>(m.read_words.size());
+      t.eligible = reads.eligible;
+      return t;
+    };
+    LayerTests& tests = m.tests.emplace_back();
+    tests.gdn = layer.type == io::LayerType::LinearAttention;
+    tests.skip_mixer = layer.skip_mixer;
+    tests.idle_state_untouched = layer.idle_state_untouched;
+    if (tests.gdn) tests.mixer = flatten(layer.mixer_reads);
+    tests.mlp = flatten(layer.mlp_reads);
+    layer.mixer_reads = {};
+    layer.mlp_reads = {};
     layer.gate_proj = PackedMatrix::pack(w.gate_proj, c.intermediate_size, hidden, pack, name + ".mlp.gate_proj");
     layer.up_proj = PackedMatrix::pack(w.up_proj, c.intermediate_size, hidden, pack, name + ".mlp.up_proj");
     layer.down_proj = PackedMatrix::pack(w.down_proj, hidden, c.intermediate_size, pack, name + ".mlp.down_proj");
@@ -272,6 +296,7 @@ State Model::new_state() const {
   s.value_cache.resize(n);
   s.conv_zero_inputs.assign(n, 0);
   s.recurrent_zero.assign(n, 0);
+  s.conv_zero_blocks.resize(n);
   for (size_t l = 0; l < n; ++l) {
     if (m.layers[l].type == io::LayerType::LinearAttention && !m.layers[l].skip_mixer) {
       const GatedDeltaNetShape& shape = m.layers[l].linear.shape();
@@ -279,6 +304,8 @@ State Model::new_state() const {
       s.recurrent_state[l].assign(static_cast<size_t>(shape.recurrent_state_size()), 0.0f);
       s.conv_zero_inputs[l] = static_cast<int32_t>(shape.conv_kernel - 1);  // all +0
       s.recurrent_zero[l] = 1;
+      s.conv_zero_blocks[l].assign(static_cast<size_t>(m.layers[l].linear.conv_blocks()),
+                                   static_cast<uint8_t>(std::min<int64_t>(shape.conv_kernel - 1, 255)));
     }
   }
   return s;
@@ -331,11 +358,12 @@ void Model::forward(int64_t token, State& state, std::span<float> logits, std::s
   const auto layers = m.layers.size();
   if (state.conv_state.size() != layers || state.recurrent_state.size() != layers ||
       state.key_cache.size() != layers || state.value_cache.size() != layers ||
-      state.conv_zero_inputs.size() != layers || state.recurrent_zero.size() != layers || state.position < 0) {
+      state.conv_zero_inputs.size() != layers || state.recurrent_zero.size() != layers ||
+      state.conv_zero_blocks.size() != layers || state.position < 0) {
     fail("forward: the state was not made by this model's new_state()");
   }
   for (size_t l = 0; l < layers; ++l) {
-    if (m.layers[l].skip_mixer && (!state.conv_state[l].empty() || !state.recurrent_state[l].empty() ||
+    if (m.tests[l].skip_mixer && (!state.conv_state[l].empty() || !state.recurrent_state[l].empty() ||
                                    !state.key_cache[l].empty() || !state.value_cache[l].empty())) {
       fail("forward: layer {} keeps no state in this model (its mixer is skipped), but the state holds "
            "some: it was not made by this model's new_state()", l);
@@ -359,9 +387,9 @@ void Model::forward(int64_t token, State& state, std::span<float> logits, std::s
   // blocks; the same bits) or the plain loops (Elementwise::Dense).
   const elementwise::Kernels& kernels = elementwise::kernels();
   const bool fast = m.skip_idle_channels;
-  const auto rms_norm = [&](const std::vector<float>& scale) {
+  const auto rms_norm = [&](const std::vector<float>& scale, const std::vector<uint64_t>& plain) {
     if (fast) {
-      elementwise::rms_norm(x.data(), d, scale.data(), m.eps, normed);
+      elementwise::rms_norm(x.data(), d, scale.data(), m.eps, normed, plain.data());
     } else {
       numerics::rms_norm(x.data(), d, scale.data(), m.eps, normed);
     }
@@ -388,13 +416,17 @@ void Model::forward(int64_t token, State& state, std::span<float> logits, std::s
   };
   // The sublayer's input projections are all +0 on this token (ReadDims::eligible: given
   // every read dim +-0 and x finite).
-  const auto idle_input = [&](const ReadDims& reads) {
-    if (!reads.eligible) return false;
+  const auto idle_input = [&](const SublayerTest& t) {
+    if (!t.eligible) return false;
     if (!x_facts_known) {
       x_facts.compute(x.data(), d);
       x_facts_known = true;
     }
-    return x_facts.finite && reads.all_zero(x_facts);
+    if (!x_facts.finite) return false;
+    // Every read dim is +0 or -0.
+    uint64_t any = 0;
+    for (uint32_t k = t.begin; k < t.end; ++k) any |= m.read_words[k].bits & x_facts.live[m.read_words[k].index];
+    return any == 0;
   };
   // x = x + (+0) in every dim: only -0 changes (to +0), and only the first time.
   const auto add_zero = [&] {
@@ -407,46 +439,53 @@ void Model::forward(int64_t token, State& state, std::span<float> logits, std::s
   int64_t skipped_mlp = 0, skipped_gdn = 0;
   x_changed();
 
+  // The GDN history length is the config's (every GDN layer has the same shape).
+  const auto history = static_cast<int32_t>(c.linear_conv_kernel_dim - 1);
   for (size_t l = 0; l < layers; ++l) {
+    // Only the compact tests are read for an idle sublayer; `layer` when one runs.
+    const LayerTests& tests = m.tests[l];
     const Layer& layer = m.layers[l];
-    if (layer.skip_mixer) {
+    if (tests.skip_mixer) {
       // The output projection holds no stored weight, so the mixer's output is +0 in
       // every dim whatever h, the caches or any NaN/inf inside (PackedMatrix::always_zero).
       // The add still happens: x + (+0) turns -0 into +0 (docs/engine.md, "Idle mixers").
       add_zero();
-    } else if (layer.type == io::LayerType::LinearAttention) {
-      const int32_t history = static_cast<int32_t>(layer.linear.shape().conv_kernel - 1);
+    } else if (tests.gdn) {
       int32_t& zero_inputs = state.conv_zero_inputs[l];
       uint8_t& recurrent_zero = state.recurrent_zero[l];
       // idle: the projections are +0, so this step's conv input is +0. fully idle: the
       // conv history is +0 too, so q, k, v are +0 and the output is +0 (state permitting).
-      const bool idle = idle_input(layer.mixer_reads);
+      const bool idle = idle_input(tests.mixer);
       const bool fully_idle = idle && zero_inputs >= history;
-      if (m.skip_idle_sublayers && fully_idle && (layer.idle_state_untouched || recurrent_zero != 0)) {
+      if (m.skip_idle_sublayers && fully_idle && (tests.idle_state_untouched || recurrent_zero != 0)) {
         add_zero();
         ++skipped_gdn;
       } else {
-        rms_norm(layer.input_scale);
-        layer.linear.step(normed, state.conv_state[l], state.recurrent_state[l], first_token, mixed);
+        // idle but the history is live (the cycles after a micro-op fed the layer): the
+        // projections are +0 (the idle test's proof), so neither they nor the norm run.
+        const bool projections_zero = m.skip_idle_sublayers && idle;
+        if (!projections_zero) rms_norm(layer.input_scale, layer.input_plain);
+        layer.linear.step(normed, state.conv_state[l], state.recurrent_state[l], first_token, mixed,
+                          state.conv_zero_blocks[l], projections_zero);
         add_mixed();
         x_changed();
       }
       zero_inputs = idle ? std::min(zero_inputs + 1, history) : 0;
       recurrent_zero = recurrent_zero != 0 && fully_idle ? 1 : 0;
     } else {
-      rms_norm(layer.input_scale);
+      rms_norm(layer.input_scale, layer.input_plain);
       layer.full.step(normed, state.position, state.key_cache[l], state.value_cache[l], mixed);
       add_mixed();
       x_changed();
     }
 
-    if (m.skip_idle_sublayers && idle_input(layer.mlp_reads)) {
+    if (m.skip_idle_sublayers && idle_input(tests.mlp)) {
       add_zero();  // gate = up = +0, silu(+0) * (+0) = +0, down = +0
       ++skipped_mlp;
       continue;
     }
     // MLP: down(silu(gate(h)) * up(h))
-    rms_norm(layer.post_scale);
+    rms_norm(layer.post_scale, layer.post_plain);
     const PackedMatrix::Job gate_up[] = {{&layer.gate_proj, normed, gate},
                                          {&layer.up_proj, normed, up}};
     PackedMatrix::multiply_all(gate_up);
@@ -463,7 +502,7 @@ void Model::forward(int64_t token, State& state, std::span<float> logits, std::s
   if (skipped_gdn != 0) m.skipped_gdn.fetch_add(skipped_gdn, std::memory_order_relaxed);
 
   if (!hidden.empty()) std::copy(x.begin(), x.end(), hidden.begin());
-  rms_norm(m.final_scale);
+  rms_norm(m.final_scale, m.final_plain);
   m.output().multiply(normed, logits.data());
   ++state.position;
 }

@@ -29,9 +29,12 @@ struct State {
   //   +0 (capped at kernel-1; at kernel-1 every conv_state value is +0).
   // recurrent_zero: 1 while recurrent_state is known to be all +0 (new_state, then only
   //   steps whose conv and projections were all +0).
+  // conv_zero_blocks: per GDN layer, per block of 16 conv channels, how many of the
+  //   block's last kernel-1 conv inputs are known to be +0 (GatedDeltaNet::step).
   // Code that writes conv_state or recurrent_state by hand must set these to 0.
   std::vector<int32_t> conv_zero_inputs;
   std::vector<uint8_t> recurrent_zero;
+  std::vector<std::vector<uint8_t>> conv_zero_blocks;
 };
 
 // How the weight matrices are stored (the results are identical in every mode; see

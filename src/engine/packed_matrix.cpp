@@ -252,27 +252,42 @@ float PackedMatrix::csr_row(const float* x, int64_t r) const {
   return top > 0 ? stack[0] : 0.0f;  // an empty row: +0
 }
 
-bool PackedMatrix::plan_columns(const float* x, ColumnMatrix::Plan& plan) const {
+bool PackedMatrix::plan_columns(const float* x, ColumnMatrix::Plan& plan, ColumnScan* shared) const {
   if (format_ != Format::SparseCsr || path_ == Path::Rows || columns_.empty() || !columns_.weights_finite()) {
     return false;
   }
   const bool automatic = path_ == Path::Auto;
   if (automatic && nonzeros() < kColumnCallCost) return false;  // the rows cost less than the call
-  plan = columns_.count(x);
+  // The active column list of the calling thread (read by the band workers).
+  thread_local std::vector<int32_t> active;
+  const bool reuse = shared != nullptr && shared->x == x && shared->cols == cols_;
+  if (reuse) {
+    plan = shared->plan;
+  } else {
+    plan = columns_.count(x);
+    if (shared != nullptr) *shared = ColumnScan{x, cols_, false, plan};
+  }
   // 0 * inf / 0 * NaN: the dense sum is NaN where the column product leaves the term
   // out, so a non-finite x takes the row path (the CSR behaviour of dot.h).
   if (!plan.x_finite) return false;
   if (automatic && 2 * plan.active_cols > cols_) return false;  // most inputs live: rows
-  // The active column list of the calling thread (read by the band workers).
-  thread_local std::vector<int32_t> active;
-  columns_.list_active(x, plan, active);
+  if (reuse && shared->listed) {
+    plan.active = active.data();  // this x's list, written by an earlier job's plan
+  } else {
+    ColumnMatrix::list_columns(x, cols_, plan, active);
+    if (shared != nullptr) {
+      shared->plan = plan;
+      shared->listed = true;
+    }
+  }
+  plan.active_entries = columns_.active_entries(plan);
   return !automatic || (kColumnTermCost * plan.active_entries + kColumnCallCost <= nonzeros() &&
                         plan.active_entries <= kColumnPathMaxTermsPerRow * rows_);
 }
 
-bool PackedMatrix::try_columns(const float* x, float* y) const {
+bool PackedMatrix::try_columns(const float* x, float* y, ColumnScan* shared) const {
   ColumnMatrix::Plan plan;
-  if (!plan_columns(x, plan)) return false;
+  if (!plan_columns(x, plan, shared)) return false;
   column_product_count.fetch_add(1, std::memory_order_relaxed);
   const int64_t bands = columns_.bands();
   if (bands > 1 && plan.active_entries + rows_ >= kParallelMinWork) {
@@ -323,8 +338,9 @@ void PackedMatrix::multiply_all(std::span<const Job> jobs) {
     first_block = heap_first.data();
   }
   size_t count = 0;
+  ColumnScan scan;  // jobs with the same x (the GDN's in_proj_*, the MLP's gate and up) scan it once
   for (const Job& job : jobs) {
-    if (!job.matrix->try_columns(job.x, job.y)) row_jobs[count++] = &job;
+    if (!job.matrix->try_columns(job.x, job.y, &scan)) row_jobs[count++] = &job;
   }
   first_block[0] = 0;
   int64_t work = 0;

@@ -70,7 +70,8 @@ class PackedMatrix {
   // Several products in one parallel region (fewer fork/join points per token): each
   // job is y = M x, rows split between threads exactly as multiply() does, so the
   // results are the same bits as separate calls. Jobs that take the column path run
-  // first, each on its own (split into row bands only when large).
+  // first, each on its own (split into row bands only when large); jobs with the same x
+  // (pointer and width) share one scan of it (no job may write another job's x).
   struct Job {
     const PackedMatrix* matrix;
     const float* x;
@@ -90,10 +91,19 @@ class PackedMatrix {
  private:
   void multiply_rows(const float* x, float* y, int64_t row_begin, int64_t row_end) const;
   float csr_row(const float* x, int64_t r) const;
+  // The scan of x that column-path products with the same x share (multiply_all): its
+  // count, and whether the calling thread's active list holds its columns.
+  struct ColumnScan {
+    const float* x = nullptr;
+    int64_t cols = -1;
+    bool listed = false;
+    ColumnMatrix::Plan plan;
+  };
   // The column path when this call should take it (plans x, and runs it): true if done.
-  bool try_columns(const float* x, float* y) const;
-  // Plans x into the calling thread's active list; false if the row path must run.
-  bool plan_columns(const float* x, ColumnMatrix::Plan& plan) const;
+  bool try_columns(const float* x, float* y, ColumnScan* shared = nullptr) const;
+  // Plans x into the calling thread's active list (reusing `shared` when it describes
+  // this x, and updating it otherwise); false if the row path must run.
+  bool plan_columns(const float* x, ColumnMatrix::Plan& plan, ColumnScan* shared = nullptr) const;
   int64_t row_work() const;  // multiply-adds of the row path (parallel threshold)
 
   int64_t rows_ = 0;

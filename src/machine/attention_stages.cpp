@@ -27,6 +27,8 @@ std::string name(const char* prefix, int i) { return std::string(prefix) + "." +
 std::string layer_name(const char* prefix, int l) { return std::string(prefix) + "(" + std::to_string(l) + ")"; }
 std::string block_name(const char* prefix, int l, int b) { return layer_name(prefix, l) + "." + std::to_string(b); }
 
+std::string slow_name(int l, int h, int b) { return block_name("SLOW", l, h) + "." + std::to_string(b); }
+
 size_t at(int i) { return static_cast<size_t>(i); }
 
 // out[i] = the sum of sources[.][i] for values that are exactly 0 or 1, at most one of
@@ -145,6 +147,68 @@ std::vector<std::vector<ValueId>> banked_ram(compiler::Program& p, int low_binad
   return slots;
 }
 
+// The slow path's carry (npu::TwoTier: hi = x 2^26, lo = x 2^71, big) from one SLOW cycle
+// to the next goes through a float RAM, whose window spans 37 binades, while hi and lo
+// span 114 ([2^-78, 2^35]). The carry keeps y = big ? hi : lo (the other tier follows:
+// big: lo = 0; else hi = lo 2^-45 when |lo| >= 2^-33, i.e. |x| >= 2^-104, else 0) in
+// kCarryColumns columns: column c holds y 2^(30 c) when that lies in [1/2, 2^36) and
+// no earlier column took it, the last column the rest ([2^12, 2^29) there). Every column
+// is 0 or in [2^-1, 2^36): the carry RAM's window.
+constexpr int kCarryColumns = 4;
+constexpr float kCarryShift = 0x1p30f;
+constexpr int kCarryLowBinade = -1;
+constexpr float kGateOn = 128.0f;  // silu(128) == 128: a gate of 128 flag passes a value exactly
+constexpr float kAbsScale = 0x1p64f;
+
+// |x| into a fresh value: gates +-x 2^64 (silu's identity or -0 for |x| >= 2^-57); below
+// that the result lies in [-2^-65, |x|], far from every threshold the callers test.
+ValueId abs_of(compiler::Program& p, ValueId x, const std::string& label) {
+  const ValueId r = p.value(label);
+  p.mlp(label, {Neuron{Lin{{{x, kAbsScale}}}, Lin{{{kOne, 1.0f}}}, {{r, 1.0f / kAbsScale}}},
+                Neuron{Lin{{{x, -kAbsScale}}}, Lin{{{kOne, 1.0f}}}, {{r, 1.0f / kAbsScale}}}});
+  return r;
+}
+
+// The carry columns of x (see kCarryColumns). `half_pred` holds pred(1/2): [|r| > pred(1/2)]
+// = [|r| >= 1/2]; near 1/2 every r is a float with ulp >= 2^-26 (greater's window).
+std::vector<ValueId> carry_columns(compiler::Program& p, const npu::TwoTier& x, ValueId half_pred) {
+  const ValueId y = p.value("slow.y");
+  p.mlp("slow.y", {Neuron{Lin{{{x.big, kGateOn}}}, Lin{{{x.hi, 1.0f / kGateOn}}}, {{y, 1.0f}}},
+                   Neuron{Lin{{{kOne, kGateOn}, {x.big, -kGateOn}}}, Lin{{{x.lo, 1.0f / kGateOn}}}, {{y, 1.0f}}}});
+  std::vector<ValueId> cols;
+  ValueId r = y;
+  for (int c = 0; c + 1 < kCarryColumns; ++c) {
+    const ValueId top = npu::greater(p, abs_of(p, r, "slow.abs"), half_pred);
+    const ValueId col = p.value("slow.col"), rest = p.value("slow.rest");
+    p.mlp("slow.split", {Neuron{Lin{{{top, kGateOn}}}, Lin{{{r, 1.0f / kGateOn}}}, {{col, 1.0f}}},
+                         Neuron{Lin{{{kOne, kGateOn}, {top, -kGateOn}}}, Lin{{{r, kCarryShift / kGateOn}}}, {{rest, 1.0f}}}});
+    cols.push_back(col);
+    r = rest;
+  }
+  cols.push_back(r);
+  return cols;
+}
+
+// The two-tier value back from its carry columns and big bit. `tiny_pred` holds
+// pred(2^-33): [|y| >= 2^-33] (big, or |x| >= 2^-104: hi != 0); y is a float with ulp
+// >= 2^-58 near 2^-33 (greater's window).
+npu::TwoTier carry_value(compiler::Program& p, const std::vector<ValueId>& cols, ValueId big, ValueId tiny_pred) {
+  const ValueId y = p.value("slow.y_in");
+  std::vector<Neuron> ns;  // one live column, the others +0: an exact sum
+  float scale = 1.0f;
+  for (const ValueId c : cols) {
+    ns.push_back(Neuron{Lin{{{kOne, kGateOn}}}, Lin{{{c, scale / kGateOn}}}, {{y, 1.0f}}});
+    scale /= kCarryShift;
+  }
+  p.mlp("slow.y_in", std::move(ns));
+  const ValueId nz = npu::greater(p, abs_of(p, y, "slow.abs_in"), tiny_pred);
+  npu::TwoTier x{p.value("slow.hi_in"), p.value("slow.lo_in"), big};
+  p.mlp("slow.tiers", {Neuron{Lin{{{big, kGateOn}}}, Lin{{{y, 1.0f / kGateOn}}}, {{x.hi, 1.0f}}},
+                       Neuron{Lin{{{nz, kGateOn}, {big, -kGateOn}}}, Lin{{{y, 0x1p-45f / kGateOn}}}, {{x.hi, 1.0f}}},
+                       Neuron{Lin{{{kOne, kGateOn}, {big, -kGateOn}}}, Lin{{{y, 1.0f / kGateOn}}}, {{x.lo, 1.0f}}}});
+  return x;
+}
+
 // Ops [first, end) in waves: each wave's ops after the previous wave's.
 void order_waves(compiler::Program& p, const std::vector<compiler::OpRange>& waves) {
   for (size_t w = 1; w < waves.size(); ++w) p.order(waves[w - 1], waves[w]);
@@ -167,6 +231,9 @@ std::vector<std::string> AttentionStages::names(const AttentionGeometry& g) {
       for (int hg = 0; hg < g.exp_groups(); ++hg) n.push_back(block_name("PROB", l, b) + "." + std::to_string(hg));
   for (int l = 0; l < g.layers; ++l)
     for (int h = 0; h < g.heads; ++h) n.push_back(block_name("WSUM", l, h));
+  for (int l = 0; l < g.layers; ++l)
+    for (int h = 0; h < g.heads; ++h)
+      for (int b = 0; b < g.blocks(); ++b) n.push_back(slow_name(l, h, b));
   for (const char* r : {"RS", "RM", "RE", "RX", "RSUM", "RP", "RPX"})
     for (int h = 0; h < g.heads; ++h) n.push_back(name(r, h));
   for (int h = 0; h < g.heads; ++h)
@@ -203,6 +270,11 @@ AttentionStages::AttentionStages(Assembler& as, const AttentionGeometry& g) : as
   wsum_kv_ = as.inputs("wsum.kv", g.kv_heads);
   wsum_head_ = as.inputs("wsum.head", g.heads);
   vram_row_ = as.inputs("vram.row", AttentionGeometry::bits_for(g.layers));
+  slow_on_ = as.input("slow.on");
+  slow_block_ = as.inputs("slow.block", g.blocks());
+  slow_k_ = as.inputs("slow.k", g.exp_heads);
+  slow_kv_ = as.inputs("slow.kv", g.kv_heads);
+  slow_head_ = as.inputs("slow.head", g.heads);
   if (g.row_floats < g.head_size) fail("attention stages: a RAM row holds {} floats, a head {}", g.row_floats, g.head_size);
   sum_k_ = as.inputs("sum.k", g.exp_heads);
   max_on_ = as.input("max.on");
@@ -517,28 +589,47 @@ void AttentionStages::build(const std::vector<ValueId>& q, const std::vector<std
     xb_data.push_back(npu::attn_int_positive(p, any, "wsum.unsafe"));
   }
   compiler::enable_constants(p, first_wsum, wsum_on_);
-  as_.gate_clears(first_wsum, p.ops().size(), wsum_on_);
+  const size_t end_wsum = p.ops().size();
+  as_.gate_clears(first_wsum, end_wsum, wsum_on_);
   for (int t = 0; t < P; ++t) as_.gate_clears(prob_op[at(t)], prob_op[at(t)] + 1, prob_read_flag[at(t)]);
+  // WSUM branches on its unsafe bit (0 whenever WSUM is idle): 1 -> SLOW(l).h.0.
+  as_.branch(xb_data.back());
+
+  SlowInputs slow_in{probs, prob_neg, v_data, v_neg, vaddr.bank, qkv_on, pos};
+  const std::vector<std::vector<ValueId>> slow_xb = build_slow(slow_in, compiler::OpRange{first_wsum, end_wsum});
+
   // The xb RAM: one one-row head per nested head (xb and the unsafe bit), wiped and
-  // written by that head's WSUM, read all at once by ATTO and by RXB.
+  // written by that head's WSUM or SLOW (the slow path's xb after its block, the bit 1),
+  // read all at once by ATTO and by RXB.
   std::vector<std::vector<ValueId>> xb_out;
   {
+    const ValueId xb_on = either(p, {wsum_on_}, {slow_on_}, "xb.on")[0];
+    const std::vector<ValueId> xb_write = either(p, wsum_head_, slow_head_, "xb.write");
+    const std::vector<ValueId> data = p.values("xb.data", hs + 1);
+    std::vector<Neuron> ns;
+    for (int i = 0; i <= hs; ++i) {
+      ns.push_back(Neuron{Lin{{{wsum_on_, 128.0f}}}, Lin{{{xb_data[at(i)], 1.0f / 128.0f}}}, {{data[at(i)], 1.0f}}});
+      for (int b = 0; b < g_.blocks(); ++b)  // the bit: 1 (the slow path ran)
+        ns.push_back(Neuron{Lin{{{slow_block_[at(b)], 128.0f}}},
+                            Lin{{{i < hs ? slow_xb[at(b)][at(i)] : kOne, 1.0f / 128.0f}}}, {{data[at(i)], 1.0f}}});
+    }
+    p.mlp("xb.data", std::move(ns));
     std::vector<npu::FloatRamHead> one(1);
-    one[0].data = xb_data;
-    const auto neg = npu::float_ram_negations(p, one, wsum_on_, "xb RAM");
+    one[0].data = data;
+    const auto neg = npu::float_ram_negations(p, one, xb_on, "xb RAM");
     std::vector<npu::FloatRamHead> xh;
     for (int h = 0; h < H; ++h) {
       xb_out.push_back(p.values("xb.out" + std::to_string(h), hs + 1));
       npu::FloatRamHead x;
-      x.data = xb_data;
+      x.data = data;
       x.negated = neg[0];
-      x.write_flag = x.wipe_flag = wsum_head_[at(h)];
+      x.write_flag = x.wipe_flag = xb_write[at(h)];
       x.read_flag = xb_back_;
       x.out = xb_out.back();
       xh.push_back(std::move(x));
       xb_.insert(xb_.end(), xb_out.back().begin(), xb_out.back().begin() + hs);
     }
-    npu::float_ram(p, npu::FloatRamWindow{g_.score_low_binade}, xh, wsum_on_, "xb RAM");
+    npu::float_ram(p, npu::FloatRamWindow{g_.score_low_binade}, xh, xb_on, "xb RAM");
   }
 
   // Read-back lanes: RS, RM, RE / RX (mant / exponent of head k of the group read), RSUM
@@ -559,6 +650,128 @@ void AttentionStages::build(const std::vector<ValueId>& q, const std::vector<std
     lanes_.push_back(pr[at(3 * k + 2)]);
   }
   for (const auto& x : xb_out) lanes_.insert(lanes_.end(), x.begin(), x.end());
+}
+
+std::vector<std::vector<ValueId>> AttentionStages::build_slow(const SlowInputs& in, compiler::OpRange previous) {
+  compiler::Program& p = as_.program();
+  const int hs = g_.head_size, E = g_.exp_heads, B = g_.blocks(), P = g_.positions;
+  const ValueId pos = in.pos;
+  const int per = g_.row_floats / hs, chunks = static_cast<int>(in.v_data.size());
+  const ValueId zero = p.value("slow.zero");  // never written: +0 (block 0 starts from C's xb = 0)
+  std::vector<std::vector<ValueId>> xb(at(B));
+  // Unit b - 1's carry columns for the carry RAM (per dim kCarryColumns, then the big
+  // bits), and their negations.
+  std::vector<ValueId> carry;
+  std::vector<std::vector<ValueId>> carry_neg;
+  auto carry_heads = [&](const std::vector<ValueId>& data) {  // head 0: columns 0, 1 and big; head 1: columns 2, 3
+    std::vector<npu::FloatRamHead> heads(2);
+    for (int i = 0; i < hs; ++i)
+      for (int c = 0; c < kCarryColumns; ++c)
+        heads[c < 2 ? 0 : 1].data.push_back(data[at(i * kCarryColumns + c)]);
+    for (int i = 0; i < hs; ++i) heads[0].data.push_back(data[at(hs * kCarryColumns + i)]);
+    return heads;
+  };
+  for (int b = 0; b < B; ++b) {
+    const ValueId on = slow_block_[at(b)];
+    const size_t first = p.ops().size();
+    std::vector<npu::TwoTier> xb_in(at(hs), npu::TwoTier{zero, zero, zero});
+    if (b > 0) {
+      const ValueId tiny_pred = p.value("slow.tiny");
+      npu::const_acc(p, tiny_pred, 0x1.fffffep-34f, "slow.tiny");
+      // The carry RAM b - 1 -> b: written by unit b - 1 (wiped first), read here.
+      std::vector<npu::FloatRamHead> heads = carry_heads(carry);
+      for (size_t k = 0; k < heads.size(); ++k) {
+        heads[k].negated = carry_neg[k];
+        heads[k].write_flag = heads[k].wipe_flag = slow_block_[at(b - 1)];
+        heads[k].read_flag = on;
+        heads[k].out = p.values("carry.out" + std::to_string(b), static_cast<int>(heads[k].data.size()));
+      }
+      npu::float_ram(p, npu::FloatRamWindow{kCarryLowBinade}, heads, slow_block_[at(b - 1)], "carry RAM " + std::to_string(b));
+      // Back in the columns' order.
+      std::vector<ValueId> cols(at(hs * kCarryColumns)), big(at(hs));
+      for (int i = 0; i < hs; ++i)
+        for (int c = 0; c < kCarryColumns; ++c)
+          cols[at(i * kCarryColumns + c)] = heads[c < 2 ? 0 : 1].out[at(2 * i + c % 2)];
+      for (int i = 0; i < hs; ++i) big[at(i)] = heads[0].out[at(2 * hs + i)];
+      for (int i = 0; i < hs; ++i)
+        xb_in[at(i)] = carry_value(
+            p, std::vector<ValueId>(cols.begin() + i * kCarryColumns, cols.begin() + (i + 1) * kCarryColumns), big[at(i)],
+            tiny_pred);
+    }
+    // The block's rows: head h's probability (rows past POS: 0) and v.
+    std::vector<ValueId> pm, ex;
+    std::vector<std::vector<ValueId>> v;
+    for (int t = 8 * b; t < std::min(P, 8 * b + 8); ++t) {
+      // SLOW's own copies of the prob RAM's and v RAM's heads of position t (written with
+      // them by PROB and QKV, read here): a head is read at its own depth, and the WSUM
+      // heads' out values would otherwise stay live down to the slow blocks.
+      const std::vector<ValueId> pr =
+          position_head(p, "slow prob", at(t), in.probs, in.prob_neg, prob_, on, g_.prob_low_binade);
+      std::vector<ValueId> vt_all;
+      {
+        std::vector<npu::FloatRamHead> vh;
+        for (int c = 0; c < chunks; ++c) {
+          npu::FloatRamHead h;
+          h.data = in.v_data[at(c)];
+          h.negated = in.v_neg[at(c)];
+          h.key_bits = h.query_bits = vram_row_;
+          h.write_flag = in.v_write[at(t)];
+          h.read_flag = on;
+          h.out = p.values("slow.v_out" + std::to_string(t), static_cast<int>(h.data.size()));
+          vt_all.insert(vt_all.end(), h.out.begin(), h.out.end());
+          vh.push_back(std::move(h));
+        }
+        npu::float_ram(p, npu::FloatRamWindow{g_.v_low_binade}, vh, in.qkv_on, "slow v RAM " + std::to_string(t));
+      }
+      const ValueId after = npu::attn_int_positive(p, Lin{{{kOne, static_cast<float>(t)}, {pos, -1.0f}}}, "slow.past");
+      pm.push_back(p.value("slow.pm"));
+      ex.push_back(p.value("slow.exponent"));
+      std::vector<Neuron> ns;
+      for (int k = 0; k < E; ++k) {
+        const Lin gate{{{slow_k_[at(k)], kGateOn}, {after, -kGateOn}}};
+        ns.push_back(Neuron{gate, Lin{{{pr[at(3 * k)], 1.0f / kGateOn}}}, {{pm.back(), 1.0f}}});
+        ns.push_back(Neuron{gate, Lin{{{pr[at(3 * k + 1)], 1.0f / (kGateOn * kProbSmallScale)}}}, {{pm.back(), 1.0f}}});
+        ns.push_back(Neuron{gate, Lin{{{pr[at(3 * k + 2)], 1.0f / kGateOn}}}, {{ex.back(), 1.0f}}});
+      }
+      p.mlp("slow.pick", std::move(ns));
+      v.push_back(p.values("slow.v", hs));
+      std::vector<Neuron> vn;
+      for (int j = 0; j < g_.kv_heads; ++j)
+        for (int i = 0; i < hs; ++i)
+          vn.push_back(Neuron{Lin{{{slow_kv_[at(j)], kGateOn}}},  // kv head j: chunk j / per, place j % per
+                              Lin{{{vt_all[at((j / per) * per * hs + (j % per) * hs + i)], 1.0f / kGateOn}}},
+                              {{v.back()[at(i)], 1.0f}}});
+      p.mlp("slow.v", std::move(vn));
+    }
+    const std::vector<npu::TwoTier> out = npu::attn_wsum_slow_block(p, pm, ex, v, xb_in);
+    // xb = hi 2^-26 (the xb RAM's window lies far above 2^-104, where hi = 0 and xb would
+    // be lo 2^-71).
+    for (int i = 0; i < hs; ++i) {
+      xb[at(b)].push_back(p.value("slow.xb"));
+      npu::scale_acc(p, xb[at(b)].back(), out[at(i)].hi, 1.0f / npu::kWsumScale, "slow.xb");
+    }
+    if (b + 1 < B) {
+      const ValueId half_pred = p.value("slow.half");
+      npu::const_acc(p, half_pred, 0x1.fffffep-2f, "slow.half");
+      carry.clear();
+      for (int i = 0; i < hs; ++i)
+        for (const ValueId c : carry_columns(p, out[at(i)], half_pred)) carry.push_back(c);
+      for (int i = 0; i < hs; ++i) carry.push_back(out[at(i)].big);
+      carry_neg = npu::float_ram_negations(p, carry_heads(carry), on, "carry RAM");
+    }
+    compiler::enable_constants(p, first, on);
+    as_.gate_clears(first, p.ops().size(), on);
+    // One unit at a time down the stack (after WSUM): a slow block is wide.
+    const compiler::OpRange unit{first, p.ops().size()};
+    p.order(previous, unit);
+    previous = unit;
+  }
+  // SLOW's block loop: SLOW(l).h.b goes on to block b + 1 while a position up to POS lies
+  // there.
+  Lin base;
+  for (int b = 1; b < B; ++b) base.terms.push_back({slow_block_[at(b)], static_cast<float>(8 * b)});
+  as_.branch(more_blocks(p, base, slow_on_, pos));
+  return xb;
 }
 
 std::vector<std::pair<ValueId, float>> AttentionStages::qkv_sets(int layer) const {
@@ -639,7 +852,21 @@ void AttentionStages::define(int first_lane, ValueId send, ValueId q_read, Value
         as_.define(block_name("PROB", l, b) + "." + std::to_string(hg), std::move(op));
       }
     for (int h = 0; h < H; ++h) {
-      MicroOp op = as_.step(h + 1 < H ? block_name("WSUM", l, h + 1) : chained ? block_name("ATTO", l, 0) : std::string("DONE"));
+      // WSUM(l).h and its slow path go on to the next head (after the last: ATTO, or DONE).
+      const std::string next = h + 1 < H ? block_name("WSUM", l, h + 1) : chained ? block_name("ATTO", l, 0) : std::string("DONE");
+      for (int b = 0; b < g_.blocks(); ++b) {
+        MicroOp s = b + 1 < g_.blocks() ? as_.branch_step(slow_name(l, h, b + 1), next) : as_.step(next);
+        s.sets = {{slow_on_, 1.0f},
+                  {slow_block_[at(b)], 1.0f},
+                  {pos_read, 1.0f},  // the rows past POS, and the loop's branch
+                  {slow_k_[at(h % g_.exp_heads)], 1.0f},
+                  {slow_kv_[at(h / (H / g_.kv_heads))], 1.0f},
+                  {slow_head_[at(h)], 1.0f}};
+        with_bits(s, exp_query_, h / g_.exp_heads);
+        with_bits(s, vram_row_, l);
+        as_.define(slow_name(l, h, b), std::move(s));
+      }
+      MicroOp op = as_.branch_step(slow_name(l, h, 0), next);  // on the unsafe bit
       op.sets = {{wsum_on_, 1.0f},
                  {pos_read, 1.0f},
                  {wsum_k_[at(h % g_.exp_heads)], 1.0f},

@@ -225,5 +225,102 @@ TEST(QkvMachine, AttentionStagesBitExactOnTheEngine) {
   EXPECT_GT(stale_wins, 0);  // the case exercises the mask
 }
 
+// Whether run.c's weighted sum of head h at (pos, layer) is unsafe on the fast path: any
+// lane's unsafe bit of the fast path's C model on run.c's probabilities and v.
+bool fast_path_unsafe(int pos, int layer, int h) {
+  const auto& cfg = stories260k().config();
+  const int head_size = cfg.dim / cfg.n_heads, kv_mul = cfg.n_heads / cfg.n_kv_heads;
+  const std::vector<float>& prob = golden().head(K::att_prob, pos, layer, h);
+  std::vector<float> vs;
+  for (int t = 0; t <= pos; ++t) {
+    const std::vector<float>& vt = golden().at(K::v, t, layer);
+    vs.insert(vs.end(), vt.begin() + (h / kv_mul) * head_size, vt.begin() + (h / kv_mul + 1) * head_size);
+  }
+  bool unsafe = false;
+  for (int i = 0; i < head_size; ++i)
+    unsafe |= npu::attn_weighted_sum_fast_model(prob.data(), vs.data() + i, pos + 1, head_size).unsafe;
+  return unsafe;
+}
+
+// The exact slow path (SLOW(l).h.b) on the machine. The cache of layer 1 is filled by
+// QKV(1) at positions 0..25 (golden x_in); at positions 25 and then 24 (QKV(1) at 24 run
+// again for its q; row 25 is then a stale row inside the block) the greedy story's first
+// heads whose fast weighted sum is unsafe occur (derived here from the fast path's C
+// model, not assumed). At POS = pos, SCORE(1).0 runs the scores and MAX, EXP(1).0.0 the
+// rest: WSUM(1).h branches on its own unsafe bit, to SLOW(1).h.0 .. SLOW(1).h.(pos / 8)
+// for exactly the unsafe heads (the generated control stream says which), each block's
+// cycle continuing the two-tier xb of the one before through the carry RAM. Then RXB
+// sends every head's xb: run.c's att_out bit for bit (the slow path's for the unsafe
+// heads, with the bit 1), and ATTO(1) (X loaded with x_in of pos) run.c's x_att_res.
+TEST(QkvMachine, SlowPathOfUnsafeHeadsBitExactOnTheEngine) {
+  QkvMachineOptions o;
+  o.attention = true;
+  o.max_positions = 32;  // 4 blocks
+  const QkvMachine m = build_qkv_machine(stories260k(), o);
+  testing::print_shape("qkv machine with the attention stages and the slow path", m);
+  EXPECT_LE(m.compiled.weights.config.intermediate_size, 1024);
+  const auto& cfg = stories260k().config();
+  const int heads = cfg.n_heads, l = 1, last = 25;
+  const auto& gold = golden();
+  auto hosts = testing::engine_hosts(m.model());
+  const testing::Step host = hosts();
+  Tally t;
+  std::vector<int64_t> prompt = {m.id("HDR")};
+  for (int p = 0; p <= last; ++p)
+    for (int64_t tok : m.load_and_run(gold.at(K::x_in, p, l), p, l)) prompt.push_back(tok);
+  bool first = true;
+  int unsafe_total = 0, slow_cycles = 0;
+  for (const int pos : {last, 24}) {
+    SCOPED_TRACE("position " + std::to_string(pos));
+    if (!first) prompt.clear();
+    first = false;
+    // SCORE reads the q of the last QKV: QKV(1) at pos again (its cache row gets the same
+    // k and v again).
+    if (pos != last)
+      for (int64_t tok : m.load_and_run(gold.at(K::x_in, pos, l), pos, l)) prompt.push_back(tok);
+    for (int64_t tok : m.set_pos(pos)) prompt.push_back(tok);
+    const std::vector<int64_t> scores = m.score_and_max(l, pos);
+    prompt.push_back(scores[0]);
+    std::vector<int64_t> loop(scores.begin() + 1, scores.end());
+    for (int64_t tok : m.expected_max(per_head(K::att_max, pos, l, heads, 0))) loop.push_back(tok);
+    expect_run(m, prompt, host, loop, t);
+    // EXP(1).0.0 alone; WSUM(1).h reruns exactly the unsafe heads through the slow blocks.
+    std::vector<int64_t> stages = m.exps(l, pos);
+    for (int64_t tok : m.sums(l)) stages.push_back(tok);
+    for (int64_t tok : m.probs(l, pos)) stages.push_back(tok);
+    std::vector<bool> unsafe;
+    for (int h = 0; h < heads; ++h) {
+      unsafe.push_back(fast_path_unsafe(pos, l, h));
+      stages.push_back(m.id("WSUM(" + std::to_string(l) + ")." + std::to_string(h)));
+      if (!unsafe.back()) continue;
+      ++unsafe_total;
+      for (int b = 0; b <= pos / 8; ++b) {
+        stages.push_back(m.id("SLOW(" + std::to_string(l) + ")." + std::to_string(h) + "." + std::to_string(b)));
+        ++slow_cycles;
+      }
+    }
+    stages.push_back(m.done());
+    const testing::Run r = testing::run_greedy(m, {stages[0]}, host, static_cast<int64_t>(stages.size()) + 4);
+    EXPECT_EQ(r.ambiguous, 0);
+    ASSERT_EQ(r.generated.size(), stages.size() - 1);
+    for (size_t i = 1; i < stages.size(); ++i) ASSERT_EQ(r.generated[i - 1], stages[i]) << "generated token " << i - 1;
+    t.cycles += r.generate_forwards;
+    t.seconds += r.generate_seconds;
+    EXPECT_GT(std::count(unsafe.begin(), unsafe.end(), true), 0);  // the case exercises the slow path
+    // Every head's xb is run.c's att_out (the unsafe heads' through the slow path: bit 1).
+    for (int h = 0; h < heads; ++h)
+      expect_run(m, {m.id("RXB(" + std::to_string(h) + ").0")}, host,
+                 m.expected_xb(h, gold.head(K::att_out, pos, l, h), unsafe[static_cast<size_t>(h)]), t);
+    // ATTO: x + wo xb with X = x_in of pos: run.c's x_att_res.
+    std::vector<int64_t> atto = m.load_x(gold.at(K::x_in, pos, l));
+    atto.push_back(m.id("ATTO(" + std::to_string(l) + ").0"));
+    expect_run(m, atto, host, m.expected_atto(l, gold.at(K::x_att_res, pos, l)), t);
+  }
+  std::printf("slow path: %d unsafe heads rerun exactly in %d SLOW cycles (1 cycle per block of 8 positions); %lld floats "
+              "bit-exact over %lld generated cycles, %.3f ms per cycle\n",
+              unsafe_total, slow_cycles, static_cast<long long>(t.floats), static_cast<long long>(t.cycles),
+              t.cycles ? 1e3 * t.seconds / static_cast<double>(t.cycles) : 0.0);
+}
+
 }  // namespace
 }  // namespace qpu::machine

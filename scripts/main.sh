@@ -4,8 +4,12 @@
 #      against llama2.c's published output;
 #   2. the host engine: a tiny random Qwen3.5 checkpoint made by stock transformers,
 #      described by `qpu info` and run by `qpu generate`, logits compared with transformers;
-#   3. the NPU's exact primitives inside Qwen3.5 forward passes (`qpu primitives`).
-# When the NPU runs stories260K (issue 5) this becomes: compile, run, verify the story.
+#   3. the NPU's exact primitives inside Qwen3.5 forward passes (`qpu primitives`);
+#   4. stories260K compiled into one Qwen3.5 token machine (in memory) whose forward
+#      passes, the host's greedy output fed back, run the nested model: `qpu story`
+#      prints the story's first steps, every crossing float and story token checked
+#      against run.c bit for bit, and the text compared with `qpu ref` byte for byte.
+#      (A 256-step run takes tens of minutes here: QPU_STORY_STEPS sets the steps.)
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 ensure_apt_packages
 ensure_venv
@@ -18,7 +22,7 @@ MODELS="$SHARED/models/stories260K"
 WORK="$QPU_CACHE/main-job"
 mkdir -p "$WORK"
 
-log "1/3 reference: qpu ref stories260K, greedy, 256 steps, \"Once upon a time\""
+log "1/4 reference: qpu ref stories260K, greedy, 256 steps, \"Once upon a time\""
 "$QPU" ref "$MODELS/stories260K.bin" -z "$MODELS/tok512.bin" -t 0 -n 256 \
   -i "Once upon a time" > "$WORK/story.txt"
 cat "$WORK/story.txt"
@@ -28,11 +32,23 @@ else
   log "exactness check FAILED: the story differs from llama2.c's published output"; exit 1
 fi
 
-log "2/3 host engine: tiny random Qwen3.5 checkpoint from stock transformers"
+log "2/4 host engine: tiny random Qwen3.5 checkpoint from stock transformers"
 "$QPU_PYTHON" "$QPU_ROOT/python/make_tiny_checkpoints.py" "$WORK/tiny" --only mixed_gva_untied_f32 >/dev/null
 "$QPU" info "$WORK/tiny/mixed_gva_untied_f32"
 "$QPU" generate "$WORK/tiny/mixed_gva_untied_f32" --tokens 1,2,3,4 -n 16
 
-log "3/3 NPU primitives: exact fp32 arithmetic inside Qwen3.5 forward passes"
+log "3/4 NPU primitives: exact fp32 arithmetic inside Qwen3.5 forward passes"
 "$QPU" primitives
+
+STEPS="${QPU_STORY_STEPS:-8}"
+log "4/4 the token machine: stories260K inside Qwen3.5 forward passes, $STEPS steps from BOS, verified"
+"$QPU" ref "$MODELS/stories260K.bin" -z "$MODELS/tok512.bin" -t 0 -n "$STEPS" > "$WORK/ref-story.txt"
+OMP_NUM_THREADS=1 "$QPU" story --model "$MODELS/stories260K.bin" -z "$MODELS/tok512.bin" -n "$STEPS" --verify \
+  > "$WORK/machine-story.txt"
+cat "$WORK/machine-story.txt"
+if cmp -s "$WORK/machine-story.txt" "$WORK/ref-story.txt"; then
+  log "exactness check: the machine's story is byte-identical to qpu ref's, every nested float bit for bit"
+else
+  log "exactness check FAILED: the machine's story differs from qpu ref's"; exit 1
+fi
 log "main job done"

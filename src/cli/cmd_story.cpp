@@ -1,0 +1,145 @@
+// `qpu story --model stories260K.bin -z tok512.bin [-n steps] [--verify] [--threads T]`:
+// the whole nested model running inside the host (docs/story-cli.md). Builds the token
+// machine (machine/token_machine.h) for the run in memory, runs it on the engine from
+// HDR with the host's greedy argmax fed back, and prints the story tokens the stream
+// carries exactly as `qpu ref -t 0` prints them (run.c's decode and safe printing, the
+// final newline; a BOS ends the story). With --verify every crossing float and story
+// token is compared with run.c (runner/story_check.h); the first difference is an error.
+#include <omp.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <string>
+
+#include <fmt/format.h>
+
+#include "cli/command_registry.h"
+#include "common/error.h"
+#include "reference/generate.h"
+#include "reference/llama2_checkpoint.h"
+#include "reference/tokenizer.h"
+#include "runner/story_check.h"
+#include "runner/story_stream.h"
+
+namespace {
+
+using namespace qpu;
+
+struct StoryOptions {
+  std::string checkpoint;
+  std::string tokenizer = "tokenizer.bin";  // run.c's default
+  int steps = 256;
+  bool verify = false;
+  int threads = 0;
+};
+
+// A progress line on stderr at most 4 times a second on a terminal (rewritten in place),
+// else every 10 s (one line each, for logs).
+class Progress {
+ public:
+  Progress() : tty_(isatty(fileno(stderr)) != 0) {}
+  void update(const runner::StreamCounts& c, double seconds, bool last) {
+    if (!last && seconds - shown_ < (tty_ ? 0.25 : 10.0)) return;
+    shown_ = seconds;
+    const long long tokens = c.story_tokens > 0 ? c.story_tokens - 1 : 0;  // TOK.1 is BOS, not a story token
+    std::fprintf(stderr, "%shost cycles %lld, nested tokens %lld, %.0f cycles/s, %.1f s%s", tty_ ? "\r" : "",
+                 static_cast<long long>(c.cycles), tokens, seconds > 0 ? static_cast<double>(c.cycles) / seconds : 0.0,
+                 seconds, tty_ && !last ? "\x1b[K" : "\n");
+    std::fflush(stderr);
+  }
+
+ private:
+  bool tty_;
+  double shown_ = -1e9;
+};
+
+int run_story(const StoryOptions& o) {
+  if (o.threads < 0) fail("flag --threads: {} must not be negative", o.threads);
+  if (o.threads > 0) omp_set_num_threads(o.threads);
+  const reference::Llama2Checkpoint checkpoint = reference::load_llama2_checkpoint(o.checkpoint);
+  const reference::Tokenizer tokenizer = reference::Tokenizer::load(o.tokenizer, checkpoint.config().vocab_size);
+  const int steps = reference::run_c_steps(o.steps, checkpoint.config().seq_len);
+
+  using Clock = std::chrono::steady_clock;
+  const auto t0 = Clock::now();
+  const auto since = [](Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); };
+  const machine::TokenMachine m = machine::build_token_machine(checkpoint, runner::token_machine_options(steps));
+  const double built = since(t0);
+  const auto t1 = Clock::now();
+  const engine::Model model = m.model();
+  const auto& c = m.compiled.weights.config;
+  std::fprintf(stderr,
+               "story: token machine for %d nested positions: layers %lld, hidden %lld, intermediate %lld, vocab %lld "
+               "(built in %.1f s, engine model in %.1f s)\n",
+               steps, static_cast<long long>(c.num_hidden_layers), static_cast<long long>(c.hidden_size),
+               static_cast<long long>(c.intermediate_size), static_cast<long long>(c.vocab_size), built, since(t1));
+
+  std::unique_ptr<runner::StoryChecker> checker;
+  if (o.verify) checker = std::make_unique<runner::StoryChecker>(checkpoint);
+  int previous = reference::kBosToken;
+  bool bos_stop = false;
+  runner::StreamCallbacks cb;
+  cb.on_story = [&](const runner::StoryTokenEvent& e) {
+    if (checker && !checker->check(e)) return false;
+    if (e.position == 0) return true;  // run.c's first token, BOS: nothing printed
+    if (e.token == reference::kBosToken) {  // run.c stops at BOS (it delimits sequences)
+      bos_stop = true;
+      return false;
+    }
+    const std::string_view bytes = reference::printable_piece(tokenizer.decode(previous, e.token));
+    std::fwrite(bytes.data(), 1, bytes.size(), stdout);
+    std::fflush(stdout);  // run.c flushes after every token
+    previous = e.token;
+    return true;
+  };
+  if (checker) cb.on_crossing = [&](const runner::CrossingEvent& e) { return checker->check(e); };
+
+  Progress progress;
+  runner::StoryRunOptions ro;
+  // The host prompt: HDR, the step count, no nested prompt (BOS alone); the machine ends
+  // with DONE after the last step. The story-token limit is only a backstop.
+  ro.prompt = m.prompt({reference::kBosToken}, steps);
+  ro.stop_after_story_tokens = steps + 1;  // TOK.1 (BOS at position 0), then one per position
+  ro.on_cycle = [&](const runner::StreamCounts& counts, double seconds) { progress.update(counts, seconds, false); };
+  const runner::StoryRunResult r = runner::run_story(m, model, ro, cb);
+  progress.update(r.counts, r.seconds, true);
+
+  if (checker && checker->first_difference()) fail("verify: {}", checker->first_difference()->message());
+  const int64_t expected_tokens = steps + 1;
+  if (!bos_stop && r.counts.story_tokens < expected_tokens)
+    fail("story: the machine stopped after {} of {} story tokens ({}, {} host cycles)", r.counts.story_tokens,
+         expected_tokens, r.counts.done ? "DONE" : "no DONE", r.counts.cycles);
+  std::fwrite("\n", 1, 1, stdout);  // run.c's final newline
+  std::fflush(stdout);
+
+  const double nested = static_cast<double>(r.counts.story_tokens - 1);
+  std::fprintf(stderr, "story: %lld host cycles, %.0f nested tokens in %.1f s: %.1f host cycles/s, %.4f nested tokens/s%s\n",
+               static_cast<long long>(r.host_forwards), nested, r.seconds, r.cycles_per_second(),
+               r.seconds > 0 ? nested / r.seconds : 0.0,
+               r.ambiguous > 0 ? fmt::format(" ({} ambiguous host argmaxes)", r.ambiguous).c_str() : "");
+  if (checker)
+    std::fprintf(stderr, "verify: %lld floats and %lld tokens bit-identical to run.c\n",
+                 static_cast<long long>(checker->floats_compared()), static_cast<long long>(checker->tokens_compared()));
+  return 0;
+}
+
+qpu::cli::Runner setup(CLI::App& app) {
+  auto o = std::make_shared<StoryOptions>();
+  app.footer(
+      "The checkpoint is compiled into one Qwen3.5 token machine whose host forward passes, greedy argmax fed back, "
+      "run the nested model. Greedy only for now: -t, -p, -s and -i are not accepted yet.");
+  app.add_option("--model", o->checkpoint, "llama2.c checkpoint (version 0), e.g. stories260K.bin")->required();
+  app.add_option("-z", o->tokenizer, "tokenizer.bin-format tokenizer (default: tokenizer.bin)");
+  app.add_option("-n", o->steps, "nested positions to run; 0 or > seq_len = seq_len (default 256)");
+  app.add_flag("--verify", o->verify,
+               "compare every float crossing the machine's boundary and every story token with run.c, bit for bit");
+  app.add_option("--threads", o->threads, "engine (OpenMP) threads; 0 = OpenMP's default (default 0)");
+  return [o] { return run_story(*o); };
+}
+
+qpu::cli::Registration reg{"story", "Run a llama2.c model as a machine inside the host's forward passes (greedy)",
+                           setup};
+
+}  // namespace

@@ -1,0 +1,75 @@
+#pragma once
+// The reference side of `qpu story --verify`: run.c's forward (reference::Transformer, bit
+// for bit) run greedily from BOS, one position at a time as the machine's stream needs it,
+// and every crossing float and story token of the stream compared with it:
+//
+//   ATTO(l).i at position p   run.c's x after the attention of layer l (x_att_res), element i
+//   FFN(l).i  at position p   run.c's x after the FFN of layer l (x_ffn_res), element i
+//   INC       at position p   p + 1
+//   story token j             j = 0: BOS; else run.c's greedy next token at position j - 1
+//
+// Floats are compared as bits (std::bit_cast<uint32_t>), so +0 and -0 differ. The checker
+// keeps the FIRST difference (nested position, what, both values and their bits) and
+// counts what it compared.
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "reference/llama2_checkpoint.h"
+#include "reference/transformer.h"
+#include "runner/story_stream.h"
+
+namespace qpu::runner {
+
+// run.c's values at one nested position.
+struct ReferencePosition {
+  int token = 0;  // the token run.c's forward got at this position
+  std::vector<std::vector<float>> x_att_res, x_ffn_res;  // [layer][dim]
+  int next = 0;   // run.c's greedy next token (the first maximum of the logits)
+};
+
+struct Difference {
+  int position = 0;
+  std::string what;      // e.g. "x after the attention of layer 2, element 17"
+  std::string machine;   // the machine's value, e.g. "0.123 (0x3dfbe76d)" or "token 403"
+  std::string run_c;     // run.c's
+  std::string message() const;  // one line naming all of the above
+};
+
+class StoryChecker {
+ public:
+  // Keeps a reference: the checkpoint must outlive the checker.
+  explicit StoryChecker(const reference::Llama2Checkpoint& checkpoint);
+
+  // Compare one event; false when it differs or cannot be compared (the difference is
+  // then first_difference(), if it is the first). Once a difference is found, later
+  // events are not compared.
+  bool check(const CrossingEvent& e);
+  bool check(const StoryTokenEvent& e);
+
+  const std::optional<Difference>& first_difference() const { return first_; }
+  int64_t floats_compared() const { return floats_; }
+  int64_t tokens_compared() const { return tokens_; }
+
+  // run.c's record of position `pos`, running positions up to it first (from BOS, each
+  // next token run.c's greedy one). Mutable so that a test can corrupt a value and see
+  // the checker report it. Throws qpu::Error past the checkpoint's seq_len.
+  ReferencePosition& reference(int pos);
+
+ private:
+  bool differ(int position, std::string what, std::string machine, std::string run_c);
+
+  const reference::Llama2Checkpoint& checkpoint_;
+  reference::Transformer transformer_;
+  std::vector<ReferencePosition> positions_;
+  std::map<int, int64_t> crossings_seen_;  // per position, for the completeness check
+  std::optional<Difference> first_;
+  int64_t floats_ = 0, tokens_ = 0;
+};
+
+// "1.5 (0x3fc00000)": a float with its bits.
+std::string float_with_bits(float v);
+
+}  // namespace qpu::runner

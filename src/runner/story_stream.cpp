@@ -1,0 +1,189 @@
+#include "runner/story_stream.h"
+
+#include <algorithm>
+#include <charconv>
+#include <chrono>
+#include <set>
+#include <string_view>
+
+#include "common/error.h"
+
+namespace qpu::runner {
+
+namespace {
+
+// A non-negative decimal integer filling all of `s`, else -1.
+int parse_int(std::string_view s) {
+  int v = -1;
+  if (s.empty()) return -1;
+  const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  return ec == std::errc() && end == s.data() + s.size() ? v : -1;
+}
+
+// "PREFIX(l).i" -> (l, i); false for any other shape.
+bool parse_layer_element(std::string_view name, std::string_view prefix, int& layer, int& element) {
+  if (!name.starts_with(prefix) || name.size() <= prefix.size() || name[prefix.size()] != '(') return false;
+  name.remove_prefix(prefix.size() + 1);
+  const size_t close = name.find(").");
+  if (close == std::string_view::npos) return false;
+  layer = parse_int(name.substr(0, close));
+  element = parse_int(name.substr(close + 2));
+  return layer >= 0 && element >= 0;
+}
+
+// The machine's signatures (machine/control_vocab.h, npu/uplink.h): the winner scores
+// exactly 2^20 + 2^10 (a control token) or 2^20 + 2^3 (a value token), and it alone
+// scores above 2^20. Anything else means the host's argmax was not decided by design.
+bool unambiguous(const std::vector<float>& logits, float best) {
+  if (best != 0x1p20f + 0x1p10f && best != 0x1p20f + 0x1p3f) return false;
+  return std::count_if(logits.begin(), logits.end(), [](float v) { return v > 0x1p20f; }) == 1;
+}
+
+}  // namespace
+
+StreamVocabulary StreamVocabulary::of(const machine::AssembledMachine& m) {
+  StreamVocabulary v;
+  v.first_control = m.control.first;
+  v.control_names = m.control_names;
+  v.done_id = m.done();
+  v.decode = [&m](int64_t a, int64_t b, int64_t c) { return m.decode(a, b, c); };
+  return v;
+}
+
+StreamParser::StreamParser(StreamVocabulary vocabulary) : v_(std::move(vocabulary)) {
+  if (!v_.decode) fail("story stream: the vocabulary has no value decoder");
+  if (v_.first_control < 0) fail("story stream: first control id {} is negative", v_.first_control);
+  std::set<std::string_view> seen;
+  meanings_.resize(v_.control_names.size());
+  for (size_t c = 0; c < v_.control_names.size(); ++c) {
+    const std::string_view name = v_.control_names[c];
+    if (!seen.insert(name).second) fail("story stream: control token name '{}' repeats", name);
+    Meaning& m = meanings_[c];
+    if (static_cast<int64_t>(c) + v_.first_control == v_.done_id) {
+      m.kind = Meaning::Done;
+    } else if (name.starts_with("TOK.") || name.starts_with("TOKF.")) {
+      m.first_printed = name.starts_with("TOKF.");
+      m.token = parse_int(name.substr(m.first_printed ? 5 : 4));
+      if (m.token < 0) fail("story stream: story token name '{}' has no token number", name);
+      m.kind = Meaning::Story;
+    } else if (name == "INC") {
+      m.kind = Meaning::Crossing;
+      m.op = CrossingOp::Inc;
+    } else if (parse_layer_element(name, "ATTO", m.layer, m.element)) {
+      m.kind = Meaning::Crossing;
+      m.op = CrossingOp::Attention;
+    } else if (parse_layer_element(name, "FFN", m.layer, m.element)) {
+      m.kind = Meaning::Crossing;
+      m.op = CrossingOp::Ffn;
+    } else {
+      m.layer = -1;
+      m.element = 0;
+    }
+  }
+}
+
+bool StreamParser::feed(int64_t id, const StreamCallbacks& callbacks) {
+  const int64_t cycle = counts_.cycles++;
+  const int64_t count = static_cast<int64_t>(v_.control_names.size());
+  if (id < 0 || id >= v_.first_control + count)
+    fail("story stream: cycle {}: host token {} is outside the machine's vocabulary ({} ids)", cycle, id,
+         v_.first_control + count);
+  const int position = static_cast<int>(std::max<int64_t>(counts_.story_tokens - 1, 0));
+
+  if (id < v_.first_control) {  // a value token: part of the float after the latest control token
+    if (last_control_ < 0) fail("story stream: cycle {}: value token {} before any control token", cycle, id);
+    if (values_.size() == 3)
+      fail("story stream: cycle {}: a fourth value token after '{}'", cycle, v_.control_names[last_control_]);
+    values_.push_back(id);
+    if (values_.size() < 3) return true;
+    const float value = v_.decode(values_[0], values_[1], values_[2]);
+    const Meaning& m = meanings_[static_cast<size_t>(last_control_)];
+    if (m.kind != Meaning::Crossing) {
+      ++counts_.other_floats;
+      return true;
+    }
+    ++counts_.crossings;
+    if (!callbacks.on_crossing) return true;
+    return callbacks.on_crossing(CrossingEvent{&v_.control_names[last_control_], m.op, m.layer, m.element, value,
+                                               position, last_control_cycle_});
+  }
+
+  // A control token: the float of the previous one, if any, must be complete.
+  if (last_control_ >= 0) {
+    const std::string& previous = v_.control_names[last_control_];
+    if (!values_.empty() && values_.size() < 3)
+      fail("story stream: cycle {}: control token '{}' after {} of the 3 value tokens that follow '{}'", cycle,
+           v_.control_names[id - v_.first_control], values_.size(), previous);
+    if (values_.empty() && meanings_[static_cast<size_t>(last_control_)].kind == Meaning::Crossing)
+      fail("story stream: cycle {}: crossing micro-op '{}' is not followed by its float", cycle, previous);
+  }
+  last_control_ = id - v_.first_control;
+  last_control_cycle_ = cycle;
+  values_.clear();
+  const Meaning& m = meanings_[static_cast<size_t>(last_control_)];
+  switch (m.kind) {
+    case Meaning::Done:
+      counts_.done = true;
+      ++counts_.other_controls;
+      return false;
+    case Meaning::Story: {
+      const StoryTokenEvent e{m.token, static_cast<int>(counts_.story_tokens), m.first_printed, cycle};
+      ++counts_.story_tokens;
+      return callbacks.on_story ? callbacks.on_story(e) : true;
+    }
+    case Meaning::Crossing:
+      return true;  // its event comes with its float
+    case Meaning::Other:
+      ++counts_.other_controls;
+      return true;
+  }
+  return true;
+}
+
+machine::TokenMachineOptions token_machine_options(int positions) {
+  if (positions < 1) fail("story: {} nested positions, at least 1 needed", positions);
+  machine::TokenMachineOptions o;
+  o.max_positions = std::max(16, (positions + 7) / 8 * 8);
+  // 32 KV banks at every size: the machine as of 2026-11-30 fails to compile with 8 banks
+  // at 16 positions ("inbox: value ... is not an interface input"); its own test uses 32.
+  o.kv_banks = 32;
+  return o;
+}
+
+StoryRunResult run_story(const machine::AssembledMachine& m, const engine::Model& model, const StoryRunOptions& o,
+                         const StreamCallbacks& callbacks) {
+  const std::vector<int64_t> prompt = o.prompt.empty() ? std::vector<int64_t>{m.id("HDR")} : o.prompt;
+  StreamParser parser(StreamVocabulary::of(m));
+  const auto vocab = static_cast<size_t>(model.config().vocab_size);
+  std::vector<float> logits(vocab);
+  engine::State state = model.new_state();
+  StoryRunResult r;
+  const auto start = std::chrono::steady_clock::now();
+  const auto seconds = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
+  // One forward and the host's greedy pick (the first maximum, as torch's argmax).
+  // The argmax after a prompt token other than the last is not used (the prompt forces the
+  // next token), so it is neither returned nor checked.
+  const auto forward = [&](int64_t token, bool used) {
+    model.forward(token, state, logits);
+    ++r.host_forwards;
+    if (!used) return int64_t{-1};
+    const auto best = std::max_element(logits.begin(), logits.end());
+    if (!unambiguous(logits, *best)) ++r.ambiguous;
+    return static_cast<int64_t>(best - logits.begin());
+  };
+  int64_t next = 0;
+  for (size_t i = 0; i < prompt.size(); ++i) next = forward(prompt[i], i + 1 == prompt.size());
+  for (;;) {
+    const bool go_on = parser.feed(next, callbacks);
+    if (o.on_cycle) o.on_cycle(parser.counts(), seconds());
+    if (!go_on) break;
+    if (o.stop_after_story_tokens > 0 && parser.counts().story_tokens >= o.stop_after_story_tokens) break;
+    if (o.max_cycles > 0 && parser.counts().cycles >= o.max_cycles) break;
+    next = forward(next, true);
+  }
+  r.counts = parser.counts();
+  r.seconds = seconds();
+  return r;
+}
+
+}  // namespace qpu::runner

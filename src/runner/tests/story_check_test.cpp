@@ -1,0 +1,222 @@
+// The checker against run.c's own greedy run: reference::generate (run.c's generate loop
+// with the greedy sampler, traced) gives what a correct machine would stream; replayed
+// into the checker it must compare every float and token with 0 differences, and every
+// single corruption (a flipped bit of one reference float, a wrong next token, a missing
+// or wrong float) must be reported at its own position, layer and element.
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "reference/generate.h"
+#include "reference/llama2_checkpoint.h"
+#include "reference/sampler.h"
+#include "reference/tokenizer.h"
+#include "reference/transformer.h"
+#include "runner/story_check.h"
+
+namespace qpu::runner {
+namespace {
+
+using K = reference::TraceKind;
+constexpr int kPositions = 8;
+
+const reference::Llama2Checkpoint& stories260k() {
+  static const reference::Llama2Checkpoint ck =
+      reference::load_llama2_checkpoint(std::string(QPU_SHARED_DIR) + "/models/stories260K/stories260K.bin");
+  return ck;
+}
+
+struct Event {
+  bool story = false;
+  StoryTokenEvent token;
+  CrossingEvent crossing;
+  std::string name;
+};
+
+// run.c's generate loop, greedy, traced: the events a correct machine streams for
+// positions 0 .. kPositions - 1 and the story token that follows.
+class GoldenStream final : public reference::TraceObserver {
+ public:
+  GoldenStream() {
+    const auto& ck = stories260k();
+    reference::Transformer tf(ck);
+    reference::Tokenizer tok = reference::Tokenizer::load(std::string(QPU_SHARED_DIR) + "/models/stories260K/tok512.bin",
+                                                          ck.config().vocab_size);
+    reference::Sampler greedy(ck.config().vocab_size, 0.0f, 0.9f, 1);
+    reference::GenerateCallbacks cb;
+    cb.trace = this;
+    story(0);  // BOS at position 0 comes before any float
+    const auto result = reference::generate(tf, tok, greedy, "", kPositions, false, cb);
+    EXPECT_EQ(result.positions, kPositions);
+    tokens = result.tokens;
+  }
+  void record(K kind, int pos, int layer, int head, std::span<const float> values) override {
+    if (head >= 0) return;
+    if (kind == K::next_token) {
+      cross(pos, CrossingOp::Inc, -1, 0, static_cast<float>(pos + 1), "INC");
+      story(pos + 1);
+      return;
+    }
+    if (kind != K::x_att_res && kind != K::x_ffn_res) return;
+    const bool att = kind == K::x_att_res;
+    for (size_t i = 0; i < values.size(); ++i)
+      cross(pos, att ? CrossingOp::Attention : CrossingOp::Ffn, layer, static_cast<int>(i), values[i],
+            fmt::format("{}({}).{}", att ? "ATTO" : "FFN", layer, i));
+  }
+
+  std::vector<Event> events;
+  std::vector<int> tokens;
+
+ private:
+  void story(int pos) {
+    Event e;
+    e.story = true;
+    e.token.position = pos;
+    events.push_back(e);
+  }
+  void cross(int pos, CrossingOp op, int layer, int element, float v, std::string name) {
+    Event e;
+    e.crossing = CrossingEvent{nullptr, op, layer, element, v, pos, 0};
+    e.name = std::move(name);
+    events.push_back(std::move(e));
+  }
+};
+
+const GoldenStream& golden() {
+  static const GoldenStream g;
+  return g;
+}
+
+// Replays `events` into `checker` until it reports a difference.
+void replay(StoryChecker& checker, const std::vector<Event>& events, const std::vector<int>& tokens) {
+  for (const Event& e : events) {
+    bool same = false;
+    if (e.story) {
+      StoryTokenEvent t = e.token;
+      t.token = tokens[static_cast<size_t>(e.token.position)];
+      same = checker.check(t);
+    } else {
+      CrossingEvent c = e.crossing;
+      c.name = &e.name;
+      same = checker.check(c);
+    }
+    if (!same) return;
+  }
+}
+
+int64_t per_position() {
+  const auto& c = stories260k().config();
+  return 2 * static_cast<int64_t>(c.n_layers) * c.dim + 1;
+}
+
+std::string hex(float v) { return fmt::format("0x{:08x}", std::bit_cast<uint32_t>(v)); }
+
+TEST(StoryChecker, RunCsOwnGreedyStreamHasNoDifference) {
+  const GoldenStream& g = golden();
+  ASSERT_EQ(static_cast<int64_t>(g.events.size()), kPositions * per_position() + kPositions + 1);
+  StoryChecker checker(stories260k());
+  replay(checker, g.events, g.tokens);
+  EXPECT_FALSE(checker.first_difference().has_value()) << checker.first_difference()->message();
+  EXPECT_EQ(checker.floats_compared(), kPositions * per_position());
+  EXPECT_EQ(checker.tokens_compared(), kPositions + 1);
+  for (int p = 0; p < kPositions; ++p) {
+    EXPECT_EQ(checker.reference(p).token, g.tokens[static_cast<size_t>(p)]);
+    EXPECT_EQ(checker.reference(p).next, g.tokens[static_cast<size_t>(p) + 1]);
+  }
+}
+
+TEST(StoryChecker, EveryFlippedReferenceBitIsTheFirstDifferenceAtItsPlace) {
+  const GoldenStream& g = golden();
+  const auto& cfg = stories260k().config();
+  std::mt19937 rng(424242);
+  for (int trial = 0; trial < 60; ++trial) {
+    const int pos = std::uniform_int_distribution<int>(0, kPositions - 1)(rng);
+    const int layer = std::uniform_int_distribution<int>(0, cfg.n_layers - 1)(rng);
+    const int element = std::uniform_int_distribution<int>(0, cfg.dim - 1)(rng);
+    const bool attention = trial % 2 == 0;
+    const int bit = std::uniform_int_distribution<int>(0, 31)(rng);
+    StoryChecker checker(stories260k());
+    checker.reference(kPositions - 1);  // run.c's whole run first: the flip changes no later position
+    float& value = (attention ? checker.reference(pos).x_att_res : checker.reference(pos).x_ffn_res)
+        [static_cast<size_t>(layer)][static_cast<size_t>(element)];
+    const float original = value;
+    value = std::bit_cast<float>(std::bit_cast<uint32_t>(value) ^ (1u << bit));
+    replay(checker, g.events, g.tokens);
+    ASSERT_TRUE(checker.first_difference().has_value()) << "trial " << trial;
+    const Difference& d = *checker.first_difference();
+    EXPECT_EQ(d.position, pos);
+    EXPECT_EQ(d.what, fmt::format("x after the {} of layer {}, element {}", attention ? "attention" : "FFN", layer, element));
+    EXPECT_NE(d.machine.find(hex(original)), std::string::npos) << d.machine;
+    EXPECT_NE(d.run_c.find(hex(value)), std::string::npos) << d.run_c;
+    EXPECT_NE(d.message().find(fmt::format("nested position {}", pos)), std::string::npos);
+    const int64_t index = pos * per_position() + layer * 2 * cfg.dim + (attention ? 0 : cfg.dim) + element;
+    EXPECT_EQ(checker.floats_compared(), index + 1);
+  }
+}
+
+TEST(StoryChecker, AWrongNextTokenIsReportedAtThePositionItStarts) {
+  const GoldenStream& g = golden();
+  for (int pos = 0; pos < kPositions; ++pos) {
+    StoryChecker checker(stories260k());
+    checker.reference(kPositions - 1);
+    int& next = checker.reference(pos).next;
+    const int original = next;
+    next = (next + 1) % stories260k().config().vocab_size;
+    replay(checker, g.events, g.tokens);
+    ASSERT_TRUE(checker.first_difference().has_value());
+    EXPECT_EQ(checker.first_difference()->position, pos + 1);
+    EXPECT_EQ(checker.first_difference()->machine, fmt::format("token {}", original));
+    EXPECT_EQ(checker.first_difference()->run_c, fmt::format("token {}", next));
+    EXPECT_EQ(checker.tokens_compared(), pos + 2);
+  }
+}
+
+TEST(StoryChecker, MachineSideFaultsAreReported) {
+  const GoldenStream& g = golden();
+  const auto& cfg = stories260k().config();
+  {  // a float missing: the position's count is short when its story token comes
+    std::vector<Event> events = g.events;
+    events.erase(events.begin() + 1 + per_position() + 1 + 5);  // position 1, ATTO(0).5
+    StoryChecker checker(stories260k());
+    replay(checker, events, g.tokens);
+    ASSERT_TRUE(checker.first_difference().has_value());
+    EXPECT_EQ(checker.first_difference()->position, 1);
+    EXPECT_EQ(checker.first_difference()->machine, fmt::format("{} floats", per_position() - 1));
+  }
+  {  // INC's float is not p + 1
+    std::vector<Event> events = g.events;
+    const auto pp = static_cast<size_t>(per_position());
+    const size_t inc = 1 + 2 * (pp + 1) + pp - 1;  // position 2's last float
+    ASSERT_EQ(events[inc].name, "INC");
+    events[inc].crossing.value = 2.0f;
+    StoryChecker checker(stories260k());
+    replay(checker, events, g.tokens);
+    ASSERT_TRUE(checker.first_difference().has_value());
+    EXPECT_EQ(checker.first_difference()->position, 2);
+    EXPECT_EQ(checker.first_difference()->what, "POS + 1 (INC)");
+    EXPECT_EQ(checker.first_difference()->run_c, float_with_bits(3.0f));
+  }
+  {  // a layer or element the checkpoint does not have
+    std::vector<Event> events = g.events;
+    events[1].crossing.layer = cfg.n_layers;
+    StoryChecker checker(stories260k());
+    replay(checker, events, g.tokens);
+    ASSERT_TRUE(checker.first_difference().has_value());
+    EXPECT_EQ(checker.first_difference()->position, 0);
+    EXPECT_EQ(checker.floats_compared(), 0);
+  }
+  {  // the first story token is not BOS
+    StoryChecker checker(stories260k());
+    EXPECT_FALSE(checker.check(StoryTokenEvent{2, 0, false, 0}));
+    EXPECT_EQ(checker.first_difference()->run_c, fmt::format("token {}", reference::kBosToken));
+  }
+}
+
+}  // namespace
+}  // namespace qpu::runner

@@ -1,0 +1,81 @@
+// `qpu story` as a user runs it: `-n 2 --verify` on stories260K must print exactly the
+// bytes `qpu ref -t 0 -n 2` prints (run as a process too, not hard-coded), report the
+// verification, and bad flags or files must be errors with exit code 1.
+#include <gtest/gtest.h>
+
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+namespace {
+
+namespace fs = std::filesystem;
+
+const std::string kModels = std::string(QPU_SHARED_DIR) + "/models/stories260K/";
+
+struct Result {
+  int status = -1;
+  std::string out, err;
+};
+
+Result run_qpu(const std::string& args) {
+  const fs::path err_file = fs::temp_directory_path() / ("qpu-story-test-" + std::to_string(getpid()) + ".err");
+  const std::string command = std::string("'") + QPU_BINARY + "' " + args + " 2>'" + err_file.string() + "'";
+  Result r;
+  FILE* pipe = popen(command.c_str(), "r");
+  if (!pipe) return r;
+  std::array<char, 4096> buffer{};
+  size_t n = 0;
+  while ((n = fread(buffer.data(), 1, buffer.size(), pipe)) > 0) r.out.append(buffer.data(), n);
+  const int status = pclose(pipe);
+  r.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  std::ifstream err(err_file);
+  std::stringstream ss;
+  ss << err.rdbuf();
+  r.err = ss.str();
+  fs::remove(err_file);
+  return r;
+}
+
+TEST(StoryCli, TwoStepsPrintWhatRefPrintsAndVerify) {
+  const Result ref = run_qpu("ref '" + kModels + "stories260K.bin' -z '" + kModels + "tok512.bin' -t 0 -n 2");
+  ASSERT_EQ(ref.status, 0) << ref.err;
+  ASSERT_GT(ref.out.size(), 1u);  // two tokens' text and the final newline
+  const Result story =
+      run_qpu("story --model '" + kModels + "stories260K.bin' -z '" + kModels + "tok512.bin' -n 2 --verify --threads 1");
+  ASSERT_EQ(story.status, 0) << story.err;
+  EXPECT_EQ(story.out, ref.out);
+  // 2 positions of 5 layers x 64 elements x (attention, FFN) + INC; BOS and 2 story tokens.
+  EXPECT_NE(story.err.find("verify: 1282 floats and 3 tokens bit-identical to run.c"), std::string::npos) << story.err;
+  EXPECT_NE(story.err.find("story: token machine for 2 nested positions: layers "), std::string::npos) << story.err;
+}
+
+TEST(StoryCli, BadFlagsAndFilesAreErrors) {
+  const std::string model = "--model '" + kModels + "stories260K.bin' -z '" + kModels + "tok512.bin'";
+  Result r = run_qpu("story --model /nonexistent/model.bin -z '" + kModels + "tok512.bin' -n 2");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.err.find("/nonexistent/model.bin"), std::string::npos) << r.err;
+  r = run_qpu("story --model '" + kModels + "stories260K.bin' -z /nonexistent/tok.bin -n 2");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.err.find("/nonexistent/tok.bin"), std::string::npos) << r.err;
+  r = run_qpu("story " + model + " -n -3");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.err.find("qpu: "), std::string::npos) << r.err;
+  r = run_qpu("story " + model + " -n abc");
+  EXPECT_NE(r.status, 0);
+  r = run_qpu("story " + model + " -n 2 -t 0.5");  // sampling is not accepted yet
+  EXPECT_NE(r.status, 0);
+  r = run_qpu("story " + model + " -n 2 --threads -1");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.err.find("--threads"), std::string::npos) << r.err;
+  r = run_qpu("story -n 2");  // no model
+  EXPECT_NE(r.status, 0);
+  EXPECT_TRUE(r.out.empty());
+}
+
+}  // namespace

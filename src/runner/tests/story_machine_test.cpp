@@ -1,0 +1,125 @@
+// The real token machine (machine/token_machine.h, stories260K) run on the engine by
+// run_story for 2 nested positions, every crossing float and story token checked by the
+// StoryChecker against run.c: 0 differences. The same recorded stream is then replayed
+// into checkers whose run.c record has one flipped bit, which must report exactly that
+// position, layer and element (the check can fail on the machine's real stream).
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "reference/llama2_checkpoint.h"
+#include "runner/story_check.h"
+#include "runner/story_stream.h"
+
+namespace qpu::runner {
+namespace {
+
+constexpr int kPositions = 2;  // nested positions 0 and 1
+
+struct Recorded {
+  std::vector<StoryTokenEvent> story;
+  std::vector<CrossingEvent> crossings;
+  std::vector<std::string> names;  // per crossing (the machine's names die with it)
+  StoryRunResult result;
+};
+
+const reference::Llama2Checkpoint& stories260k() {
+  static const reference::Llama2Checkpoint ck =
+      reference::load_llama2_checkpoint(std::string(QPU_SHARED_DIR) + "/models/stories260K/stories260K.bin");
+  return ck;
+}
+
+class StoryMachine : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    const machine::TokenMachine m = machine::build_token_machine(stories260k(), token_machine_options(kPositions));
+    const engine::Model model = m.model();
+    recorded_ = new Recorded;
+    StoryRunOptions o;
+    o.prompt = m.prompt({1}, kPositions);       // HDR, the step count, BOS alone (no nested prompt)
+    o.stop_after_story_tokens = kPositions + 2;  // a backstop: the machine ends with DONE after TOK.1 and 2 more
+    o.max_cycles = 20000;                        // ~2,830 per position: a derailed machine stops
+    StreamCallbacks cb;
+    cb.on_story = [](const StoryTokenEvent& e) { return recorded_->story.push_back(e), true; };
+    cb.on_crossing = [](const CrossingEvent& e) {
+      recorded_->crossings.push_back(e);
+      recorded_->names.push_back(*e.name);
+      return true;
+    };
+    recorded_->result = run_story(m, model, o, cb);
+    for (size_t i = 0; i < recorded_->crossings.size(); ++i) recorded_->crossings[i].name = &recorded_->names[i];
+    const auto& r = recorded_->result;
+    std::printf("story machine: %lld host cycles in %.1f s (%.0f cycles/s), %lld story tokens, %lld ambiguous\n",
+                static_cast<long long>(r.host_forwards), r.seconds, r.cycles_per_second(),
+                static_cast<long long>(r.counts.story_tokens), static_cast<long long>(r.ambiguous));
+  }
+  static void TearDownTestSuite() {
+    delete recorded_;
+    recorded_ = nullptr;
+  }
+
+  // Replays the recorded stream in its order (story tokens and crossings by cycle).
+  static void replay(StoryChecker& checker) {
+    size_t s = 0, c = 0;
+    const Recorded& r = *recorded_;
+    while (s < r.story.size() || c < r.crossings.size()) {
+      const bool story_first = c == r.crossings.size() || (s < r.story.size() && r.story[s].cycle < r.crossings[c].cycle);
+      if (!(story_first ? checker.check(r.story[s++]) : checker.check(r.crossings[c++]))) return;
+    }
+  }
+
+  static Recorded* recorded_;
+};
+
+Recorded* StoryMachine::recorded_ = nullptr;
+
+TEST_F(StoryMachine, TwoPositionsBitIdenticalToRunC) {
+  const Recorded& r = *recorded_;
+  const auto& cfg = stories260k().config();
+  ASSERT_EQ(r.result.counts.story_tokens, kPositions + 1);
+  EXPECT_TRUE(r.result.counts.done);  // DONE right after the last story token
+  EXPECT_EQ(r.result.ambiguous, 0);
+  const int64_t per_position = 2 * static_cast<int64_t>(cfg.n_layers) * cfg.dim + 1;
+  EXPECT_EQ(r.result.counts.crossings, kPositions * per_position);
+  StoryChecker checker(stories260k());
+  replay(checker);
+  EXPECT_FALSE(checker.first_difference().has_value()) << checker.first_difference()->message();
+  EXPECT_EQ(checker.floats_compared(), kPositions * per_position);
+  EXPECT_EQ(checker.tokens_compared(), kPositions + 1);
+  for (int k = 0; k <= kPositions; ++k) {
+    EXPECT_EQ(r.story[static_cast<size_t>(k)].position, k);
+    EXPECT_EQ(r.story[static_cast<size_t>(k)].token, k == 0 ? 1 : checker.reference(k - 1).next);
+  }
+}
+
+TEST_F(StoryMachine, AFlippedReferenceBitIsReportedAtItsPlace) {
+  const auto& cfg = stories260k().config();
+  struct Flip {
+    int pos, layer, element, bit;
+    bool attention;
+  };
+  const std::vector<Flip> flips = {{1, 2, 17, 0, false}, {0, 0, 0, 31, true}, {1, 4, 63, 22, true}, {0, 3, 40, 9, false}};
+  for (const Flip& f : flips) {
+    StoryChecker checker(stories260k());
+    checker.reference(kPositions - 1);
+    float& v = (f.attention ? checker.reference(f.pos).x_att_res : checker.reference(f.pos).x_ffn_res)
+        [static_cast<size_t>(f.layer)][static_cast<size_t>(f.element)];
+    v = std::bit_cast<float>(std::bit_cast<uint32_t>(v) ^ (1u << f.bit));
+    replay(checker);
+    ASSERT_TRUE(checker.first_difference().has_value());
+    const Difference& d = *checker.first_difference();
+    EXPECT_EQ(d.position, f.pos);
+    EXPECT_EQ(d.what, fmt::format("x after the {} of layer {}, element {}", f.attention ? "attention" : "FFN", f.layer,
+                                  f.element));
+    EXPECT_NE(d.run_c.find(fmt::format("0x{:08x}", std::bit_cast<uint32_t>(v))), std::string::npos) << d.run_c;
+    ASSERT_LT(f.layer, cfg.n_layers);
+  }
+}
+
+}  // namespace
+}  // namespace qpu::runner

@@ -1,10 +1,11 @@
 #pragma once
 // M2e (docs/npu-machine.md, "M2e"): one looped machine that runs the whole nested model,
 // token after token, with nothing from the host but its own output fed back. The prompt
-// is HDR alone; HDR names TOK.1 (run.c's BOS at position 0) and from there every micro-op
+// is data only (TokenMachine::prompt: HDR, the step count, the nested prompt's tokens);
+// its last write names TOK.1 (run.c's BOS at position 0) and from there every micro-op
 // names the next:
 //
-//   TOK.k       writes k into TOK (an immediate register) -> QKV.0
+//   TOK.k       writes k into TOK (an immediate register) -> QKV.0 (or DONE, below)
 //   QKV.l       x (layer 0: the embedding of TOK, npu::embedding_lookup; else X0) ->
 //               rmsnorm -> wq, wk, wv -> RoPE(POS); q RAM, KV cache -> SCORE(l).0
 //   SCORE ... WSUM   the attention of layer l (machine/attention_stages.h); the block

@@ -3,7 +3,6 @@
 // the engine called directly, at several thread counts, and its error messages.
 #include <gtest/gtest.h>
 
-#include <array>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -13,6 +12,7 @@
 #include <vector>
 
 #include "common/float_bits.h"
+#include "common/testing/run_command.h"
 #include "engine/model.h"
 #include "engine/sampler.h"
 #include "io/qwen35_save.h"
@@ -24,28 +24,10 @@ namespace {
 
 namespace fs = std::filesystem;
 
-struct Result {
-  int status = -1;
-  std::string out;  // stdout
-  std::string err;  // stderr
-};
+using Result = qpu::testing::CommandResult;
 
 Result run_qpu(const std::string& args, const fs::path& dir) {
-  const fs::path err_file = dir / "stderr.txt";
-  const std::string command = std::string("'") + QPU_BINARY + "' " + args + " 2>'" + err_file.string() + "'";
-  Result r;
-  FILE* pipe = popen(command.c_str(), "r");
-  if (!pipe) return r;
-  std::array<char, 4096> buffer{};
-  size_t n = 0;
-  while ((n = fread(buffer.data(), 1, buffer.size(), pipe)) > 0) r.out.append(buffer.data(), n);
-  const int status = pclose(pipe);
-  r.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  std::ifstream err(err_file);
-  std::stringstream ss;
-  ss << err.rdbuf();
-  r.err = ss.str();
-  return r;
+  return qpu::testing::run_command(std::string("'") + QPU_BINARY + "' " + args, dir / "stderr.txt");
 }
 
 std::string read_file(const fs::path& path) {

@@ -3,14 +3,12 @@
 // verification, and bad flags or files must be errors with exit code 1.
 #include <gtest/gtest.h>
 
-#include <sys/wait.h>
+#include <unistd.h>
 
-#include <array>
-#include <cstdio>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 #include <string>
+
+#include "common/testing/run_command.h"
 
 namespace {
 
@@ -18,28 +16,11 @@ namespace fs = std::filesystem;
 
 const std::string kModels = std::string(QPU_SHARED_DIR) + "/models/stories260K/";
 
-struct Result {
-  int status = -1;
-  std::string out, err;
-};
+using Result = qpu::testing::CommandResult;
 
 Result run_qpu(const std::string& args) {
-  const fs::path err_file = fs::temp_directory_path() / ("qpu-story-test-" + std::to_string(getpid()) + ".err");
-  const std::string command = std::string("'") + QPU_BINARY + "' " + args + " 2>'" + err_file.string() + "'";
-  Result r;
-  FILE* pipe = popen(command.c_str(), "r");
-  if (!pipe) return r;
-  std::array<char, 4096> buffer{};
-  size_t n = 0;
-  while ((n = fread(buffer.data(), 1, buffer.size(), pipe)) > 0) r.out.append(buffer.data(), n);
-  const int status = pclose(pipe);
-  r.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  std::ifstream err(err_file);
-  std::stringstream ss;
-  ss << err.rdbuf();
-  r.err = ss.str();
-  fs::remove(err_file);
-  return r;
+  return qpu::testing::run_command(std::string("'") + QPU_BINARY + "' " + args,
+                                   fs::temp_directory_path() / ("qpu-story-test-" + std::to_string(getpid()) + ".err"));
 }
 
 TEST(StoryCli, TwoStepsPrintWhatRefPrintsAndVerify) {

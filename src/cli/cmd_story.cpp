@@ -1,4 +1,4 @@
-// `qpu story --model stories260K.bin -z tok512.bin [-n steps] [--verify] [--threads T]`:
+// `qpu story --model stories260K.bin -z tok512.bin [-n steps] [-i prompt] [--verify] [--threads T]`:
 // the whole nested model running inside the host (docs/story-cli.md). Builds the token
 // machine (machine/token_machine.h) for the run in memory, runs it on the engine from
 // HDR with the host's greedy argmax fed back, and prints the story tokens the stream
@@ -8,10 +8,12 @@
 #include <omp.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -31,6 +33,7 @@ struct StoryOptions {
   std::string checkpoint;
   std::string tokenizer = "tokenizer.bin";  // run.c's default
   int steps = 256;
+  std::string prompt;  // run.c's -i
   bool verify = false;
   int threads = 0;
 };
@@ -61,11 +64,17 @@ int run_story(const StoryOptions& o) {
   const reference::Llama2Checkpoint checkpoint = reference::load_llama2_checkpoint(o.checkpoint);
   const reference::Tokenizer tokenizer = reference::Tokenizer::load(o.tokenizer, checkpoint.config().vocab_size);
   const int steps = reference::run_c_steps(o.steps, checkpoint.config().seq_len);
+  // The prompt, encoded here by run.c's BPE (the machine gets its tokens as data and forces
+  // them as run.c does). Tokens past index `steps` are never used by run.c: left out.
+  std::vector<int> prompt = tokenizer.encode(o.prompt, true, false);
+  if (prompt.size() > static_cast<size_t>(steps) + 1) prompt.resize(static_cast<size_t>(steps) + 1);
 
   using Clock = std::chrono::steady_clock;
   const auto t0 = Clock::now();
   const auto since = [](Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); };
-  const machine::TokenMachine m = machine::build_token_machine(checkpoint, runner::token_machine_options(steps));
+  // The prompt RAM holds a token at its own position: the machine covers the prompt too.
+  const machine::TokenMachine m = machine::build_token_machine(
+      checkpoint, runner::token_machine_options(std::max(steps, static_cast<int>(prompt.size()))));
   const double built = since(t0);
   const auto t1 = Clock::now();
   const engine::Model model = m.model();
@@ -77,7 +86,7 @@ int run_story(const StoryOptions& o) {
                static_cast<long long>(c.intermediate_size), static_cast<long long>(c.vocab_size), built, since(t1));
 
   std::unique_ptr<runner::StoryChecker> checker;
-  if (o.verify) checker = std::make_unique<runner::StoryChecker>(checkpoint);
+  if (o.verify) checker = std::make_unique<runner::StoryChecker>(checkpoint, prompt);
   int previous = reference::kBosToken;
   bool bos_stop = false;
   runner::StreamCallbacks cb;
@@ -98,9 +107,9 @@ int run_story(const StoryOptions& o) {
 
   Progress progress;
   runner::StoryRunOptions ro;
-  // The host prompt: HDR, the step count, no nested prompt (BOS alone); the machine ends
-  // with DONE after the last step. The story-token limit is only a backstop.
-  ro.prompt = m.prompt({reference::kBosToken}, steps);
+  // The host prompt: HDR, the step count, the nested prompt's tokens for the prompt RAM;
+  // the machine ends with DONE after the last step. The story-token limit is a backstop.
+  ro.prompt = m.prompt(prompt, steps);
   ro.stop_after_story_tokens = steps + 1;  // TOK.1 (BOS at position 0), then one per position
   ro.on_cycle = [&](const runner::StreamCounts& counts, double seconds) { progress.update(counts, seconds, false); };
   const runner::StoryRunResult r = runner::run_story(m, model, ro, cb);
@@ -129,10 +138,12 @@ qpu::cli::Runner setup(CLI::App& app) {
   auto o = std::make_shared<StoryOptions>();
   app.footer(
       "The checkpoint is compiled into one Qwen3.5 token machine whose host forward passes, greedy argmax fed back, "
-      "run the nested model. Greedy only for now: -t, -p, -s and -i are not accepted yet.");
+      "run the nested model. Greedy only for now: -t, -p and -s are not accepted yet. The prompt (-i) is encoded "
+      "by the CLI with run.c's BPE; the machine forces its tokens as run.c does.");
   app.add_option("--model", o->checkpoint, "llama2.c checkpoint (version 0), e.g. stories260K.bin")->required();
   app.add_option("-z", o->tokenizer, "tokenizer.bin-format tokenizer (default: tokenizer.bin)");
   app.add_option("-n", o->steps, "nested positions to run; 0 or > seq_len = seq_len (default 256)");
+  app.add_option("-i", o->prompt, "prompt text (run.c's -i; default: none, the story starts from BOS)");
   app.add_flag("--verify", o->verify,
                "compare every float crossing the machine's boundary and every story token with run.c, bit for bit");
   app.add_option("--threads", o->threads, "engine (OpenMP) threads; 0 = OpenMP's default (default 0)");

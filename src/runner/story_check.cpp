@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <bit>
 #include <span>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -43,8 +44,10 @@ std::string Difference::message() const {
   return fmt::format("nested position {}: {}: machine {}, run.c {}", position, what, machine, run_c);
 }
 
-StoryChecker::StoryChecker(const reference::Llama2Checkpoint& checkpoint)
-    : checkpoint_(checkpoint), transformer_(checkpoint) {}
+StoryChecker::StoryChecker(const reference::Llama2Checkpoint& checkpoint, std::vector<int> prompt)
+    : checkpoint_(checkpoint), transformer_(checkpoint), prompt_(std::move(prompt)) {
+  if (!prompt_.empty() && prompt_[0] != reference::kBosToken) fail("story check: a prompt starts with BOS");
+}
 
 ReferencePosition& StoryChecker::reference(int pos) {
   const auto& cfg = checkpoint_.config();
@@ -56,8 +59,10 @@ ReferencePosition& StoryChecker::reference(int pos) {
     transformer_.set_trace(&residuals);
     const std::span<float> logits = transformer_.forward(r.token, static_cast<int>(positions_.size()));
     transformer_.set_trace(nullptr);
-    // run.c's sample_argmax: the first maximum.
-    r.next = static_cast<int>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+    // run.c's prompt token while there is one, else sample_argmax: the first maximum.
+    const size_t at = positions_.size() + 1;
+    r.next = at < prompt_.size() ? prompt_[at]
+                                 : static_cast<int>(std::max_element(logits.begin(), logits.end()) - logits.begin());
     if (r.x_att_res.size() != static_cast<size_t>(cfg.n_layers) || r.x_ffn_res.size() != static_cast<size_t>(cfg.n_layers))
       fail("story check: run.c's trace gave {} and {} layers, the checkpoint has {}", r.x_att_res.size(),
            r.x_ffn_res.size(), cfg.n_layers);

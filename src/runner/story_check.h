@@ -6,7 +6,8 @@
 //   ATTO(l).i at position p   run.c's x after the attention of layer l (x_att_res), element i
 //   FFN(l).i  at position p   run.c's x after the FFN of layer l (x_ffn_res), element i
 //   INC       at position p   p + 1
-//   story token j             j = 0: BOS; else run.c's greedy next token at position j - 1
+//   story token j             j = 0: BOS; else run.c's next token at position j - 1 (the
+//                             prompt's while it lasts, else the greedy one)
 //
 // Floats are compared as bits (std::bit_cast<uint32_t>), so +0 and -0 differ. The checker
 // keeps the FIRST difference (nested position, what, both values and their bits) and
@@ -27,7 +28,7 @@ namespace qpu::runner {
 struct ReferencePosition {
   int token = 0;  // the token run.c's forward got at this position
   std::vector<std::vector<float>> x_att_res, x_ffn_res;  // [layer][dim]
-  int next = 0;   // run.c's greedy next token (the first maximum of the logits)
+  int next = 0;   // run.c's next token (a prompt token, else the first maximum of the logits)
 };
 
 struct Difference {
@@ -40,8 +41,10 @@ struct Difference {
 
 class StoryChecker {
  public:
-  // Keeps a reference: the checkpoint must outlive the checker.
-  explicit StoryChecker(const reference::Llama2Checkpoint& checkpoint);
+  // Keeps a reference: the checkpoint must outlive the checker. `prompt`: run.c's prompt
+  // tokens (BOS first; empty or BOS alone: none): the next token at position p is
+  // prompt[p + 1] while there is one (run.c forces them), else the greedy one.
+  explicit StoryChecker(const reference::Llama2Checkpoint& checkpoint, std::vector<int> prompt = {});
 
   // Compare one event; false when it differs or cannot be compared (the difference is
   // then first_difference(), if it is the first). Once a difference is found, later
@@ -63,6 +66,7 @@ class StoryChecker {
 
   const reference::Llama2Checkpoint& checkpoint_;
   reference::Transformer transformer_;
+  std::vector<int> prompt_;
   std::vector<ReferencePosition> positions_;
   std::map<int, int64_t> crossings_seen_;  // per position, for the completeness check
   std::optional<Difference> first_;

@@ -13,6 +13,7 @@
 
 #include <fmt/format.h>
 
+#include "common/error.h"
 #include "reference/generate.h"
 #include "reference/llama2_checkpoint.h"
 #include "reference/sampler.h"
@@ -216,6 +217,29 @@ TEST(StoryChecker, MachineSideFaultsAreReported) {
     EXPECT_FALSE(checker.check(StoryTokenEvent{2, 0, false, 0}));
     EXPECT_EQ(checker.first_difference()->run_c, fmt::format("token {}", reference::kBosToken));
   }
+}
+
+// With a prompt, run.c's next tokens are the prompt's while they last (run.c forces them),
+// then greedy: the checker's reference is run.c's own generate loop with that prompt
+// ("Lily saw": tokens the greedy run from BOS would not pick).
+TEST(StoryChecker, PromptTokensAreRunCsNextTokensWhileTheyLast) {
+  const auto& ck = stories260k();
+  const reference::Tokenizer tok = reference::Tokenizer::load(
+      std::string(QPU_SHARED_DIR) + "/models/stories260K/tok512.bin", ck.config().vocab_size);
+  reference::Transformer tf(ck);
+  reference::Sampler greedy(ck.config().vocab_size, 0.0f, 0.9f, 1);
+  const auto run_c = reference::generate(tf, tok, greedy, "Lily saw", kPositions, false, {});
+  ASSERT_GE(run_c.prompt_tokens.size(), 3u);
+  StoryChecker with(ck, run_c.prompt_tokens), without(ck);
+  int forced_differs = 0;
+  for (int p = 0; p < run_c.positions; ++p) {
+    EXPECT_EQ(with.reference(p).token, run_c.tokens[static_cast<size_t>(p)]) << p;
+    EXPECT_EQ(with.reference(p).next, run_c.tokens[static_cast<size_t>(p) + 1]) << p;
+    if (p + 1 < static_cast<int>(run_c.prompt_tokens.size()))
+      forced_differs += without.reference(p).next != with.reference(p).next ? 1 : 0;
+  }
+  EXPECT_GT(forced_differs, 0);
+  EXPECT_THROW(StoryChecker(ck, {403}), Error);  // a prompt starts with BOS
 }
 
 }  // namespace

@@ -36,6 +36,18 @@ TEST(StoryCli, TwoStepsPrintWhatRefPrintsAndVerify) {
   EXPECT_NE(story.err.find("story: token machine for 2 nested positions: layers "), std::string::npos) << story.err;
 }
 
+// run.c's -i: the prompt's tokens forced by the machine, then greedy; the same bytes as
+// `qpu ref -i` and every float verified.
+TEST(StoryCli, PromptPrintsWhatRefPrintsAndVerifies) {
+  const std::string files = "'" + kModels + "stories260K.bin' -z '" + kModels + "tok512.bin'";
+  const Result ref = run_qpu("ref " + files + " -t 0 -n 4 -i 'Lily saw'");
+  ASSERT_EQ(ref.status, 0) << ref.err;
+  const Result story = run_qpu("story --model " + files + " -n 4 -i 'Lily saw' --verify --threads 1");
+  ASSERT_EQ(story.status, 0) << story.err;
+  EXPECT_EQ(story.out, ref.out);
+  EXPECT_NE(story.err.find("verify: 2564 floats and 5 tokens bit-identical to run.c"), std::string::npos) << story.err;
+}
+
 TEST(StoryCli, BadFlagsAndFilesAreErrors) {
   const std::string model = "--model '" + kModels + "stories260K.bin' -z '" + kModels + "tok512.bin'";
   Result r = run_qpu("story --model /nonexistent/model.bin -z '" + kModels + "tok512.bin' -n 2");

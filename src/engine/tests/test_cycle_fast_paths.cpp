@@ -24,6 +24,7 @@
 #include "engine/elementwise.h"
 #include "engine/numerics.h"
 #include "engine/packed_matrix.h"
+#include "conv_reference.h"
 #include "tiny_model.h"
 
 namespace qpu::engine {
@@ -167,22 +168,7 @@ TEST(CycleFastPaths, PlainScaleBlocksGiveTheRmsNormBits) {
   EXPECT_GT(checked, 300);
 }
 
-// torch_causal_conv1d_update + silu as the scalar loop of GatedDeltaNet::step writes it.
-void conv_reference(const std::vector<float>& weight, int64_t taps, std::vector<float>& state,
-                    const std::vector<float>& in, std::vector<float>& out, int64_t channels) {
-  const int64_t history = taps - 1;
-  for (int64_t c = 0; c < channels; ++c) {
-    float* past = state.data() + c * history;
-    const float* wc = weight.data() + c * taps;
-    float acc = 0.0f;
-    for (int64_t t = 0; t < history; ++t) acc = acc + wc[t] * past[t];
-    acc = acc + wc[history] * in[static_cast<size_t>(c)];
-    for (int64_t t = 0; t + 1 < history; ++t) past[t] = past[t + 1];
-    if (history > 0) past[history - 1] = in[static_cast<size_t>(c)];
-    const float x = acc;
-    out[static_cast<size_t>(c)] = x / (1.0f + std::exp(-x));  // silu, the plain formula
-  }
-}
+using testing::conv_reference;
 
 // The machine's pattern: blocks that are idle for long stretches (their history shifts
 // out to +0 and the counts reach taps-1, so the tracked kernel stops reading them), then

@@ -18,6 +18,7 @@
 #include "engine/model.h"
 #include "engine/numerics.h"
 #include "engine/packed_matrix.h"
+#include "conv_reference.h"
 #include "tiny_model.h"
 
 namespace qpu::engine {
@@ -145,21 +146,7 @@ TEST(IdleChannels, ElementwiseKernelsGiveTheScalarLoopBits) {
   EXPECT_GT(checked, 30000);
 }
 
-// The conv update and silu exactly as GatedDeltaNet's dense loop writes it.
-void conv_reference(const std::vector<float>& weight, int64_t taps, std::vector<float>& state,
-                    const std::vector<float>& in, std::vector<float>& out, int64_t channels) {
-  const int64_t history = taps - 1;
-  for (int64_t c = 0; c < channels; ++c) {
-    float* past = state.data() + c * history;
-    const float* wc = weight.data() + c * taps;
-    float acc = 0.0f;
-    for (int64_t t = 0; t < history; ++t) acc = acc + wc[t] * past[t];
-    acc = acc + wc[history] * in[c];
-    for (int64_t t = 0; t + 1 < history; ++t) past[t] = past[t + 1];
-    if (history > 0) past[history - 1] = in[c];
-    out[c] = numerics::silu(acc);
-  }
-}
+using testing::conv_reference;
 
 TEST(IdleChannels, ConvUpdateGivesTheScalarLoopBitsAndState) {
   TinyRandom rng(32);

@@ -240,12 +240,25 @@ void Assembler::computed_successor(const std::string& first, const std::vector<V
 
 std::vector<ValueId> Assembler::gated(const std::vector<ValueId>& x, const std::vector<ValueId>& flags,
                                       const std::string& label) {
+  return gated(std::vector<std::vector<ValueId>>{x}, flags, label);
+}
+
+std::vector<ValueId> Assembler::gated(const std::vector<std::vector<ValueId>>& sources, const std::vector<ValueId>& flags,
+                                      const std::string& label) {
   if (flags.empty()) fail("machine: '{}' gated by no flag", label);
+  if (sources.empty()) fail("machine: '{}' gates no source", label);
+  const size_t n = sources[0].size();
+  for (const auto& s : sources)
+    if (s.size() != n) fail("machine: '{}' gates sources of {} and {} values", label, n, s.size());
   Lin on;
   for (ValueId f : flags) on.terms.push_back({f, kOn});
-  std::vector<ValueId> out = p_.values(label, static_cast<int>(x.size()));
+  std::vector<ValueId> out = p_.values(label, static_cast<int>(n));
   std::vector<Neuron> ns;
-  for (size_t i = 0; i < x.size(); ++i) ns.push_back(Neuron{on, Lin{{{x[i], 1.0f / kOn}}}, {{out[i], 1.0f}}});
+  for (size_t i = 0; i < n; ++i) {
+    Lin up;
+    for (const auto& s : sources) up.terms.push_back({s[i], 1.0f / kOn});
+    ns.push_back(Neuron{on, std::move(up), {{out[i], 1.0f}}});
+  }
   p_.mlp(label, std::move(ns));
   return out;
 }

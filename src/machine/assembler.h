@@ -163,6 +163,11 @@ class Assembler {
   // so that it sees zeros when idle (the units' idle contract: flags 0 AND operands 0).
   std::vector<compiler::ValueId> gated(const std::vector<compiler::ValueId>& x,
                                        const std::vector<compiler::ValueId>& flags, const std::string& label);
+  // The same for the sum of several sources (all of one size) of which at most one is
+  // nonzero on any cycle (e.g. a register or a table lookup): up is their sum / 128,
+  // exact because every other term is +-0.
+  std::vector<compiler::ValueId> gated(const std::vector<std::vector<compiler::ValueId>>& sources,
+                                       const std::vector<compiler::ValueId>& flags, const std::string& label);
 
   // Values that token embeddings set (unit flags).
   compiler::ValueId input(const std::string& name);

@@ -46,7 +46,7 @@ AttentionGeometry geometry(const reference::Llama2Config& cfg, const AttentionOp
   ag.head_size = cfg.dim / cfg.n_heads;
   ag.banks = o.kv_banks;
   ag.row_bits = row_bits;
-  ag.positions = o.max_positions > 0 ? o.max_positions : cfg.seq_len;
+  ag.positions = o.positions(cfg);
   ag.wave_heads = o.wave_heads;
   ag.exp_heads = o.exp_heads;
   ag.row_floats = row_floats;
@@ -77,11 +77,10 @@ AttentionHalf::AttentionHalf(Assembler& as, const reference::Llama2Checkpoint& c
   const auto& cfg = config_;
   const int layers = cfg.n_layers, kv_dim = cfg.kv_dim(), head_size = cfg.dim / cfg.n_heads, kv_heads = cfg.n_kv_heads;
   const compiler::GdnLayout layout = compiler::GdnLayout::for_dims(as.options().key_dim, as.options().value_dim);
-  const int positions = o.max_positions > 0 ? o.max_positions : cfg.seq_len;
+  const int positions = o.positions(cfg);
   const int banks = o.kv_banks, slots = std::min(banks, 8);
   if (banks < 1 || (banks > 8 && banks % 8 != 0)) fail("attention half: {} KV banks (a multiple of 8, or 1..8)", banks);
-  int row_bits = 0;
-  while ((int64_t{banks} << row_bits) < positions) ++row_bits;
+  int row_bits = npu::kv_row_bits(banks, positions);
   // The stages address a block's row with row bits: a cache of one row gets two.
   if (o.attention) row_bits = std::max(row_bits, 1);
   if ((int64_t{1} << row_bits) > layout.rows())

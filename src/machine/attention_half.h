@@ -30,6 +30,7 @@ struct AttentionOptions {
   int ram_low_binade = -31;
   int kv_banks = 32;      // heads per (layer, kv head); a multiple of 8 or less than 8
   int max_positions = 0;  // positions the cache holds (0: the checkpoint's seq_len)
+  int positions(const reference::Llama2Config& c) const { return max_positions > 0 ? max_positions : c.seq_len; }
   // M2c (machine/attention_stages.h): SCORE(l).b, MAX(l), EXP(l).b, ... and ATTO below
   // the cache. Needs kv_banks a multiple of 8. Off: the M2b machine.
   bool attention = false;

@@ -23,20 +23,6 @@ std::string layer_name(const char* prefix, int l, int i) {
   return std::string(prefix) + "(" + std::to_string(l) + ")." + std::to_string(i);
 }
 
-// out[i] = a[i] + b[i] when one of `flags` is 1, else +-0: one neuron per value, gate 128
-// times the flags' sum, up (a[i] + b[i]) / 128. Exact because on every cycle at least one
-// of a[i], b[i] is +-0 (x comes from a register or from the embedding, never both).
-std::vector<ValueId> gated_either(compiler::Program& p, const std::vector<ValueId>& a, const std::vector<ValueId>& b,
-                                  const std::vector<ValueId>& flags, const std::string& label) {
-  std::vector<ValueId> out = p.values(label, static_cast<int>(a.size()));
-  Lin gate;
-  for (ValueId f : flags) gate.terms.push_back({f, 128.0f});
-  std::vector<Neuron> ns;
-  for (size_t i = 0; i < a.size(); ++i)
-    ns.push_back(Neuron{gate, Lin{{{a[i], 1.0f / 128.0f}, {b[i], 1.0f / 128.0f}}}, {{out[i], 1.0f}}});
-  p.mlp(label, std::move(ns));
-  return out;
-}
 
 }  // namespace
 
@@ -64,7 +50,7 @@ TokenMachine build_token_machine(const reference::Llama2Checkpoint& ck, const To
   const size_t first_attention_op = p.ops().size();
   const std::vector<ValueId> embedding = npu::embedding_lookup(p, ck, emb, tok.out).out;
   AttentionHalf attention(as, ck, o, pos, [&](const std::vector<ValueId>& flags, const std::string& label) {
-    return gated_either(p, as.register_out(), embedding, flags, label);
+    return as.gated({as.register_out(), embedding}, flags, label);  // never both nonzero
   });
   const compiler::OpRange attention_ops{first_attention_op, p.ops().size()};
   FfnHalf ffn(as, ck, o);
@@ -74,10 +60,9 @@ TokenMachine build_token_machine(const reference::Llama2Checkpoint& ck, const To
   // INC ran before it). Banked like the KV cache (npu/kv_address.h).
   const ValueId store_prompt = as.input("prompt.store");
   auto prompt_ram = [&](ValueId head_on) {
-    const int positions = o.max_positions > 0 ? o.max_positions : cfg.seq_len;
+    const int positions = o.positions(cfg);
     const int banks = std::min(o.kv_banks, positions);
-    int row_bits = 0;
-    while ((int64_t{banks} << row_bits) < positions) ++row_bits;
+    const int row_bits = npu::kv_row_bits(banks, positions);
     const npu::KvAddress waddr = npu::kv_address(p, pos.out, store_prompt, banks, row_bits);
     const npu::KvAddress raddr = npu::kv_address(p, pos.out, head_on, banks, row_bits);
     const ValueId out = p.value("prompt.forced");
@@ -184,7 +169,7 @@ TokenMachine build_token_machine(const reference::Llama2Checkpoint& ck, const To
   m.chunks = ffn.chunks();
   m.heads = attention.heads();
   m.exp_groups = attention.exp_groups();
-  m.max_positions = o.max_positions > 0 ? o.max_positions : cfg.seq_len;
+  m.max_positions = o.positions(cfg);
   return m;
 }
 

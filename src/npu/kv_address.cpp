@@ -29,6 +29,12 @@ void check_value(const compiler::Program& p, ValueId v, const char* what) {
 
 }  // namespace
 
+int kv_row_bits(int banks, int64_t positions) {
+  int row_bits = 0;
+  while ((int64_t{banks} << row_bits) < positions) ++row_bits;
+  return row_bits;
+}
+
 KvAddress kv_address(compiler::Program& p, ValueId pos, ValueId enable, int banks, int row_bits) {
   check_value(p, pos, "pos");
   check_value(p, enable, "enable");

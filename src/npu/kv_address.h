@@ -46,4 +46,7 @@ struct KvAddress {
 // they are the same value).
 KvAddress kv_address(compiler::Program& p, compiler::ValueId pos, compiler::ValueId enable, int banks, int row_bits);
 
+// The fewest row bits with banks 2^row_bits >= positions (positions t in [0, positions)).
+int kv_row_bits(int banks, int64_t positions);
+
 }  // namespace qpu::npu

@@ -213,6 +213,13 @@ XorShiftStep xorshift64star(Program& p, const std::vector<ValueId>& s0) {
   };
   XorShiftStep out;
   out.state = xor_shift(xor_shift(xor_shift(s0, 12), -25), 27);
+  static_cast<XorShiftOutput&>(out) = xorshift_output(p, out.state);
+  return out;
+}
+
+XorShiftOutput xorshift_output(Program& p, const std::vector<ValueId>& state) {
+  if (state.size() != 64) fail("xorshift_output: state has {} bits, expected 64", state.size());
+  XorShiftOutput out;
   // (s * M) mod 2^64 by byte columns: column c = sum over bits i of limb a = i/8 <= c of
   // s_i 2^(i mod 8) M_(c-a) (M_b = byte b of M): < 64 * 2^15, an exact integer form.
   constexpr uint64_t M = 0x2545F4914F6CDD1DULL;
@@ -220,7 +227,7 @@ XorShiftStep xorshift64star(Program& p, const std::vector<ValueId>& s0) {
   for (int c = 0; c < 8; ++c)
     for (int i = 0; i < 8 * (c + 1); ++i) {
       const auto mb = static_cast<float>((M >> (8 * (c - i / 8))) & 0xffu);
-      if (mb != 0.0f) column[static_cast<size_t>(c)].terms.push_back({out.state[static_cast<size_t>(i)], std::ldexp(mb, i % 8)});
+      if (mb != 0.0f) column[static_cast<size_t>(c)].terms.push_back({state[static_cast<size_t>(i)], std::ldexp(mb, i % 8)});
     }
   // Ripple: T_c = C_c + q_(c-1), q_c = floor(T_c / 256), byte_c = T_c - 256 q_c.
   std::vector<ValueId> byte(8, kOne);

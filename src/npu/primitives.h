@@ -77,11 +77,19 @@ ValueId bit_xor(Program& p, ValueId a, ValueId b);
 // u32 = (s * 0x2545F4914F6CDD1D) >> 32; coin = (u32 >> 8) / 16777216.0f.
 // The product's bits 32..63 come from byte columns (integer linear forms of the state
 // bits, < 2^22) and a ripple of 8 exact floors. 21 sublayers.
-struct XorShiftStep {
+struct XorShiftOutput {
+  ValueId u32_lo, u32_hi;  // u32 & 0xffff, u32 >> 16 (exact integers)
+  ValueId coin;            // (u32 >> 8) / 2^24, exactly C's float
+};
+struct XorShiftStep : XorShiftOutput {
   std::vector<ValueId> state;  // the new state, 64 bits
-  ValueId u32_lo, u32_hi;      // u32 & 0xffff, u32 >> 16 (exact integers)
-  ValueId coin;                // (u32 >> 8) / 2^24, exactly C's float
 };
 XorShiftStep xorshift64star(Program& p, const std::vector<ValueId>& state_bits);
+
+// The output half of the step alone, on an already advanced state (64 bit values, LSB
+// first): u32 = (s * 0x2545F4914F6CDD1D) >> 32 and the coin. 18 sublayers (the 8-floor
+// carry ripple, the bytes, the combine). Shared with npu/rng_draw.h, whose state comes
+// from a GF(2) jump instead of one step.
+XorShiftOutput xorshift_output(Program& p, const std::vector<ValueId>& state_bits);
 
 }  // namespace qpu::npu

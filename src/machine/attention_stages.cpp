@@ -27,7 +27,7 @@ std::string name(const char* prefix, int i) { return std::string(prefix) + "." +
 std::string layer_name(const char* prefix, int l) { return std::string(prefix) + "(" + std::to_string(l) + ")"; }
 std::string block_name(const char* prefix, int l, int b) { return layer_name(prefix, l) + "." + std::to_string(b); }
 
-std::string slow_name(int l, int h, int b) { return block_name("SLOW", l, h) + "." + std::to_string(b); }
+std::string slow_name(int l, int h) { return block_name("SLOW", l, h); }
 
 size_t at(int i) { return static_cast<size_t>(i); }
 
@@ -147,67 +147,10 @@ std::vector<std::vector<ValueId>> banked_ram(compiler::Program& p, int low_binad
   return slots;
 }
 
-// The slow path's carry (npu::TwoTier: hi = x 2^26, lo = x 2^71, big) from one SLOW cycle
-// to the next goes through a float RAM, whose window spans 37 binades, while hi and lo
-// span 114 ([2^-78, 2^35]). The carry keeps y = big ? hi : lo (the other tier follows:
-// big: lo = 0; else hi = lo 2^-45 when |lo| >= 2^-33, i.e. |x| >= 2^-104, else 0) in
-// kCarryColumns columns: column c holds y 2^(30 c) when that lies in [1/2, 2^36) and
-// no earlier column took it, the last column the rest ([2^12, 2^29) there). Every column
-// is 0 or in [2^-1, 2^36): the carry RAM's window.
-constexpr int kCarryColumns = 4;
-constexpr float kCarryShift = 0x1p30f;
-constexpr int kCarryLowBinade = -1;
 constexpr float kGateOn = 128.0f;  // silu(128) == 128: a gate of 128 flag passes a value exactly
-constexpr float kAbsScale = 0x1p64f;
-
-// |x| into a fresh value: gates +-x 2^64 (silu's identity or -0 for |x| >= 2^-57); below
-// that the result lies in [-2^-65, |x|], far from every threshold the callers test.
-ValueId abs_of(compiler::Program& p, ValueId x, const std::string& label) {
-  const ValueId r = p.value(label);
-  p.mlp(label, {Neuron{Lin{{{x, kAbsScale}}}, Lin{{{kOne, 1.0f}}}, {{r, 1.0f / kAbsScale}}},
-                Neuron{Lin{{{x, -kAbsScale}}}, Lin{{{kOne, 1.0f}}}, {{r, 1.0f / kAbsScale}}}});
-  return r;
-}
-
-// The carry columns of x (see kCarryColumns). `half_pred` holds pred(1/2): [|r| > pred(1/2)]
-// = [|r| >= 1/2]; near 1/2 every r is a float with ulp >= 2^-26 (greater's window).
-std::vector<ValueId> carry_columns(compiler::Program& p, const npu::TwoTier& x, ValueId half_pred) {
-  const ValueId y = p.value("slow.y");
-  p.mlp("slow.y", {Neuron{Lin{{{x.big, kGateOn}}}, Lin{{{x.hi, 1.0f / kGateOn}}}, {{y, 1.0f}}},
-                   Neuron{Lin{{{kOne, kGateOn}, {x.big, -kGateOn}}}, Lin{{{x.lo, 1.0f / kGateOn}}}, {{y, 1.0f}}}});
-  std::vector<ValueId> cols;
-  ValueId r = y;
-  for (int c = 0; c + 1 < kCarryColumns; ++c) {
-    const ValueId top = npu::greater(p, abs_of(p, r, "slow.abs"), half_pred);
-    const ValueId col = p.value("slow.col"), rest = p.value("slow.rest");
-    p.mlp("slow.split", {Neuron{Lin{{{top, kGateOn}}}, Lin{{{r, 1.0f / kGateOn}}}, {{col, 1.0f}}},
-                         Neuron{Lin{{{kOne, kGateOn}, {top, -kGateOn}}}, Lin{{{r, kCarryShift / kGateOn}}}, {{rest, 1.0f}}}});
-    cols.push_back(col);
-    r = rest;
-  }
-  cols.push_back(r);
-  return cols;
-}
-
-// The two-tier value back from its carry columns and big bit. `tiny_pred` holds
-// pred(2^-33): [|y| >= 2^-33] (big, or |x| >= 2^-104: hi != 0); y is a float with ulp
-// >= 2^-58 near 2^-33 (greater's window).
-npu::TwoTier carry_value(compiler::Program& p, const std::vector<ValueId>& cols, ValueId big, ValueId tiny_pred) {
-  const ValueId y = p.value("slow.y_in");
-  std::vector<Neuron> ns;  // one live column, the others +0: an exact sum
-  float scale = 1.0f;
-  for (const ValueId c : cols) {
-    ns.push_back(Neuron{Lin{{{kOne, kGateOn}}}, Lin{{{c, scale / kGateOn}}}, {{y, 1.0f}}});
-    scale /= kCarryShift;
-  }
-  p.mlp("slow.y_in", std::move(ns));
-  const ValueId nz = npu::greater(p, abs_of(p, y, "slow.abs_in"), tiny_pred);
-  npu::TwoTier x{p.value("slow.hi_in"), p.value("slow.lo_in"), big};
-  p.mlp("slow.tiers", {Neuron{Lin{{{big, kGateOn}}}, Lin{{{y, 1.0f / kGateOn}}}, {{x.hi, 1.0f}}},
-                       Neuron{Lin{{{nz, kGateOn}, {big, -kGateOn}}}, Lin{{{y, 0x1p-45f / kGateOn}}}, {{x.hi, 1.0f}}},
-                       Neuron{Lin{{{kOne, kGateOn}, {big, -kGateOn}}}, Lin{{{y, 1.0f / kGateOn}}}, {{x.lo, 1.0f}}}});
-  return x;
-}
+// SLOW: block b's products start after this many rows of block b - 1's chain (7 MLP
+// sublayers each; the products take 34 of the chain's 56).
+constexpr size_t kProductsLead = 2;
 
 // Ops [first, end) in waves: each wave's ops after the previous wave's.
 void order_waves(compiler::Program& p, const std::vector<compiler::OpRange>& waves) {
@@ -232,8 +175,7 @@ std::vector<std::string> AttentionStages::names(const AttentionGeometry& g) {
   for (int l = 0; l < g.layers; ++l)
     for (int h = 0; h < g.heads; ++h) n.push_back(block_name("WSUM", l, h));
   for (int l = 0; l < g.layers; ++l)
-    for (int h = 0; h < g.heads; ++h)
-      for (int b = 0; b < g.blocks(); ++b) n.push_back(slow_name(l, h, b));
+    for (int h = 0; h < g.heads; ++h) n.push_back(slow_name(l, h));
   for (const char* r : {"RS", "RM", "RE", "RX", "RSUM", "RP", "RPX"})
     for (int h = 0; h < g.heads; ++h) n.push_back(name(r, h));
   for (int h = 0; h < g.heads; ++h)
@@ -251,9 +193,12 @@ AttentionStages::AttentionStages(Assembler& as, const AttentionGeometry& g) : as
   for (auto [in, prefix] : {std::pair{&score_, "score"}, std::pair{&exp_, "exp"}}) {
     in->on = as.input(std::string(prefix) + ".on");
     in->group = as.inputs(std::string(prefix) + ".group", g.groups());
-    in->wipe = as.inputs(std::string(prefix) + ".wipe", g.groups());
     in->block = as.inputs(std::string(prefix) + ".block", g.blocks());
   }
+  // The score RAM is banked (a group's 8 heads, one row per block of the group: wiped with
+  // the group at its row 0); the exp RAM has a head per position, wiped with its block.
+  score_.wipe = as.inputs("score.wipe", g.groups());
+  exp_.wipe = as.inputs("exp.wipe", g.blocks());
   exp_head_group_ = as.inputs("exp.heads", g.exp_groups());
   exp_row_ = as.inputs("exp.row", AttentionGeometry::bits_for(g.exp_groups()));
   exp_query_ = as.inputs("exp.query", AttentionGeometry::bits_for(g.exp_groups()));
@@ -271,7 +216,6 @@ AttentionStages::AttentionStages(Assembler& as, const AttentionGeometry& g) : as
   wsum_head_ = as.inputs("wsum.head", g.heads);
   vram_row_ = as.inputs("vram.row", AttentionGeometry::bits_for(g.layers));
   slow_on_ = as.input("slow.on");
-  slow_block_ = as.inputs("slow.block", g.blocks());
   slow_k_ = as.inputs("slow.k", g.exp_heads);
   slow_kv_ = as.inputs("slow.kv", g.kv_heads);
   slow_head_ = as.inputs("slow.head", g.heads);
@@ -592,14 +536,14 @@ void AttentionStages::build(const std::vector<ValueId>& q, const std::vector<std
   const size_t end_wsum = p.ops().size();
   as_.gate_clears(first_wsum, end_wsum, wsum_on_);
   for (int t = 0; t < P; ++t) as_.gate_clears(prob_op[at(t)], prob_op[at(t)] + 1, prob_read_flag[at(t)]);
-  // WSUM branches on its unsafe bit (0 whenever WSUM is idle): 1 -> SLOW(l).h.0.
+  // WSUM branches on its unsafe bit (0 whenever WSUM is idle): 1 -> SLOW(l).h.
   as_.branch(xb_data.back());
 
   SlowInputs slow_in{probs, prob_neg, v_data, v_neg, vaddr.bank, qkv_on, pos};
-  const std::vector<std::vector<ValueId>> slow_xb = build_slow(slow_in, compiler::OpRange{first_wsum, end_wsum});
+  const std::vector<ValueId> slow_xb = build_slow(slow_in, compiler::OpRange{first_wsum, end_wsum});
 
   // The xb RAM: one one-row head per nested head (xb and the unsafe bit), wiped and
-  // written by that head's WSUM or SLOW (the slow path's xb after its block, the bit 1),
+  // written by that head's WSUM or SLOW (the slow path's xb after its last block, the bit 1),
   // read all at once by ATTO and by RXB.
   std::vector<std::vector<ValueId>> xb_out;
   {
@@ -609,9 +553,9 @@ void AttentionStages::build(const std::vector<ValueId>& q, const std::vector<std
     std::vector<Neuron> ns;
     for (int i = 0; i <= hs; ++i) {
       ns.push_back(Neuron{Lin{{{wsum_on_, 128.0f}}}, Lin{{{xb_data[at(i)], 1.0f / 128.0f}}}, {{data[at(i)], 1.0f}}});
-      for (int b = 0; b < g_.blocks(); ++b)  // the bit: 1 (the slow path ran)
-        ns.push_back(Neuron{Lin{{{slow_block_[at(b)], 128.0f}}},
-                            Lin{{{i < hs ? slow_xb[at(b)][at(i)] : kOne, 1.0f / 128.0f}}}, {{data[at(i)], 1.0f}}});
+      // SLOW's xb, and the bit 1 (the slow path ran).
+      ns.push_back(Neuron{Lin{{{slow_on_, 128.0f}}}, Lin{{{i < hs ? slow_xb[at(i)] : kOne, 1.0f / 128.0f}}},
+                          {{data[at(i)], 1.0f}}});
     }
     p.mlp("xb.data", std::move(ns));
     std::vector<npu::FloatRamHead> one(1);
@@ -652,52 +596,28 @@ void AttentionStages::build(const std::vector<ValueId>& q, const std::vector<std
   for (const auto& x : xb_out) lanes_.insert(lanes_.end(), x.begin(), x.end());
 }
 
-std::vector<std::vector<ValueId>> AttentionStages::build_slow(const SlowInputs& in, compiler::OpRange previous) {
+std::vector<ValueId> AttentionStages::build_slow(const SlowInputs& in, compiler::OpRange previous) {
   compiler::Program& p = as_.program();
   const int hs = g_.head_size, E = g_.exp_heads, B = g_.blocks(), P = g_.positions;
-  const ValueId pos = in.pos;
+  const ValueId pos = in.pos, on = slow_on_;
   const int per = g_.row_floats / hs, chunks = static_cast<int>(in.v_data.size());
+  const size_t first = p.ops().size();
   const ValueId zero = p.value("slow.zero");  // never written: +0 (block 0 starts from C's xb = 0)
-  std::vector<std::vector<ValueId>> xb(at(B));
-  // Unit b - 1's carry columns for the carry RAM (per dim kCarryColumns, then the big
-  // bits), and their negations.
-  std::vector<ValueId> carry;
-  std::vector<std::vector<ValueId>> carry_neg;
-  auto carry_heads = [&](const std::vector<ValueId>& data) {  // head 0: columns 0, 1 and big; head 1: columns 2, 3
-    std::vector<npu::FloatRamHead> heads(2);
-    for (int i = 0; i < hs; ++i)
-      for (int c = 0; c < kCarryColumns; ++c)
-        heads[c < 2 ? 0 : 1].data.push_back(data[at(i * kCarryColumns + c)]);
-    for (int i = 0; i < hs; ++i) heads[0].data.push_back(data[at(hs * kCarryColumns + i)]);
-    return heads;
-  };
+  // Every block's unit runs in the one SLOW cycle, block b's chain continuing block b - 1's
+  // two-tier xb in the same pass. Block b's rows past POS (all of them for a block past
+  // POS's) get p = 0, so the chain adds C's products fl(0 v) = +-0 there, which leave C's
+  // xb as it is: C's xb starts at +0 and is never -0 (+0 + -0 = +0, and an exact
+  // cancellation x + (-x) rounds to +0), x + (+-0) = x for x != 0 and +0 + (+-0) = +0;
+  // attn_two_tier_add is C's addition for every pair of its window, these included.
+  std::vector<npu::TwoTier> xb(at(hs), npu::TwoTier{zero, zero, zero});
+  // Depth: block b's products read nothing of the chain, so they run beside block b - 1's
+  // chain (products 34 sublayers, a chain 8 x 7): ordered after block b - 1's products
+  // and after the first kProductsLead rows of block b - 1's chain (not earlier: the
+  // product values would stay live until their chain starts), the slow path is
+  // 34 + 56 per block MLP sublayers deep.
+  compiler::OpRange products_before = previous, chain_lead;
   for (int b = 0; b < B; ++b) {
-    const ValueId on = slow_block_[at(b)];
-    const size_t first = p.ops().size();
-    std::vector<npu::TwoTier> xb_in(at(hs), npu::TwoTier{zero, zero, zero});
-    if (b > 0) {
-      const ValueId tiny_pred = p.value("slow.tiny");
-      npu::const_acc(p, tiny_pred, 0x1.fffffep-34f, "slow.tiny");
-      // The carry RAM b - 1 -> b: written by unit b - 1 (wiped first), read here.
-      std::vector<npu::FloatRamHead> heads = carry_heads(carry);
-      for (size_t k = 0; k < heads.size(); ++k) {
-        heads[k].negated = carry_neg[k];
-        heads[k].write_flag = heads[k].wipe_flag = slow_block_[at(b - 1)];
-        heads[k].read_flag = on;
-        heads[k].out = p.values("carry.out" + std::to_string(b), static_cast<int>(heads[k].data.size()));
-      }
-      npu::float_ram(p, npu::FloatRamWindow{kCarryLowBinade}, heads, slow_block_[at(b - 1)], "carry RAM " + std::to_string(b));
-      // Back in the columns' order.
-      std::vector<ValueId> cols(at(hs * kCarryColumns)), big(at(hs));
-      for (int i = 0; i < hs; ++i)
-        for (int c = 0; c < kCarryColumns; ++c)
-          cols[at(i * kCarryColumns + c)] = heads[c < 2 ? 0 : 1].out[at(2 * i + c % 2)];
-      for (int i = 0; i < hs; ++i) big[at(i)] = heads[0].out[at(2 * hs + i)];
-      for (int i = 0; i < hs; ++i)
-        xb_in[at(i)] = carry_value(
-            p, std::vector<ValueId>(cols.begin() + i * kCarryColumns, cols.begin() + (i + 1) * kCarryColumns), big[at(i)],
-            tiny_pred);
-    }
+    const size_t first_products = p.ops().size();
     // The block's rows: head h's probability (rows past POS: 0) and v.
     std::vector<ValueId> pm, ex;
     std::vector<std::vector<ValueId>> v;
@@ -743,35 +663,29 @@ std::vector<std::vector<ValueId>> AttentionStages::build_slow(const SlowInputs& 
                               {{v.back()[at(i)], 1.0f}}});
       p.mlp("slow.v", std::move(vn));
     }
-    const std::vector<npu::TwoTier> out = npu::attn_wsum_slow_block(p, pm, ex, v, xb_in);
-    // xb = hi 2^-26 (the xb RAM's window lies far above 2^-104, where hi = 0 and xb would
-    // be lo 2^-71).
-    for (int i = 0; i < hs; ++i) {
-      xb[at(b)].push_back(p.value("slow.xb"));
-      npu::scale_acc(p, xb[at(b)].back(), out[at(i)].hi, 1.0f / npu::kWsumScale, "slow.xb");
+    const auto products = npu::attn_wsum_slow_products(p, pm, ex, v);
+    const compiler::OpRange products_range{first_products, p.ops().size()};
+    p.order(products_before, products_range);
+    if (b >= 1) p.order(chain_lead, products_range);
+    products_before = products_range;
+    // The chain row by row (every dim's addition of row t, then row t + 1's), so that the
+    // first rows' additions are one range of ops.
+    const size_t first_chain = p.ops().size();
+    for (size_t t = 0; t < products.size(); ++t) {
+      xb = npu::attn_wsum_slow_chain(p, {products[t]}, xb);
+      if (t + 1 == std::min(products.size(), kProductsLead)) chain_lead = compiler::OpRange{first_chain, p.ops().size()};
     }
-    if (b + 1 < B) {
-      const ValueId half_pred = p.value("slow.half");
-      npu::const_acc(p, half_pred, 0x1.fffffep-2f, "slow.half");
-      carry.clear();
-      for (int i = 0; i < hs; ++i)
-        for (const ValueId c : carry_columns(p, out[at(i)], half_pred)) carry.push_back(c);
-      for (int i = 0; i < hs; ++i) carry.push_back(out[at(i)].big);
-      carry_neg = npu::float_ram_negations(p, carry_heads(carry), on, "carry RAM");
-    }
-    compiler::enable_constants(p, first, on);
-    as_.gate_clears(first, p.ops().size(), on);
-    // One unit at a time down the stack (after WSUM): a slow block is wide.
-    const compiler::OpRange unit{first, p.ops().size()};
-    p.order(previous, unit);
-    previous = unit;
   }
-  // SLOW's block loop: SLOW(l).h.b goes on to block b + 1 while a position up to POS lies
-  // there.
-  Lin base;
-  for (int b = 1; b < B; ++b) base.terms.push_back({slow_block_[at(b)], static_cast<float>(8 * b)});
-  as_.branch(more_blocks(p, base, slow_on_, pos));
-  return xb;
+  // xb = hi 2^-26 (the xb RAM's window lies far above 2^-104, where hi = 0 and xb would be
+  // lo 2^-71).
+  std::vector<ValueId> out;
+  for (int i = 0; i < hs; ++i) {
+    out.push_back(p.value("slow.xb"));
+    npu::scale_acc(p, out.back(), xb[at(i)].hi, 1.0f / npu::kWsumScale, "slow.xb");
+  }
+  compiler::enable_constants(p, first, on);
+  as_.gate_clears(first, p.ops().size(), on);
+  return out;
 }
 
 std::vector<std::pair<ValueId, float>> AttentionStages::qkv_sets(int layer) const {
@@ -790,6 +704,8 @@ std::vector<ValueId> AttentionStages::position_head(compiler::Program& p, const 
   h.negated = negated[t % 8];
   h.key_bits = exp_row_;
   h.write_flag = stage.block[t / 8];
+  if (t / 8 >= stage.wipe.size() || t / 8 >= stage.block.size())
+    fail("attention stages: position {} has no block flags in {}", t, ram);  // one wipe and one block flag per block
   h.wipe_flag = stage.wipe[t / 8];
   h.query_bits = exp_query_;
   h.read_flag = read;
@@ -854,19 +770,18 @@ void AttentionStages::define(int first_lane, ValueId send, ValueId q_read, Value
     for (int h = 0; h < H; ++h) {
       // WSUM(l).h and its slow path go on to the next head (after the last: ATTO, or DONE).
       const std::string next = h + 1 < H ? block_name("WSUM", l, h + 1) : chained ? block_name("ATTO", l, 0) : std::string("DONE");
-      for (int b = 0; b < g_.blocks(); ++b) {
-        MicroOp s = b + 1 < g_.blocks() ? as_.branch_step(slow_name(l, h, b + 1), next) : as_.step(next);
+      {
+        MicroOp s = as_.step(next);
         s.sets = {{slow_on_, 1.0f},
-                  {slow_block_[at(b)], 1.0f},
-                  {pos_read, 1.0f},  // the rows past POS, and the loop's branch
+                  {pos_read, 1.0f},  // the rows past POS
                   {slow_k_[at(h % g_.exp_heads)], 1.0f},
                   {slow_kv_[at(h / (H / g_.kv_heads))], 1.0f},
                   {slow_head_[at(h)], 1.0f}};
         with_bits(s, exp_query_, h / g_.exp_heads);
         with_bits(s, vram_row_, l);
-        as_.define(slow_name(l, h, b), std::move(s));
+        as_.define(slow_name(l, h), std::move(s));
       }
-      MicroOp op = as_.branch_step(slow_name(l, h, 0), next);  // on the unsafe bit
+      MicroOp op = as_.branch_step(slow_name(l, h), next);  // on the unsafe bit
       op.sets = {{wsum_on_, 1.0f},
                  {pos_read, 1.0f},
                  {wsum_k_[at(h % g_.exp_heads)], 1.0f},

@@ -20,15 +20,15 @@
 //   WSUM(l).h   head h's probabilities and v at every position: run.c's xb = sum_t p_t v_t
 //               in C's order, the fast path with its unsafe bit (npu::attn_wsum_row) ->
 //               the xb RAM (xb and the bit); a Branch on that bit: when it is set (the
-//               fast xb may differ from C's) it goes on to SLOW(l).h.0, else on;
-//   SLOW(l).h.b the exact slow path of head h, block b (npu::attn_wsum_slow_block: C's
-//               chain with no flush, xb in two-tier form): the block's probabilities and
-//               v, xb carried from block b - 1 through the carry RAM (block 0 starts from
-//               C's 0) -> the carry RAM and head h's row of the xb RAM (xb, bit 1: every
-//               SLOW cycle rewrites it, the last block's wins); branches to block b + 1
-//               while a position up to POS lies there, else to what WSUM(l).h names.
-//               One slow-block unit per block, each below the previous one: the carry
-//               goes down the stack from cycle to cycle, never up;
+//               fast xb may differ from C's) it goes on to SLOW(l).h, else on;
+//   SLOW(l).h   the exact slow path of head h, 1 cycle (C's chain with no flush, xb in
+//               two-tier form; docs/npu-attention.md 6.4): one unit per block of 8
+//               positions (npu::attn_wsum_slow_products and _chain), all enabled at once
+//               and chained in the same pass (block b's two-tier xb feeds block b + 1's;
+//               block 0 starts from C's 0; rows past POS have p = 0, which leaves C's xb
+//               as it is), each block's products beside the previous block's chain; the
+//               last block's xb and the bit 1 -> head h's row of the xb RAM; then on to
+//               what WSUM(l).h names;
 // and on the QKV machine, ATTO(l).i: x + wo xb (run.c's x after the attention), lane i.
 //
 // RAM layouts: the score RAM uses the cache's banks (position t in bank t mod banks, row
@@ -40,10 +40,8 @@
 // (v again, written by QKV) one head per (position, chunk of kv heads), a row per layer.
 // The block-max RAM has one head (one row) per block, the max RAM one row, the sum RAM
 // one head per place in a head group (a row per group), the xb RAM one one-row head per
-// nested head, the carry RAM two one-row heads per block boundary (b - 1 -> b: each of
-// the 8 carried values in 4 columns of 37-binade ranges, and the big bits); each SLOW
-// unit has its own copies of its block's prob RAM and v RAM heads. Rows are
-// write-once: a group of banks is wiped at its row 0, a head at the write of its row 0.
+// nested head; each SLOW block unit has its own copies of its block's prob RAM and v RAM
+// heads. Rows are write-once: a group of banks is wiped at its row 0, a head at the write of its row 0.
 //
 // Read-backs (4 cycles each, for tests and tools): RS.h the score of head h at POS, RM.h
 // the max of head h, RE.h / RX.h the mant / exponent of head h's exp at POS, RSUM.h the
@@ -133,9 +131,8 @@ class AttentionStages {
                                                const Inputs& stage, compiler::ValueId read, int low_binade);
 
   // The SLOW units, one per block (after WSUM: each with its own copies of its block's
-  // prob RAM and v RAM heads) and the carry RAM between them, each unit's
-  // ops after the previous one's (the first after `previous`). Returns each unit's xb
-  // (head_size values: C's xb after the block, +0 when idle).
+  // prob RAM and v RAM heads), chained in one pass, block 0's products after `previous`.
+  // Returns C's xb after the last block (head_size values, +0 when idle).
   struct SlowInputs {
     const std::vector<std::vector<compiler::ValueId>>& probs;     // PROB's data per slot, and negated
     const std::vector<std::vector<compiler::ValueId>>& prob_neg;
@@ -144,13 +141,14 @@ class AttentionStages {
     const std::vector<compiler::ValueId>& v_write;                // the v RAM's write flag per position
     compiler::ValueId qkv_on, pos;
   };
-  std::vector<std::vector<compiler::ValueId>> build_slow(const SlowInputs& in, compiler::OpRange previous);
+  std::vector<compiler::ValueId> build_slow(const SlowInputs& in, compiler::OpRange previous);
 
   Assembler& as_;
   AttentionGeometry g_;
   struct Inputs {
     compiler::ValueId on = 0;            // the stage's enable (any of its tokens)
-    std::vector<compiler::ValueId> group, wipe, block;
+    std::vector<compiler::ValueId> group, block;
+    std::vector<compiler::ValueId> wipe;  // score: one per bank group; exp and prob: one per block
   };
   std::vector<compiler::ValueId> row_;   // row bits of a stage token's block (shared)
   std::vector<compiler::ValueId> cache_group_;  // [layer * groups + group]: SCORE's cache banks
@@ -168,10 +166,10 @@ class AttentionStages {
   std::vector<compiler::ValueId> wsum_head_;         // ... and the head itself (its xb RAM head)
   std::vector<compiler::ValueId> xb_;                // the xb RAM's out values, heads * head_size
   std::vector<compiler::ValueId> vram_row_;          // the v RAM row (a layer) QKV writes and WSUM reads
-  // SLOW(l).h.b: its enable, the block (the unit that runs), head h as its place in its
-  // group, its kv head and its xb RAM head.
+  // SLOW(l).h: its enable, head h as its place in its group, its kv head and its xb RAM
+  // head.
   compiler::ValueId slow_on_ = 0;
-  std::vector<compiler::ValueId> slow_block_, slow_k_, slow_kv_, slow_head_;
+  std::vector<compiler::ValueId> slow_k_, slow_kv_, slow_head_;
   std::vector<compiler::ValueId> lanes_;
 };
 

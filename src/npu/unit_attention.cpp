@@ -811,22 +811,38 @@ std::vector<TwoTier> attn_two_tier_products(Program& p, ValueId pm, ValueId expo
   return out;
 }
 
-std::vector<TwoTier> attn_wsum_slow_block(Program& p, const std::vector<ValueId>& pm, const std::vector<ValueId>& exponent,
-                                          const std::vector<std::vector<ValueId>>& v, const std::vector<TwoTier>& xb_in) {
+std::vector<std::vector<TwoTier>> attn_wsum_slow_products(Program& p, const std::vector<ValueId>& pm,
+                                                           const std::vector<ValueId>& exponent,
+                                                           const std::vector<std::vector<ValueId>>& v) {
   if (pm.empty() || pm.size() != exponent.size() || pm.size() != v.size())
     fail("attn_wsum_slow_block: {} pm, {} exponents, {} v rows", pm.size(), exponent.size(), v.size());
   std::vector<std::vector<TwoTier>> prod;  // [row][dim]: all products in parallel, off the chain
   for (size_t t = 0; t < pm.size(); ++t) {
-    if (v[t].size() != xb_in.size()) fail("attn_wsum_slow_block: v row {} has {} values, xb has {}", t, v[t].size(), xb_in.size());
+    if (v[t].size() != v[0].size()) fail("attn_wsum_slow_block: v row {} has {} values, row 0 {}", t, v[t].size(), v[0].size());
     prod.push_back(attn_two_tier_products(p, pm[t], exponent[t], v[t]));
   }
+  return prod;
+}
+
+std::vector<TwoTier> attn_wsum_slow_chain(Program& p, const std::vector<std::vector<TwoTier>>& products,
+                                          const std::vector<TwoTier>& xb_in) {
+  for (size_t t = 0; t < products.size(); ++t)
+    if (products[t].size() != xb_in.size())
+      fail("attn_wsum_slow_block: v row {} has {} values, xb has {}", t, products[t].size(), xb_in.size());
   std::vector<TwoTier> out;
   for (size_t i = 0; i < xb_in.size(); ++i) {
     TwoTier acc = xb_in[i];
-    for (size_t t = 0; t < pm.size(); ++t) acc = attn_two_tier_add(p, acc, prod[t][i]);  // run.c: xb[i] += a * v[i]
+    for (const auto& row : products) acc = attn_two_tier_add(p, acc, row[i]);  // run.c: xb[i] += a * v[i]
     out.push_back(acc);
   }
   return out;
+}
+
+std::vector<TwoTier> attn_wsum_slow_block(Program& p, const std::vector<ValueId>& pm, const std::vector<ValueId>& exponent,
+                                          const std::vector<std::vector<ValueId>>& v, const std::vector<TwoTier>& xb_in) {
+  if (!v.empty() && v[0].size() != xb_in.size())
+    fail("attn_wsum_slow_block: v row 0 has {} values, xb has {}", v[0].size(), xb_in.size());
+  return attn_wsum_slow_chain(p, attn_wsum_slow_products(p, pm, exponent, v), xb_in);
 }
 
 }  // namespace qpu::npu

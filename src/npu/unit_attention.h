@@ -210,5 +210,14 @@ std::vector<TwoTier> attn_two_tier_products(Program& p, ValueId pm, ValueId expo
 // |xb| >= 2^-104 (hi != 0), else lo 2^-71. 90 MLP sublayers per block of 8 rows.
 std::vector<TwoTier> attn_wsum_slow_block(Program& p, const std::vector<ValueId>& pm, const std::vector<ValueId>& exponent,
                                           const std::vector<std::vector<ValueId>>& v, const std::vector<TwoTier>& xb_in);
+// Its two halves, for a caller that overlaps blocks (the machine's SLOW, docs/npu-attention.md
+// 6.4): the products of every row (34 sublayers, no input from the chain, so block b's
+// can run beside block b - 1's chain), and the chain of C additions from xb_in (8 x 7
+// sublayers). attn_wsum_slow_block = the chain of the products.
+std::vector<std::vector<TwoTier>> attn_wsum_slow_products(Program& p, const std::vector<ValueId>& pm,
+                                                           const std::vector<ValueId>& exponent,
+                                                           const std::vector<std::vector<ValueId>>& v);  // [row][dim]
+std::vector<TwoTier> attn_wsum_slow_chain(Program& p, const std::vector<std::vector<TwoTier>>& products,
+                                          const std::vector<TwoTier>& xb_in);
 
 }  // namespace qpu::npu

@@ -1345,7 +1345,33 @@ PrimitiveSpec slow_chain_spec() {
                   block(0.0f, {0x1p-104f, -0x1.000002p-104f, 0x1p-110f, -0x1.8p-149f, 0x1p-140f}),
                   block(0x1p-147f, {0x1p-104f, -0x1.000002p-104f, 0x1p-110f, -0x1.8p-149f, 0x1p-140f}),
                   block(0x1p-40f, {-0x1p-40f, 0x1p-149f, 3.0f, -3.0f, 0x1p-120f})};
+  // The machine's rows past POS (p = 0): C's products fl(0 v) = +0 or -0 (v < 0), added
+  // to every kind of xb (+0, subnormal, low tier, the tier edges, high tier, negative),
+  // after real products (POS inside the block) or alone (a block past POS).
+  for (const float xb : {0.0f, 0x1p-147f, -0x1.8p-149f, 0x1p-110f, 0x1p-104f, -0x1p-36f, 0x1.000002p-36f, 3.0f, -0x1.234p-7f}) {
+    s.edge_cases.push_back(block(xb, {0.0f, -0.0f, -0.0f, 0.0f, -0.0f, -0.0f, 0.0f, -0.0f}));
+    s.edge_cases.push_back(block(xb, {0x1p-130f, -0x1p-90f, 0x1.8p-3f, -0.0f, 0.0f, -0.0f, -0.0f, 0.0f}));
+  }
   return s;
+}
+
+// The claim SLOW's chain over the rows past POS rests on (attention_stages.cpp, build_slow):
+// C's xb, started at +0, is never -0, and adding +-0 leaves every such xb as it is, so
+// the chain with the p = 0 rows is C's chain without them, bit for bit.
+TEST(AttnWsumSlowBlock, ZeroProductsLeaveCsXbUnchanged) {
+  std::mt19937_64 rng(20261130);
+  for (int n = 0; n < 100000; ++n) {
+    float xb = 0.0f;  // run.c: xb starts at 0 (memset)
+    const int rows = 1 + static_cast<int>(rng() % 16);
+    for (int t = 0; t < rows; ++t) {
+      float pm = 0.0f, ex = 0.0f;
+      random_prob(rng, &pm, &ex);
+      const float prod = std::ldexp(pm, static_cast<int>(ex)) * random_v_for(rng, std::ldexp(pm, static_cast<int>(ex)));
+      xb += rng() % 8 == 0 ? -xb : rng() % 4 == 0 ? -prod : prod;  // exact cancellations too
+      ASSERT_FALSE(xb == 0.0f && std::signbit(xb)) << "case " << n;
+      for (const float zero : {0.0f, -0.0f}) ASSERT_EQ(std::bit_cast<uint32_t>(xb + zero), std::bit_cast<uint32_t>(xb)) << "case " << n;
+    }
+  }
 }
 
 TEST(AttnWsumSlowBlock, ChainMatchesC) {

@@ -4,6 +4,7 @@
 
 #include "common/error.h"
 #include "compiler/gdn_layout.h"
+#include "machine/wide_float_ram.h"
 #include "npu/block_ffn.h"
 #include "npu/block_qkv.h"
 #include "npu/float_ram.h"
@@ -65,8 +66,13 @@ std::vector<std::string> AttentionHalf::names(const reference::Llama2Config& cfg
       for (int i = 0; i < cfg.kv_dim(); ++i) n.push_back(layer_name(r, l, i));
   if (o.attention) {
     for (const std::string& s : AttentionStages::names(geometry(cfg, o, 0, 0))) n.push_back(s);
-    for (int l = 0; l < cfg.n_layers; ++l)
+    for (int l = 0; l < cfg.n_layers; ++l) {
+      if (o.atto_writes_down) {  // one micro-op; named .0 as the stages' last WSUM names it
+        n.push_back(layer_name("ATTO", l, 0));
+        continue;
+      }
       for (int i = 0; i < cfg.dim; ++i) n.push_back(layer_name("ATTO", l, i));
+    }
   }
   return n;
 }
@@ -89,6 +95,8 @@ AttentionHalf::AttentionHalf(Assembler& as, const reference::Llama2Checkpoint& c
   if (2 * head_size > npu::floats_per_row(layout))
     fail("attention half: k and v of a kv head ({} floats) do not fit one row", 2 * head_size);
   geometry_ = geometry(cfg, o, row_bits, static_cast<int>(npu::floats_per_row(layout)));
+  if (o.atto_writes_down && !o.attention) fail("attention half: ATTO writes down only with the attention stages");
+  atto_writes_down_ = o.atto_writes_down;
   if (o.attention && 2 * geometry_.heads > npu::floats_per_row(layout))
     fail("attention half: the exps of {} heads do not fit one row", geometry_.heads);
   compiler::Program& p = as.program();
@@ -189,8 +197,19 @@ AttentionHalf::AttentionHalf(Assembler& as, const reference::Llama2Checkpoint& c
     const std::vector<ValueId> ax = x_operand(atto_layer_, "atto.x");
     const std::vector<ValueId> axb = as.gated(stages_->xb(), atto_layer_, "atto.xb");
     const npu::FfnOut atto = npu::attention_out_block(p, ck, ax, axb, atto_layer_);
-    as.gate_clears(atto.first_op, p.ops().size(), atto.enable);
-    lanes_.insert(lanes_.end(), atto.x_out.begin(), atto.x_out.end());
+    if (atto_writes_down_) {
+      // The X1 RAM below the out block, wiped and written by ATTO(l) at once: the FFN half
+      // below reads x from it on later cycles (no crossing: the reader is below).
+      x1_store_ = as.input("x1.store");
+      x1_read_ = as.input("x1.read");
+      const WideFloatRam ram = wide_float_ram(p, atto.x_out, atto.enable, x1_store_, x1_read_,
+                                              static_cast<int>(per_row), "x1 RAM");
+      as.gate_clears(atto.first_op, ram.tiers_end, atto.enable);  // not the memories: their out is read on other cycles
+      x1_ = ram.out;
+    } else {
+      as.gate_clears(atto.first_op, p.ops().size(), atto.enable);
+      lanes_.insert(lanes_.end(), atto.x_out.begin(), atto.x_out.end());
+    }
     lanes_.insert(lanes_.end(), stages_->lanes().begin(), stages_->lanes().end());
   }
 }
@@ -231,7 +250,16 @@ void AttentionHalf::define(int first_lane, ValueId send, const AttentionControl&
       }
   if (!stages_) return;
   const int atto_lane = dim + 2 * kv_dim;
-  stages_->define(first_lane + atto_lane + dim, send, q_read_, pos_.read_flag, c.chained);
+  stages_->define(first_lane + atto_lane + (atto_writes_down_ ? 0 : dim), send, q_read_, pos_.read_flag, c.chained);
+  if (atto_writes_down_) {
+    for (int l = 0; l < layers; ++l) {
+      MicroOp op = as_.step(c.after_atto(l));
+      op.sets = {{atto_layer_[at(l)], 1.0f}, {stages_->xb_read(), 1.0f}, {x1_store_, 1.0f}};
+      c.reads_x(op, l);
+      as_.define(layer_name("ATTO", l, 0), std::move(op));
+    }
+    return;
+  }
   for (int l = 0; l < layers; ++l)
     for (int i = 0; i < dim; ++i) {
       const std::string next = i + 1 < dim ? layer_name("ATTO", l, i + 1) : c.after_atto(l);

@@ -6,7 +6,10 @@
 //  * QKV(l) (1 cycle, sends nothing): rmsnorm (rms_att[l]) -> wq, wk, wv -> RoPE(POS)
 //    (npu::qkv_block); q into the q RAM, k and v into the KV cache at POS;
 //  * with the attention stages (machine/attention_stages.h): SCORE ... WSUM below the
-//    cache, and ATTO(l).i (4 cycles each): x + wo xb, element i sent up;
+//    cache, and ATTO(l).i (4 cycles each): x + wo xb, element i sent up; or, with
+//    AttentionOptions::atto_writes_down, ATTO(l).0 alone (1 cycle, sends nothing; the name
+//    the stages' last WSUM gives its successor): all of x + wo xb written down into the
+//    X1 RAM (machine/wide_float_ram.h) for the parts below;
 //  * read-backs (4 cycles each, for tests and tools): RQ.i (q), RK(l).i / RV(l).i (k / v of
 //    layer l at the position POS holds), and the stages' own.
 //
@@ -36,6 +39,10 @@ struct AttentionOptions {
   bool attention = false;
   int wave_heads = 4;  // heads SCORE computes side by side (the rest in waves below them)
   int exp_heads = 2;   // heads one EXP cycle exponentiates
+  // true: ATTO(l).0 writes x + wo xb into the X1 RAM (AttentionHalf::x1) in one cycle, for
+  // a reader ordered below this part (the FFN half); false: ATTO(l).i sends element i up
+  // (4 cycles each), for a reader above or outside the host. Needs `attention`.
+  bool atto_writes_down = false;
 };
 
 // x of layer l for the units that `flags` (0/1 token inputs, one per layer, at most one
@@ -49,9 +56,10 @@ struct AttentionControl {
   // nested layer's attention runs itself); false: QKV(l) -> RQ.0, MAX(l) -> RM.0, the
   // last WSUM(l) -> DONE (each stage started by the host, for tests).
   bool chained = false;
-  // ATTO(l).(dim - 1)'s successor.
+  // The successor of ATTO(l).(dim - 1), or of ATTO(l).0 when ATTO writes down.
   std::function<std::string(int layer)> after_atto;
-  // -1: ATTO only sends x + wo xb up; else the register row whose element i it lands in.
+  // ATTO(l).i only: -1: it only sends x + wo xb up; else the register row whose element i
+  // it lands in.
   int64_t atto_register = -1;
   // What a micro-op of layer l that reads x sets (QKV(l), ATTO(l).i): a register read,
   // or the flags of another source of x.
@@ -61,7 +69,7 @@ struct AttentionControl {
 class AttentionHalf {
  public:
   // The control names it adds: QKV(l), RQ.i, RK(l).i, RV(l).i, and with the attention
-  // the stages' and ATTO(l).i.
+  // the stages' and ATTO(l).i (ATTO(l).0 alone when ATTO writes down).
   static std::vector<std::string> names(const reference::Llama2Config& config, const AttentionOptions& options);
 
   // Appends the units and RAMs to as.program(). Throws qpu::Error for options the units or
@@ -70,8 +78,12 @@ class AttentionHalf {
                 const Assembler::Scalar& pos, const XOperand& x_operand);
 
   // The values the part sends up, in lane order: q, k || v of every kv head (the cache
-  // read back), then ATTO's x, then the stages' read-backs.
+  // read back), then ATTO's x (unless ATTO writes down), then the stages' read-backs.
   const std::vector<compiler::ValueId>& lanes() const { return lanes_; }
+  // ATTO writing down only: the X1 RAM's out values (x + wo xb of the latest ATTO(l).0, read
+  // bit for bit when the machine sets x1_read(); +0 otherwise) and that read flag.
+  const std::vector<compiler::ValueId>& x1() const { return x1_; }
+  compiler::ValueId x1_read() const { return x1_read_; }
   int heads() const { return stages_ ? geometry_.heads : 0; }
   int exp_groups() const { return geometry_.exp_groups(); }
 
@@ -87,6 +99,9 @@ class AttentionHalf {
   std::optional<AttentionStages> stages_;
   std::vector<compiler::ValueId> layer_flags_, kv_write_, kv_read_, atto_layer_;
   compiler::ValueId store_ = 0, q_read_ = 0;
+  bool atto_writes_down_ = false;
+  std::vector<compiler::ValueId> x1_;
+  compiler::ValueId x1_store_ = 0, x1_read_ = 0;
   std::vector<compiler::ValueId> lanes_;
 };
 

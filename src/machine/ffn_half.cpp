@@ -28,10 +28,14 @@ std::vector<std::string> FfnHalf::names(const reference::Llama2Config& cfg, cons
   return n;
 }
 
-FfnHalf::FfnHalf(Assembler& as, const reference::Llama2Checkpoint& ck, const FfnOptions& o) : as_(as) {
+FfnHalf::FfnHalf(Assembler& as, const reference::Llama2Checkpoint& ck, const FfnOptions& o,
+                 const std::vector<ValueId>& x_in)
+    : as_(as) {
   const auto& cfg = ck.config();
   const int hidden = cfg.hidden_dim;
   if (o.lanes < 1 || o.lanes > hidden) fail("ffn half: {} lanes per chunk outside [1, {}]", o.lanes, hidden);
+  const std::vector<ValueId>& x = x_in.empty() ? as.register_out() : x_in;
+  if (x.size() != static_cast<size_t>(cfg.dim)) fail("ffn half: x of {} values, dim is {}", x.size(), cfg.dim);
   dim_ = cfg.dim;
   layers_ = cfg.n_layers;
   chunks_ = (hidden + o.lanes - 1) / o.lanes;
@@ -42,7 +46,7 @@ FfnHalf::FfnHalf(Assembler& as, const reference::Llama2Checkpoint& ck, const Ffn
   sw_chunk_ = as.inputs("sw.chunk", layers_ * chunks_);
   // The units' idle contract is "every flag 0 AND operands 0", but FFN(l).i reads x
   // too: the chunk unit reads x through a gate that passes it only on SW cycles.
-  const std::vector<ValueId> xs = as.gated(as.register_out(), sw_layer_, "sw.x");
+  const std::vector<ValueId> xs = as.gated(x, sw_layer_, "sw.x");
   npu::MatvecOptions mo;
   mo.max_op_neurons = npu::kBudgetMaxOpNeurons;
   const npu::FfnChunkUnit unit = npu::ffn_chunk_unit(p, ck, xs, sw_layer_, sw_chunk_, o.lanes, mo);
@@ -67,7 +71,7 @@ FfnHalf::FfnHalf(Assembler& as, const reference::Llama2Checkpoint& ck, const Ffn
 
   // FFN(l).i: w2 over the products + x, lane i sent up.
   out_layer_ = as.inputs("ffn.layer", layers_);
-  const npu::FfnOut out = npu::ffn_out_block(p, ck, as.register_out(), prod, out_layer_);
+  const npu::FfnOut out = npu::ffn_out_block(p, ck, x, prod, out_layer_);
   out_ops_ = compiler::OpRange{out.first_op, p.ops().size()};
   as.gate_clears(out.first_op, p.ops().size(), out.enable);
   lanes_ = out.x_out;
@@ -78,12 +82,14 @@ void FfnHalf::define(int first_lane, ValueId send, const FfnControl& c) {
     for (int k = 0; k < chunks_; ++k) {
       MicroOp op = as_.step(k + 1 < chunks_ ? swiglu_name(l, k + 1) : ffn_name(l, 0));
       op.sets = {{sw_layer_[at(l)], 1.0f}, {sw_chunk_[at(l * chunks_ + k)], 1.0f}, {ram_write_[at(k)], 1.0f}};
+      op.sets.insert(op.sets.end(), c.x_sets.begin(), c.x_sets.end());
       op.read_register = c.reads(l);
       as_.define(swiglu_name(l, k), std::move(op));
     }
     for (int i = 0; i < dim_; ++i) {
       MicroOp op = as_.write(c.writes(l), i, i + 1 < dim_ ? ffn_name(l, i + 1) : c.after_ffn(l));
       op.sets = {{out_layer_[at(l)], 1.0f}, {ram_read_, 1.0f}, {send, 1.0f}, as_.lane_flag(first_lane + i)};
+      op.sets.insert(op.sets.end(), c.x_sets.begin(), c.x_sets.end());
       op.read_register = c.reads(l);
       as_.define(ffn_name(l, i), std::move(op));
     }

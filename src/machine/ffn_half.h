@@ -11,11 +11,15 @@
 //  * FFN(l).i, i < dim (4 cycles each): every product read back from the RAM -> w2 -> + x
 //    (npu::ffn_out_block), lane i sent up and written into element i of a register.
 //
-// x is the register the micro-op reads (Assembler::register_out): SW reads it through a
-// gate on its own flags (other micro-ops read registers on other cycles), the out block
-// directly (its idle contract holds for any x while its flags are 0).
+// x is what the machine gives the constructor: the register the micro-op reads
+// (Assembler::register_out, the FFN machine) or a RAM's out values read on SW and FFN
+// cycles (the token machine's X1 RAM, machine/wide_float_ram.h). SW reads it through a
+// gate on its own flags (x is also nonzero on FFN cycles, and a register on other
+// micro-ops' cycles), the out block directly (its idle contract holds for any x while its
+// flags are 0).
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "compiler/ir.h"
@@ -33,7 +37,9 @@ struct FfnOptions {
 
 // Layer l's registers and what follows it.
 struct FfnControl {
-  std::function<int64_t(int layer)> reads;          // the register SW(l) and FFN(l) read
+  std::function<int64_t(int layer)> reads;          // the register SW(l) and FFN(l) read (-1: none)
+  // What SW(l) and FFN(l) also set to read x (e.g. the X1 RAM's read flag).
+  std::vector<std::pair<compiler::ValueId, float>> x_sets;
   std::function<int64_t(int layer)> writes;         // the register FFN(l).i writes element i of
   std::function<std::string(int layer)> after_ffn;  // FFN(l).(dim - 1)'s successor
 };
@@ -43,9 +49,11 @@ class FfnHalf {
   // SW(l).c and FFN(l).i for every layer.
   static std::vector<std::string> names(const reference::Llama2Config& config, const FfnOptions& options);
 
-  // Appends the chunk unit, the product RAM and the out block to as.program(). Throws
-  // qpu::Error for a lane count outside [1, hidden_dim].
-  FfnHalf(Assembler& as, const reference::Llama2Checkpoint& checkpoint, const FfnOptions& options);
+  // Appends the chunk unit, the product RAM and the out block to as.program(). x: dim
+  // values, +0 on every cycle but SW's and FFN's (empty: as.register_out()). Throws
+  // qpu::Error for a lane count outside [1, hidden_dim] or an x of another size.
+  FfnHalf(Assembler& as, const reference::Llama2Checkpoint& checkpoint, const FfnOptions& options,
+          const std::vector<compiler::ValueId>& x = {});
 
   int chunks() const { return chunks_; }
   // The out block's ops (for Program::order) and its lanes (x_out, dim values).

@@ -17,7 +17,10 @@ using compiler::ValueId;
 
 namespace {
 
-constexpr int64_t kX0 = 0, kX1 = 1;  // register rows: a layer's input, x after its attention
+// Register row X0: a layer's input (x after the previous layer's FFN). x after the
+// attention needs no register: ATTO(l).0 writes it down into the X1 RAM (the attention
+// half's), which SW(l) and FFN(l), ordered below, read.
+constexpr int64_t kX0 = 0;
 
 std::string layer_name(const char* prefix, int l, int i) {
   return std::string(prefix) + "(" + std::to_string(l) + ")." + std::to_string(i);
@@ -32,6 +35,7 @@ TokenMachine build_token_machine(const reference::Llama2Checkpoint& ck, const To
   if (dim > 64) fail("token machine: dim {} needs more than 64 register elements", dim);
   TokenMachineOptions o = options;
   o.attention = true;
+  o.atto_writes_down = true;
   std::vector<std::string> names = {"HDR", "NOP", "DONE", "INC", "WSTEPS", "WPOS", "WF", "PST"};
   for (const std::string& n : AttentionHalf::names(cfg, o)) names.push_back(n);
   for (const std::string& n : FfnHalf::names(cfg, o)) names.push_back(n);
@@ -43,7 +47,7 @@ TokenMachine build_token_machine(const reference::Llama2Checkpoint& ck, const To
   const Assembler::Scalar steps = as.scalar_register("STEPS");    // run.c's steps (-n)
   const Assembler::Scalar forced = as.scalar_register("FORCED");  // a prompt token + 1, on its way to the prompt RAM
 
-  // Layer 0's x is the embedding of TOK (no crossing): QKV.0 and ATTO(0).i set `emb` and
+  // Layer 0's x is the embedding of TOK (no crossing): QKV.0 and ATTO(0).0 set `emb` and
   // read TOK; the other layers' micro-ops read X0. Either way the units get x through one
   // gate on their own flags.
   const ValueId emb = as.input("emb.on");
@@ -53,7 +57,7 @@ TokenMachine build_token_machine(const reference::Llama2Checkpoint& ck, const To
     return as.gated({as.register_out(), embedding}, flags, label);  // never both nonzero
   });
   const compiler::OpRange attention_ops{first_attention_op, p.ops().size()};
-  FfnHalf ffn(as, ck, o);
+  FfnHalf ffn(as, ck, o, attention.x1());
   const compiler::OpRange ffn_ops{attention_ops.end, p.ops().size()};
   // The prompt RAM: position j's forced token + 1 (0: none), written by PST from FORCED at
   // the address POS holds, read by HEAD at POS (= the position whose token HEAD chooses:
@@ -134,7 +138,6 @@ TokenMachine build_token_machine(const reference::Llama2Checkpoint& ck, const To
   }
   AttentionControl ac;
   ac.chained = true;
-  ac.atto_register = kX1;
   ac.after_atto = [](int l) { return swiglu_name(l, 0); };
   ac.reads_x = [&](MicroOp& op, int l) {
     if (l > 0) {
@@ -146,7 +149,8 @@ TokenMachine build_token_machine(const reference::Llama2Checkpoint& ck, const To
   };
   attention.define(attention_lane, send, ac);
   FfnControl fc;
-  fc.reads = [](int) { return kX1; };
+  fc.reads = [](int) { return int64_t{-1}; };  // x from the X1 RAM
+  fc.x_sets = {{attention.x1_read(), 1.0f}};
   fc.writes = [](int) { return kX0; };
   fc.after_ffn = [&](int l) { return l + 1 < layers ? std::string("QKV.") + std::to_string(l + 1) : std::string("INC"); };
   ffn.define(ffn_lane, send, fc);
@@ -217,9 +221,8 @@ std::vector<int64_t> TokenMachine::expected_position(const PositionRecord& r) co
     for (int b = 0; b < blocks; ++b)
       for (int g = 0; g < exp_groups; ++g) emit(layer_name("PROB", l, b) + "." + std::to_string(g));
     for (int h = 0; h < heads; ++h) emit(layer_name("WSUM", l, h));
-    emit(layer_name("ATTO", l, 0));
-    floats(r.x_att_res[static_cast<size_t>(l)], "ATTO", l, swiglu_name(l, 0));
-    for (int c = 1; c < chunks; ++c) emit(swiglu_name(l, c));
+    emit(layer_name("ATTO", l, 0));  // one micro-op: x_att_res goes down into the X1 RAM, no float
+    for (int c = 0; c < chunks; ++c) emit(swiglu_name(l, c));
     emit(ffn_name(l, 0));
     floats(r.x_ffn_res[static_cast<size_t>(l)], "FFN", l, l + 1 < layers ? "QKV." + std::to_string(l + 1) : "INC");
   }

@@ -10,15 +10,20 @@
 //               rmsnorm -> wq, wk, wv -> RoPE(POS); q RAM, KV cache -> SCORE(l).0
 //   SCORE ... WSUM   the attention of layer l (machine/attention_stages.h); the block
 //               loops branch on POS -> ATTO(l).0
-//   ATTO(l).i   x + wo xb, element i sent up into X1 -> SW(l).0 after i = dim - 1
-//   SW(l).c     the FFN's chunks into the product RAM -> FFN(l).0
-//   FFN(l).i    x + w2 (silu(w1 x) * w3 x), element i sent up into X0 -> QKV.(l + 1),
-//               after the last layer INC
+//   ATTO(l).0   x + wo xb, all dim elements written down into the X1 RAM in the same
+//               forward pass (no crossing: its readers are below it; one micro-op per
+//               layer, named .0 as the attention stages name it) -> SW(l).0
+//   SW(l).c     x from the X1 RAM; the FFN's chunks into the product RAM -> FFN(l).0
+//   FFN(l).i    x (the X1 RAM) + w2 (silu(w1 x) * w3 x), element i sent up into X0 ->
+//               QKV.(l + 1), after the last layer INC
 //   INC         POS + 1, sent up into POS -> HEAD
 //   HEAD        rmsnorm (rms_final) -> wcls -> argmax k: the host's next token is TOK.k
 //
 // so the host's output is the nested story's token ids (TOK.k) between the machine's
-// own control and value tokens. X0 holds a layer's input, X1 its x after the attention.
+// own control and value tokens. X0 holds a layer's input; the X1 RAM (in the attention
+// half, machine/wide_float_ram.h) its x after the attention, exactly for +-0 (read as +0)
+// and every |x| in [2^-47, 2^20) (the uplink's window; stories260K's x_att_res spans
+// binades -24..3, docs/trace-ranges.md).
 //
 // run.c's loop control: STEPS (a register the prompt writes) ends the story: TOK.k goes
 // on to QKV.0 while POS < STEPS, else to DONE; TOK.1 (BOS) goes on only at position 0
@@ -64,7 +69,8 @@ struct TokenMachine : AssembledMachine {
 
   // What the machine generates for one nested position, from the token after the
   // position's TOK (QKV.0) through the next TOK: every control token and the value
-  // tokens of every float it sends up.
+  // tokens of every float it sends up (x after the FFN of every layer, POS + 1; x after
+  // the attention stays below, record.x_att_res is only size-checked).
   std::vector<int64_t> expected_position(const PositionRecord& record) const;
 };
 

@@ -17,13 +17,13 @@ namespace {
 
 using K = reference::TraceKind;
 
-// Collects x after the attention and after the FFN of every layer of one forward.
+// Collects x after the FFN of every layer of one forward.
 class Residuals final : public reference::TraceObserver {
  public:
   explicit Residuals(ReferencePosition& out) : out_(out) {}
   void record(K kind, int, int layer, int head, std::span<const float> values) override {
-    if (head >= 0 || layer < 0 || (kind != K::x_att_res && kind != K::x_ffn_res)) return;
-    auto& per_layer = kind == K::x_att_res ? out_.x_att_res : out_.x_ffn_res;
+    if (head >= 0 || layer < 0 || kind != K::x_ffn_res) return;
+    auto& per_layer = out_.x_ffn_res;
     if (per_layer.size() <= static_cast<size_t>(layer)) per_layer.resize(static_cast<size_t>(layer) + 1);
     per_layer[static_cast<size_t>(layer)].assign(values.begin(), values.end());
   }
@@ -33,7 +33,7 @@ class Residuals final : public reference::TraceObserver {
 };
 
 int64_t crossings_per_position(const reference::Llama2Config& c) {
-  return 2 * static_cast<int64_t>(c.n_layers) * c.dim + 1;  // ATTO and FFN of every layer, INC
+  return static_cast<int64_t>(c.n_layers) * c.dim + 1;  // FFN of every layer, INC
 }
 
 }  // namespace
@@ -63,9 +63,8 @@ ReferencePosition& StoryChecker::reference(int pos) {
     const size_t at = positions_.size() + 1;
     r.next = at < prompt_.size() ? prompt_[at]
                                  : static_cast<int>(std::max_element(logits.begin(), logits.end()) - logits.begin());
-    if (r.x_att_res.size() != static_cast<size_t>(cfg.n_layers) || r.x_ffn_res.size() != static_cast<size_t>(cfg.n_layers))
-      fail("story check: run.c's trace gave {} and {} layers, the checkpoint has {}", r.x_att_res.size(),
-           r.x_ffn_res.size(), cfg.n_layers);
+    if (r.x_ffn_res.size() != static_cast<size_t>(cfg.n_layers))
+      fail("story check: run.c's trace gave {} layers, the checkpoint has {}", r.x_ffn_res.size(), cfg.n_layers);
     positions_.push_back(std::move(r));
   }
   return positions_[static_cast<size_t>(pos)];
@@ -87,14 +86,12 @@ bool StoryChecker::check(const CrossingEvent& e) {
     expected = static_cast<float>(e.position + 1);
     what = "POS + 1 (INC)";
   } else {
-    const bool attention = e.op == CrossingOp::Attention;
-    what = fmt::format("x after the {} of layer {}, element {}", attention ? "attention" : "FFN", e.layer, e.element);
+    what = fmt::format("x after the FFN of layer {}, element {}", e.layer, e.element);
     if (e.layer < 0 || e.layer >= cfg.n_layers || e.element < 0 || e.element >= cfg.dim)
       return differ(e.position, what + " (" + name + ")", machine,
                     fmt::format("none: {} layers of dim {}", cfg.n_layers, cfg.dim));
     const ReferencePosition& r = reference(e.position);
-    const auto& per_layer = attention ? r.x_att_res : r.x_ffn_res;
-    expected = per_layer[static_cast<size_t>(e.layer)][static_cast<size_t>(e.element)];
+    expected = r.x_ffn_res[static_cast<size_t>(e.layer)][static_cast<size_t>(e.element)];
   }
   ++floats_;
   ++crossings_seen_[e.position];

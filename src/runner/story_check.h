@@ -3,11 +3,14 @@
 // for bit) run greedily from BOS, one position at a time as the machine's stream needs it,
 // and every crossing float and story token of the stream compared with it:
 //
-//   ATTO(l).i at position p   run.c's x after the attention of layer l (x_att_res), element i
 //   FFN(l).i  at position p   run.c's x after the FFN of layer l (x_ffn_res), element i
 //   INC       at position p   p + 1
 //   story token j             j = 0: BOS; else run.c's next token at position j - 1 (the
 //                             prompt's while it lasts, else the greedy one)
+//
+// x after the attention (x_att_res) no longer crosses (ATTO writes it down into the X1
+// RAM): it is checked through x_ffn_res, which depends on it bit for bit (x_att_res + w2
+// (...) of rmsnorm(x_att_res)).
 //
 // Floats are compared as bits (std::bit_cast<uint32_t>), so +0 and -0 differ. The checker
 // keeps the FIRST difference (nested position, what, both values and their bits) and
@@ -27,7 +30,7 @@ namespace qpu::runner {
 // run.c's values at one nested position.
 struct ReferencePosition {
   int token = 0;  // the token run.c's forward got at this position
-  std::vector<std::vector<float>> x_att_res, x_ffn_res;  // [layer][dim]
+  std::vector<std::vector<float>> x_ffn_res;  // [layer][dim]
   int next = 0;   // run.c's next token (a prompt token, else the first maximum of the logits)
 };
 

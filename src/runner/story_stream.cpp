@@ -69,9 +69,6 @@ StreamParser::StreamParser(StreamVocabulary vocabulary) : v_(std::move(vocabular
     } else if (name == "INC") {
       m.kind = Meaning::Crossing;
       m.op = CrossingOp::Inc;
-    } else if (parse_layer_element(name, "ATTO", m.layer, m.element)) {
-      m.kind = Meaning::Crossing;
-      m.op = CrossingOp::Attention;
     } else if (parse_layer_element(name, "FFN", m.layer, m.element)) {
       m.kind = Meaning::Crossing;
       m.op = CrossingOp::Ffn;

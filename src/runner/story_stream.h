@@ -7,8 +7,9 @@
 // back, until the machine's DONE. That stream is the machine's control stream (docs/story-cli.md):
 //
 //   control tokens        one per cycle; most of them only say which micro-op ran;
-//   crossing micro-ops    ATTO(l).i, FFN(l).i, INC: each is followed by the 3 value tokens
-//                         of the float it sends up (AssembledMachine::decode);
+//   crossing micro-ops    FFN(l).i, INC: each is followed by the 3 value tokens of the
+//                         float it sends up (AssembledMachine::decode). ATTO(l).0 is not
+//                         one: it writes x after the attention down into the X1 RAM;
 //   story tokens          TOK.k (TOKF.k: the first printed one): k is the nested model's
 //                         token; the j-th story token (from 0) starts nested position j.
 //
@@ -36,7 +37,7 @@ struct StreamVocabulary {
   static StreamVocabulary of(const machine::AssembledMachine& m);
 };
 
-enum class CrossingOp { Attention, Ffn, Inc };  // ATTO(l).i, FFN(l).i, INC
+enum class CrossingOp { Ffn, Inc };  // FFN(l).i, INC
 
 struct StoryTokenEvent {
   int token = 0;          // k of TOK.k
@@ -46,8 +47,8 @@ struct StoryTokenEvent {
 };
 
 struct CrossingEvent {
-  const std::string* name = nullptr;  // the micro-op's control name, e.g. "ATTO(2).17"
-  CrossingOp op = CrossingOp::Attention;
+  const std::string* name = nullptr;  // the micro-op's control name, e.g. "FFN(2).17"
+  CrossingOp op = CrossingOp::Ffn;
   int layer = -1;    // -1 for INC
   int element = 0;
   float value = 0.0f;

@@ -5,8 +5,10 @@
 // stages, ATTO, FFN chunks and FFN, then INC, HEAD and the story token TOK.k that starts
 // the next position, until DONE after the last step. Every generated host token must
 // equal the stream that run.c's forward implies: every control token in order, every
-// float sent up (x after the attention and after the FFN of every layer, POS + 1) bit for
-// bit, and TOK.k with k = run.c's next token (the prompt's while it lasts, else greedy).
+// float sent up (x after the FFN of every layer, POS + 1) bit for bit, and TOK.k with k =
+// run.c's next token (the prompt's while it lasts, else greedy). x after the attention
+// no longer crosses (ATTO(l).0 writes it into the X1 RAM); every FFN float depends on it
+// bit for bit.
 #include <gtest/gtest.h>
 
 #include <algorithm>

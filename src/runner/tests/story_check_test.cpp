@@ -64,11 +64,9 @@ class GoldenStream final : public reference::TraceObserver {
       story(pos + 1);
       return;
     }
-    if (kind != K::x_att_res && kind != K::x_ffn_res) return;
-    const bool att = kind == K::x_att_res;
+    if (kind != K::x_ffn_res) return;  // x after the attention stays below the uplink (the X1 RAM)
     for (size_t i = 0; i < values.size(); ++i)
-      cross(pos, att ? CrossingOp::Attention : CrossingOp::Ffn, layer, static_cast<int>(i), values[i],
-            fmt::format("{}({}).{}", att ? "ATTO" : "FFN", layer, i));
+      cross(pos, CrossingOp::Ffn, layer, static_cast<int>(i), values[i], fmt::format("FFN({}).{}", layer, i));
   }
 
   std::vector<Event> events;
@@ -113,7 +111,7 @@ void replay(StoryChecker& checker, const std::vector<Event>& events, const std::
 
 int64_t per_position() {
   const auto& c = stories260k().config();
-  return 2 * static_cast<int64_t>(c.n_layers) * c.dim + 1;
+  return static_cast<int64_t>(c.n_layers) * c.dim + 1;
 }
 
 std::string hex(float v) { return fmt::format("0x{:08x}", std::bit_cast<uint32_t>(v)); }
@@ -140,23 +138,21 @@ TEST(StoryChecker, EveryFlippedReferenceBitIsTheFirstDifferenceAtItsPlace) {
     const int pos = std::uniform_int_distribution<int>(0, kPositions - 1)(rng);
     const int layer = std::uniform_int_distribution<int>(0, cfg.n_layers - 1)(rng);
     const int element = std::uniform_int_distribution<int>(0, cfg.dim - 1)(rng);
-    const bool attention = trial % 2 == 0;
     const int bit = std::uniform_int_distribution<int>(0, 31)(rng);
     StoryChecker checker(stories260k());
     checker.reference(kPositions - 1);  // run.c's whole run first: the flip changes no later position
-    float& value = (attention ? checker.reference(pos).x_att_res : checker.reference(pos).x_ffn_res)
-        [static_cast<size_t>(layer)][static_cast<size_t>(element)];
+    float& value = checker.reference(pos).x_ffn_res[static_cast<size_t>(layer)][static_cast<size_t>(element)];
     const float original = value;
     value = std::bit_cast<float>(std::bit_cast<uint32_t>(value) ^ (1u << bit));
     replay(checker, g.events, g.tokens);
     ASSERT_TRUE(checker.first_difference().has_value()) << "trial " << trial;
     const Difference& d = *checker.first_difference();
     EXPECT_EQ(d.position, pos);
-    EXPECT_EQ(d.what, fmt::format("x after the {} of layer {}, element {}", attention ? "attention" : "FFN", layer, element));
+    EXPECT_EQ(d.what, fmt::format("x after the FFN of layer {}, element {}", layer, element));
     EXPECT_NE(d.machine.find(hex(original)), std::string::npos) << d.machine;
     EXPECT_NE(d.run_c.find(hex(value)), std::string::npos) << d.run_c;
     EXPECT_NE(d.message().find(fmt::format("nested position {}", pos)), std::string::npos);
-    const int64_t index = pos * per_position() + layer * 2 * cfg.dim + (attention ? 0 : cfg.dim) + element;
+    const int64_t index = pos * per_position() + layer * cfg.dim + element;
     EXPECT_EQ(checker.floats_compared(), index + 1);
   }
 }
@@ -183,7 +179,7 @@ TEST(StoryChecker, MachineSideFaultsAreReported) {
   const auto& cfg = stories260k().config();
   {  // a float missing: the position's count is short when its story token comes
     std::vector<Event> events = g.events;
-    events.erase(events.begin() + 1 + per_position() + 1 + 5);  // position 1, ATTO(0).5
+    events.erase(events.begin() + 1 + per_position() + 1 + 5);  // position 1, FFN(0).5
     StoryChecker checker(stories260k());
     replay(checker, events, g.tokens);
     ASSERT_TRUE(checker.first_difference().has_value());

@@ -32,7 +32,7 @@ struct Synthetic {
     for (int l = 0; l < kLayers; ++l) {
       names.push_back("QKV." + std::to_string(l));
       names.push_back("SCORE(" + std::to_string(l) + ").0");
-      for (int i = 0; i < kDim; ++i) names.push_back("ATTO(" + std::to_string(l) + ")." + std::to_string(i));
+      names.push_back("ATTO(" + std::to_string(l) + ").0");  // writes down: no crossing
       names.push_back("SW(" + std::to_string(l) + ").0");
       for (int i = 0; i < kDim; ++i) names.push_back("FFN(" + std::to_string(l) + ")." + std::to_string(i));
     }
@@ -69,7 +69,7 @@ Expected make_stream(const Synthetic& s, int positions, std::mt19937& rng) {
   auto control = [&](const std::string& n) {
     e.stream.push_back(s.id(n));
     if (n.starts_with("TOK")) return;
-    if (n != "INC" && !n.starts_with("ATTO") && !n.starts_with("FFN")) ++e.other_controls;
+    if (n != "INC" && !n.starts_with("FFN")) ++e.other_controls;
   };
   auto float_after = [&](const std::string& n, CrossingOp op, int layer, int element, int pos) {
     const int64_t cycle = static_cast<int64_t>(e.stream.size());
@@ -89,7 +89,7 @@ Expected make_stream(const Synthetic& s, int positions, std::mt19937& rng) {
       const std::string L = "(" + std::to_string(l) + ").";
       control("QKV." + std::to_string(l));
       control("SCORE" + L + "0");
-      for (int i = 0; i < kDim; ++i) float_after("ATTO" + L + std::to_string(i), CrossingOp::Attention, l, i, pos);
+      control("ATTO" + L + "0");
       control("SW" + L + "0");
       for (int i = 0; i < kDim; ++i) float_after("FFN" + L + std::to_string(i), CrossingOp::Ffn, l, i, pos);
     }
@@ -143,7 +143,7 @@ TEST(StreamParser, RandomStreamsGiveEveryEventInOrder) {
     const StreamCounts& c = parser.counts();
     EXPECT_EQ(c.cycles, static_cast<int64_t>(e.stream.size()));
     EXPECT_EQ(c.story_tokens, positions + 1);
-    EXPECT_EQ(c.crossings, positions * (2 * kLayers * kDim + 1));
+    EXPECT_EQ(c.crossings, positions * (kLayers * kDim + 1));
     EXPECT_EQ(c.other_floats, e.other_floats);
     EXPECT_EQ(c.other_controls, e.other_controls);
     EXPECT_FALSE(c.done);
@@ -183,7 +183,7 @@ std::string grammar_error(const Synthetic& s, const std::vector<int64_t>& stream
 TEST(StreamParser, GrammarBreaksAreErrorsNamingTheCycle) {
   const Synthetic s;
   EXPECT_NE(grammar_error(s, {5}).find("cycle 0: value token 5 before any control token"), std::string::npos);
-  EXPECT_NE(grammar_error(s, {s.id("ATTO(0).1"), 3, 4, s.id("NOP")}).find("cycle 3: control token 'NOP' after 2 of the 3 value tokens that follow 'ATTO(0).1'"),
+  EXPECT_NE(grammar_error(s, {s.id("FFN(0).1"), 3, 4, s.id("NOP")}).find("cycle 3: control token 'NOP' after 2 of the 3 value tokens that follow 'FFN(0).1'"),
             std::string::npos);
   EXPECT_NE(grammar_error(s, {s.id("FFN(2).3"), s.id("NOP")}).find("cycle 1: crossing micro-op 'FFN(2).3' is not followed by its float"),
             std::string::npos);
@@ -211,7 +211,8 @@ TEST(StreamParser, BadVocabulariesAreRejected) {
 TEST(StreamParser, NamesThatOnlyLookLikeCrossingsAreOtherControls) {
   Synthetic s;
   StreamVocabulary v = s.vocab;
-  const std::vector<std::string> odd = {"ATTO(1)", "ATTOX(1).2", "FFN(a).1", "FFN(1).", "INC2", "SW(9).0", "TOKEN.3"};
+  // ATTO(l).i: the machine's ATTO writes x down, it never crosses.
+  const std::vector<std::string> odd = {"ATTO(1)", "ATTO(1).2", "ATTOX(1).2", "FFN(a).1", "FFN(1).", "INC2", "SW(9).0", "TOKEN.3"};
   for (const std::string& n : odd) v.control_names.push_back(n);
   StreamParser parser(v);
   int crossings = 0;

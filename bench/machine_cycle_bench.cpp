@@ -33,7 +33,17 @@
 //                               cycles (SCORE onward) from a copy of the State the loads
 //                               left. Recorded and checked like BM_MachineCycle.
 //
+//   BM_TokenMachineCycle/positions:P/steps:N   the token machine (machine/token_machine.h:
+//                               the whole nested stories260K on one looped machine) built
+//                               for P positions (16: 1,664 layers; 256 is the story's
+//                               ~6,000), run by a greedy host from its prompt (HDR, N
+//                               steps, BOS) to DONE, recorded and replayed like
+//                               BM_MachineCycle (one thread). Almost every layer of a
+//                               cycle is idle (one micro-op fires per cycle), so this is
+//                               the engine's per-layer floor; counter us_per_layer.
+//
 //   machine_cycle_bench --benchmark_filter='BM_MachineCycle/threads:1/cases:5'
+//   machine_cycle_bench --benchmark_filter='BM_TokenMachineCycle/positions:16'
 //   machine_cycle_bench --benchmark_filter='BM_AttentionMachineCycle/threads:1'
 #include <benchmark/benchmark.h>
 #include <omp.h>
@@ -41,6 +51,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <map>
 #include <memory>
 #include <tuple>
 #include <vector>
@@ -48,6 +59,7 @@
 #include "engine/model.h"
 #include "engine/tests/tiny_model.h"
 #include "machine/qkv_machine.h"
+#include "machine/token_machine.h"
 #include "npu/tests/unit_harness.h"
 
 namespace {
@@ -70,7 +82,7 @@ struct Setup {
 };
 
 // The prompt, then the argmax fed back until DONE; records every forward into stream/next.
-void run_greedy(const machine::QkvMachine& m, const engine::Model& model, engine::State& state,
+void run_greedy(const machine::AssembledMachine& m, const engine::Model& model, engine::State& state,
                 std::vector<float>& logits, const std::vector<int64_t>& prompt, std::vector<int64_t>& stream,
                 std::vector<int64_t>& next) {
   for (size_t i = 0; i < prompt.size(); ++i) {
@@ -251,6 +263,73 @@ void BM_AttentionMachineCycle(benchmark::State& bench) {
 // Args: threads, stages (0: the whole stream; 1: the attention stages only).
 BENCHMARK(BM_AttentionMachineCycle)->ArgNames({"threads", "stages"})->ArgsProduct({{1, 2}, {0, 1}})
     ->Unit(benchmark::kMillisecond)->UseRealTime();
+
+// The token machine's session: built once per size, its greedy run recorded once.
+struct TokenSetup {
+  machine::TokenMachine m;
+  std::unique_ptr<engine::Model> model;
+  std::vector<int64_t> stream, next;
+};
+
+TokenSetup& token_setup(int positions, int steps) {
+  static std::map<std::pair<int, int>, std::unique_ptr<TokenSetup>> setups;
+  auto& s = setups[{positions, steps}];
+  if (s) return *s;
+  setups.clear();  // one machine alive at a time (the 256-position one is ~GBs)
+  auto& fresh = setups[{positions, steps}];
+  fresh = std::make_unique<TokenSetup>();
+  const auto start = std::chrono::steady_clock::now();
+  machine::TokenMachineOptions o;
+  o.max_positions = positions;
+  o.kv_banks = 32;  // as runner::token_machine_options (the machine needs 32 at 16 positions)
+  fresh->m = machine::build_token_machine(stories260k(), o);
+  fresh->model = std::make_unique<engine::Model>(fresh->m.model());
+  engine::State state = fresh->model->new_state();
+  std::vector<float> logits(static_cast<size_t>(fresh->model->config().vocab_size));
+  const std::vector<int64_t> prompt = fresh->m.prompt({1}, steps);
+  run_greedy(fresh->m, *fresh->model, state, logits, prompt, fresh->stream, fresh->next);
+  const auto& c = fresh->m.compiled.weights.config;
+  std::fprintf(stderr, "machine_cycle_bench: token machine (%d positions), %lld layers, hidden %lld, intermediate "
+               "%lld; stream of %zu cycles (%d steps); setup %.1f s\n",
+               positions, static_cast<long long>(c.num_hidden_layers), static_cast<long long>(c.hidden_size),
+               static_cast<long long>(c.intermediate_size), fresh->stream.size(), steps,
+               std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  return *fresh;
+}
+
+void BM_TokenMachineCycle(benchmark::State& bench) {
+  const TokenSetup& s = token_setup(static_cast<int>(bench.range(0)), static_cast<int>(bench.range(1)));
+  omp_set_num_threads(1);
+  std::vector<float> logits(static_cast<size_t>(s.model->config().vocab_size));
+  const auto replay_once = [&](bool check) {
+    engine::State state = s.model->new_state();
+    return replay_range(*s.model, s.stream, s.next, 0, s.stream.size(), state, logits, check);
+  };
+  if (!replay_once(true)) {
+    bench.SkipWithError("the replayed stream diverged from the recorded greedy run");
+    return;
+  }
+  double seconds = 0;
+  for (auto _ : bench) {
+    const auto start = std::chrono::steady_clock::now();
+    replay_once(false);
+    seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  }
+  const auto cycles = static_cast<double>(s.stream.size());
+  const engine::IdleSublayerCounts before = s.model->skipped_sublayers();
+  replay_once(false);  // outside the timing: how many sublayers a cycle skips as idle
+  const engine::IdleSublayerCounts after = s.model->skipped_sublayers();
+  bench.counters["skipped_gdn"] = static_cast<double>(after.gdn - before.gdn) / cycles;
+  bench.counters["skipped_mlp"] = static_cast<double>(after.mlp - before.mlp) / cycles;
+  const double ms = 1e3 * seconds / (cycles * static_cast<double>(bench.iterations()));
+  bench.SetItemsProcessed(bench.iterations() * static_cast<int64_t>(s.stream.size()));
+  bench.counters["cycles"] = cycles;
+  bench.counters["ms_per_cycle"] = ms;
+  bench.counters["us_per_layer"] = 1e3 * ms / static_cast<double>(s.model->config().num_hidden_layers);
+}
+// Args: positions the machine is built for, nested steps run (one step: ~2,800 cycles).
+BENCHMARK(BM_TokenMachineCycle)->ArgNames({"positions", "steps"})->Args({16, 1})->Args({32, 1})
+    ->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(3);
 
 void BM_SmallGdnLayers(benchmark::State& bench) {
   static const std::unique_ptr<engine::Model> model = [] {

@@ -105,6 +105,10 @@ ColumnMatrix ColumnMatrix::from_csr(int64_t rows, int64_t cols, const std::vecto
       m.weights_finite_ = m.weights_finite_ && std::isfinite(values[k]);
     }
   }
+  m.nonempty_.assign(static_cast<size_t>((cols + 63) / 64), 0);
+  for (int64_t j = 0; j < cols; ++j) {
+    if (m.col_entries_[static_cast<size_t>(j)] != 0) m.nonempty_[static_cast<size_t>(j / 64)] |= uint64_t{1} << (j % 64);
+  }
   // Offsets, band after band.
   uint32_t total = 0;
   for (int64_t b = 0; b < bands; ++b) {
@@ -272,6 +276,25 @@ void ColumnMatrix::list_columns(const float* x, int64_t cols, Plan& plan, std::v
 int64_t ColumnMatrix::active_entries(const Plan& plan) const {
   int64_t entries = 0;
   for (int64_t a = 0; a < plan.active_cols; ++a) entries += col_entries_[static_cast<size_t>(plan.active[a])];
+  return entries;
+}
+
+int64_t ColumnMatrix::narrow(Plan& plan, const uint64_t* active_bits, std::vector<int32_t>& own) const {
+  if (static_cast<int64_t>(own.size()) < cols_) own.resize(static_cast<size_t>(cols_));
+  int64_t entries = 0, count = 0;
+  int32_t* list = own.data();
+  if (plan.active_cols > 0) {
+    for (size_t w = 0; w < nonempty_.size(); ++w) {
+      for (uint64_t bits = active_bits[w] & nonempty_[w]; bits != 0; bits &= bits - 1) {
+        const auto j = static_cast<int32_t>(64 * w + static_cast<size_t>(std::countr_zero(bits)));
+        list[count++] = j;
+        entries += col_entries_[static_cast<size_t>(j)];
+      }
+    }
+  }
+  plan.active = list;
+  plan.active_cols = count;
+  plan.active_entries = entries;
   return entries;
 }
 

@@ -62,6 +62,13 @@ class ColumnMatrix {
   // active_entries() is the stored weights of those columns in this matrix.
   static void list_columns(const float* x, int64_t cols, Plan& plan, std::vector<int32_t>& active);
   int64_t active_entries(const Plan& plan) const;
+  // active_entries, and the plan narrowed to this matrix: `plan.active` (an x's list)
+  // becomes the ascending columns that also hold a stored weight here, written to
+  // `own`, found from `active_bits` (the same columns as a bitmap, (cols + 63) / 64
+  // words) AND this matrix's nonempty columns, a word at a time. A compiled layer's
+  // matrix reads a few of the residual's live dims: the walk then visits only those
+  // (the columns left out hold no term, so the product is the same).
+  int64_t narrow(Plan& plan, const uint64_t* active_bits, std::vector<int32_t>& own) const;
 
   // y[r] for the rows of `band`, for an x whose plan is `plan` (plan.x_finite and
   // weights_finite() must hold). Uses the calling thread's scratch.
@@ -76,6 +83,7 @@ class ColumnMatrix {
   int64_t cols_ = 0;
   bool weights_finite_ = true;
   std::vector<uint32_t> col_entries_;  // [cols]: stored weights per column, all bands
+  std::vector<uint64_t> nonempty_;     // bit j: column j holds a stored weight
   std::vector<uint32_t> start_;        // [bands * (cols + 1)]: offsets into entries_ per band
   std::vector<Entry> entries_;         // band-major, then column-major, rows ascending
 };

@@ -344,6 +344,76 @@ void rms_norm(const float* x, int64_t n, const float* scale, float eps, float* o
   }
 }
 
+float sum_squares_live(const float* x, int64_t n, const uint64_t* live) {
+  // Lane l of dim j is j mod 64 = the bit index in its word; each lane adds its squares
+  // in ascending j from +0, as dot_f32 does, then the same combine tree.
+  float lanes[dot::kLanes] = {};
+  const int64_t words = (n + 63) / 64;
+  for (int64_t w = 0; w < words; ++w) {
+    const float* xw = x + 64 * w;
+    for (uint64_t bits = live[w]; bits != 0; bits &= bits - 1) {
+      const int k = std::countr_zero(bits);
+      lanes[k] = lanes[k] + xw[k] * xw[k];
+    }
+  }
+  return dot::combine_lanes(lanes);
+}
+
+bool LiveNorm::run(const float* x, int64_t n, const float* scale, float eps, const uint64_t* live,
+                   const std::vector<int32_t>& odd_blocks, float* out) {
+  const int64_t words = (n + 63) / 64;
+  int64_t live_dims = 0;
+  for (int64_t w = 0; w < words; ++w) {
+    // std::popcount is a libgcc call on baseline x86-64 (no POPCNT): the bit trick inline.
+    uint64_t v = live[w];
+    v = v - ((v >> 1) & 0x5555555555555555u);
+    v = (v & 0x3333333333333333u) + ((v >> 2) & 0x3333333333333333u);
+    live_dims += static_cast<int64_t>((((v + (v >> 4)) & 0x0f0f0f0f0f0f0f0fu) * 0x0101010101010101u) >> 56);
+  }
+  // The scalar sum of squares and the per-block writes beat the two vector passes only
+  // for a sparse x (a machine's residual: a few hundred live dims of thousands).
+  if (8 * live_dims > n) return false;
+  const float r = numerics::rsqrt(sum_squares_live(x, n, live) / static_cast<float>(n) + eps);
+  if (!std::isfinite(r)) return false;
+  const Kernels& k = kernels();
+  if (!known_ || n_ != n || out_ != out) {
+    std::fill(out, out + n, 0.0f);
+    written_.clear();
+    known_ = true;
+    n_ = n;
+    out_ = out;
+  } else {
+    for (const int32_t b : written_) std::fill(out + b * kBlock, out + (b + 1) * kBlock, 0.0f);
+    written_.clear();
+  }
+  const int64_t blocks = n / kBlock;
+  for (int64_t w = 0; w < words; ++w) {
+    for (uint64_t bits = live[w]; bits != 0;) {
+      const int64_t b = 4 * w + std::countr_zero(bits) / 16;  // the block of the lowest live dim
+      bits &= ~(uint64_t{0xffff} << (16 * (b % 4)));
+      if (b >= blocks) break;  // the tail, below
+      k.scale_mul(x + b * kBlock, r, scale + b * kBlock, out + b * kBlock, kBlock);
+      written_.push_back(static_cast<int32_t>(b));
+    }
+  }
+  for (const int32_t b : odd_blocks) {  // (+-0 * r) * inf = NaN: computed
+    k.scale_mul(x + b * kBlock, r, scale + b * kBlock, out + b * kBlock, kBlock);
+    written_.push_back(b);
+  }
+  for (int64_t i = blocks * kBlock; i < n; ++i) out[i] = (x[i] * r) * scale[i];  // rewritten every call
+  return true;
+}
+
+std::vector<int32_t> non_finite_blocks(const float* scale, int64_t n) {
+  std::vector<int32_t> odd;
+  for (int64_t b = 0; b < n / kBlock; ++b) {
+    bool finite = true;
+    for (int64_t i = b * kBlock; i < (b + 1) * kBlock; ++i) finite = finite && std::isfinite(scale[i]);
+    if (!finite) odd.push_back(static_cast<int32_t>(b));
+  }
+  return odd;
+}
+
 std::vector<uint64_t> plain_blocks(const float* scale, int64_t n) {
   std::vector<uint64_t> plain(static_cast<size_t>((n / kBlock + 63) / 64), 0);
   for (int64_t b = 0; b < n / kBlock; ++b) {

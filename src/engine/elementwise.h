@@ -83,6 +83,40 @@ const Kernels& kernels_for(dot::Isa isa);  // tests: a supported set
 // blocks of x skip their scale (scale_mul_plain).
 void rms_norm(const float* x, int64_t n, const float* scale, float eps, float* out,
               const uint64_t* plain = nullptr);
+// dot::dot_f32(x, x, n) (the RMSNorm's sum of squares, canonical order) from the dims
+// whose bit is set in `live` (live_words of this x: bit k of live[w] iff x[64 w + k] is
+// not +-0): a +-0 dim squares to +0, a lane starts at +0 and is never -0, and
+// s + (+0) = s for every other s, so leaving those terms out changes no lane and no bit.
+// Costs the live dims, not n (a looped machine's residual is mostly exact zeros).
+float sum_squares_live(const float* x, int64_t n, const uint64_t* live);
+// RMSNorm into a buffer that is read only by matrix products (the normed input of a
+// sublayer's projections), written only where it can be nonzero. A product gives the same
+// bits for +0 and -0 in x: w * (+-0) is +-0 for finite w, which no lane keeps (a lane
+// starts at +0, +0 + -0 = +0, s + (+-0) = s otherwise), and NaN for inf/NaN w either
+// way. So out only has to be (x * r) * scale up to the sign of its zeros:
+//   r = rsqrt(sum_squares_live / n + eps), the bits of numerics::rms_norm's r; when r is
+//   finite, (+-0 * r) * s is +-0 wherever s is finite, so out is computed on the blocks
+//   of 16 with a live dim, on `odd_blocks` (blocks whose scale holds inf or NaN) and on
+//   the tail past the last full block, and is +0 elsewhere. The +0s are kept from the
+//   previous call: only the blocks it wrote are cleared (the first call clears all).
+// A looped machine's layer then costs its live dims instead of two passes over the width.
+class LiveNorm {
+ public:
+  // The buffer's content is unknown (a new forward, another buffer, a dense write).
+  void forget() { known_ = false; }
+  // false when this path does not apply (r not finite, or too many live dims to pay);
+  // nothing is written then and the caller runs the plain RMSNorm (and forget()).
+  bool run(const float* x, int64_t n, const float* scale, float eps, const uint64_t* live,
+           const std::vector<int32_t>& odd_blocks, float* out);
+
+ private:
+  bool known_ = false;
+  int64_t n_ = 0;
+  const float* out_ = nullptr;
+  std::vector<int32_t> written_;  // blocks written since the buffer was last all +-0
+};
+// The blocks of 16 of a scale vector that hold a non-finite value (LiveNorm's odd_blocks).
+std::vector<int32_t> non_finite_blocks(const float* scale, int64_t n);
 // scale_mul_plain's mask of a scale vector: bit b set iff scale[16 b, 16 b + 16) are all
 // finite with the sign bit clear (a partial last block never is).
 std::vector<uint64_t> plain_blocks(const float* scale, int64_t n);

@@ -222,11 +222,69 @@ GatedDeltaNet::GatedDeltaNet(io::LinearAttentionWeights&& w, const GatedDeltaNet
     decays_finite = decays_finite && std::isfinite(decay);
     idle_decay_one_ = idle_decay_one_ && decay == 1.0f;
   }
+  // Conv blocks whose every channel's input row is empty (a compiled layer uses a few of
+  // its heads): step() leaves them out while their history is known +0.
+  const int64_t blocks = conv_blocks();
+  dead_blocks_.assign(static_cast<size_t>(blocks), 0);
+  for (int64_t b = 0; b < blocks; ++b) {
+    bool dead = true;
+    for (int64_t c = b * elementwise::kBlock; c < (b + 1) * elementwise::kBlock; ++c) {
+      dead = dead && in_proj_qkv_.row_always_zero(c);
+    }
+    dead_blocks_[static_cast<size_t>(b)] = dead ? 1 : 0;
+    has_dead_blocks_ = has_dead_blocks_ || dead;
+  }
+  for (int64_t b = 0; b < blocks;) {
+    if (dead_blocks_[static_cast<size_t>(b)] != 0) {
+      ++b;
+      continue;
+    }
+    const int64_t begin = b;
+    while (b < blocks && dead_blocks_[static_cast<size_t>(b)] == 0) ++b;
+    conv_live_runs_.emplace_back(begin * elementwise::kBlock, b * elementwise::kBlock);
+  }
+  if (blocks * elementwise::kBlock < s.conv_dim()) {  // the channels past the last block
+    if (!conv_live_runs_.empty() && conv_live_runs_.back().second == blocks * elementwise::kBlock) {
+      conv_live_runs_.back().second = s.conv_dim();
+    } else {
+      conv_live_runs_.emplace_back(blocks * elementwise::kBlock, s.conv_dim());
+    }
+  }
+
+  // Dead value heads (see the header): q, k and v come out of dead conv blocks as +0
+  // while those blocks are idle, z, b and a out of empty rows as +0.
+  dead_heads_.assign(static_cast<size_t>(s.num_v_heads), 0);
+  const auto channels_dead = [&](int64_t begin, int64_t end) {
+    for (int64_t c = begin; c < end; ++c) {
+      if (c / elementwise::kBlock >= blocks || dead_blocks_[static_cast<size_t>(c / elementwise::kBlock)] == 0) {
+        return false;
+      }
+    }
+    return true;
+  };
+  const bool norm_finite = finite_all(norm_weight_) && std::isfinite(rms_eps) && rms_eps > 0.0f;
+  const int64_t heads_per_key = s.num_v_heads / s.num_k_heads;
+  for (int64_t j = 0; j < s.num_v_heads && skip_zeros_ && skip_idle_channels_ && norm_finite; ++j) {
+    const int64_t m = j / heads_per_key;
+    bool dead = channels_dead(m * s.k_head_dim, (m + 1) * s.k_head_dim) &&
+                channels_dead(s.key_dim() + m * s.k_head_dim, s.key_dim() + (m + 1) * s.k_head_dim) &&
+                channels_dead(2 * s.key_dim() + j * s.v_head_dim, 2 * s.key_dim() + (j + 1) * s.v_head_dim) &&
+                in_proj_b_.row_always_zero(j) && in_proj_a_.row_always_zero(j);
+    for (int64_t c = j * s.v_head_dim; c < (j + 1) * s.v_head_dim && dead; ++c) dead = in_proj_z_.row_always_zero(c);
+    const float g = neg_exp_a_[static_cast<size_t>(j)] * numerics::softplus(0.0f + dt_bias_[static_cast<size_t>(j)]);
+    dead = dead && std::exp(g) == 1.0f;  // step()'s decay at a = +0
+    dead_heads_[static_cast<size_t>(j)] = dead ? 1 : 0;
+    has_dead_heads_ = has_dead_heads_ || dead;
+  }
+  rest_heads_ = skip_zeros_ && skip_idle_channels_ && norm_finite;
+
   idle_output_zero_ = projections_finite && conv_taps_finite_ && finite_all(norm_weight_) && decays_finite &&
                       std::isfinite(rms_eps) && rms_eps > 0.0f;
 }
 
 int64_t GatedDeltaNet::conv_blocks() const { return shape_.conv_dim() / elementwise::kBlock; }
+int64_t GatedDeltaNet::dead_conv_blocks() const { return std::count(dead_blocks_.begin(), dead_blocks_.end(), 1); }
+int64_t GatedDeltaNet::dead_value_heads() const { return std::count(dead_heads_.begin(), dead_heads_.end(), 1); }
 
 void GatedDeltaNet::step(const float* h, std::span<float> conv_state, std::span<float> recurrent_state,
                          bool first_token, float* out, std::span<uint8_t> conv_zero_blocks,
@@ -275,7 +333,28 @@ void GatedDeltaNet::step(const float* h, std::span<float> conv_state, std::span<
   // Causal depthwise conv over [previous kernel-1 inputs, this input], no bias, then
   // silu (torch_causal_conv1d_update). The sum runs over the taps left to right from +0.
   // skip_idle_channels: the same loop, blocks of all-+0 channels skipped (elementwise.h).
-  if (skip_idle_channels_) {
+  // Dead blocks (no input row) whose history is known +0 (count at kernel-1): their
+  // input is +0 too, so conv_silu_tracked would write +0, keep the count at the cap and
+  // leave the history's bits; only the live runs are run, on the same kernel.
+  bool dead_blocks_idle = false;
+  if (skip_idle_channels_ && has_dead_blocks_ && conv_taps_finite_ && !conv_zero_blocks.empty() && history <= 255) {
+    const auto cap = static_cast<uint8_t>(std::min<int64_t>(history, 255));
+    uint8_t warm = 0;
+    const uint8_t* counts = conv_zero_blocks.data();
+    const uint8_t* dead = dead_blocks_.data();
+#pragma omp simd reduction(| : warm)
+    for (size_t blk = 0; blk < dead_blocks_.size(); ++blk) warm |= static_cast<uint8_t>(dead[blk] & (counts[blk] < cap));
+    dead_blocks_idle = warm == 0;
+  }
+  if (dead_blocks_idle) {
+    std::fill(conv, conv + conv_dim, 0.0f);
+    const elementwise::Kernels& kernels = elementwise::kernels();
+    for (const auto& [begin, end] : conv_live_runs_) {
+      kernels.conv_silu_tracked(conv_weight_.data() + begin * taps, taps, conv_taps_finite_,
+                                conv_state.data() + begin * history, mixed + begin, conv + begin, end - begin,
+                                conv_zero_blocks.data() + begin / elementwise::kBlock);
+    }
+  } else if (skip_idle_channels_) {
     elementwise::kernels().conv_silu_tracked(conv_weight_.data(), taps, conv_taps_finite_, conv_state.data(), mixed,
                                              conv, conv_dim,
                                              conv_zero_blocks.empty() ? nullptr : conv_zero_blocks.data());
@@ -319,6 +398,11 @@ void GatedDeltaNet::step(const float* h, std::span<float> conv_state, std::span<
 
   // beta = sigmoid(b); g = -exp(A_log) * softplus(a + dt_bias).
   for (int64_t j = 0; j < v_heads; ++j) {
+    if (dead_blocks_idle && dead_heads_[static_cast<size_t>(j)] != 0) {  // b = a = +0: their exact values
+      beta[j] = 0.5f;   // sigmoid(+0) = 1 / (1 + 1)
+      decay[j] = 1.0f;  // checked at construction
+      continue;
+    }
     beta[j] = numerics::sigmoid(b[j]);
     const float g = neg_exp_a_[j] * numerics::softplus(a[j] + dt_bias_[j]);
     decay[j] = std::exp(g);
@@ -349,14 +433,47 @@ void GatedDeltaNet::step(const float* h, std::span<float> conv_state, std::span<
   // j / (v_heads / k_heads) (repeat_interleave, grouped). A head is computed whole by one
   // thread, so the thread count changes no bit.
   const auto run_head = [&](int64_t j) {
+    if (dead_blocks_idle && dead_heads_[static_cast<size_t>(j)] != 0) {
+      // k = q = v = +0 (dead blocks at rest), decay 1, beta = sigmoid(+0): skip_zeros
+      // touches no state row and gives o = +0 (the first token's q.k read-out too); then
+      // y = (w * (+0 * r)) * silu(+0) = +-0 with r = rsqrt(0 / dv + eps) and w finite.
+      // y is read only by out_proj, whose product is the same for +0 and -0 inputs.
+      std::fill(normed + j * dv, normed + (j + 1) * dv, 0.0f);
+      return;
+    }
     const int64_t m = j / group;
     const float* kh = k + m * dk;
     const float* qh = q_scaled + m * dk;
     float* state = recurrent_state.data() + j * dk * dv;
     float* delta = head_scratch + 2 * j * dv;
     float* o = delta + dv;
-    if (skip_zeros_) {
-      const int32_t* counts = q_rows + key_dim + 2 * m;
+    const float* zh = z + j * dv;
+    float* yh = normed + j * dv;
+    // A head at rest (k = q = +0, decay 1), the usual head of a compiled layer that runs:
+    // skip_zeros touches no state row, its delta (v - (+0)) * beta is only tested for
+    // finiteness (a non-finite one runs its dense write: tested here the same way) and
+    // o = +0. Then y = (w * (+0 * r)) * silu(z); with z all +-0 and w finite that is +-0,
+    // which only out_proj reads (the same product for +0 and -0): +0 is written.
+    const int32_t* head_counts = skip_zeros_ ? q_rows + key_dim + 2 * m : nullptr;
+    if (rest_heads_ && !first_token && head_counts[0] == 0 && head_counts[1] == 0 && decay[j] == 1.0f) {
+      const float* vh = v + j * dv;
+      const float bj = beta[j];
+      int delta_finite = 1;
+#pragma omp simd reduction(& : delta_finite)
+      for (int64_t c = 0; c < dv; ++c) delta_finite &= finite((vh[c] - 0.0f) * bj);
+      if (delta_finite) {
+        if (elementwise::all_zero(zh, dv)) {
+          std::fill(yh, yh + dv, 0.0f);
+          return;
+        }
+        std::fill(o, o + dv, 0.0f);  // and on to the gated norm with o = +0
+      }
+      if (!delta_finite) {
+        delta_rule::skip_zeros(state, dk, dv, kh, {k_rows + m * dk, 0}, qh, {q_rows + m * dk, 0}, vh, bj, decay[j],
+                               delta, o);
+      }
+    } else if (skip_zeros_) {
+      const int32_t* counts = head_counts;
       delta_rule::skip_zeros(state, dk, dv, kh, {k_rows + m * dk, static_cast<size_t>(counts[0])}, qh,
                              {q_rows + m * dk, static_cast<size_t>(counts[1])}, v + j * dv, beta[j],
                              decay[j], delta, o);
@@ -373,8 +490,6 @@ void GatedDeltaNet::step(const float* h, std::span<float> conv_state, std::span<
     // Qwen3_5RMSNormGated: weight * (o * rsqrt(mean(o^2) + eps)), then * silu(z).
     const float r = numerics::rsqrt(skip_idle_channels_ ? elementwise::mean_square_plus_eps(o, dv, rms_eps_)
                                                         : numerics::mean_square_plus_eps(o, dv, rms_eps_));
-    const float* zh = z + j * dv;
-    float* yh = normed + j * dv;
     if (skip_idle_channels_) {  // silu skipped on all-zero blocks of z (elementwise.h)
       elementwise::kernels().gated_norm(norm_weight_.data(), o, r, zh, yh, dv);
     } else {

@@ -102,6 +102,10 @@ class GatedDeltaNet {
             bool projections_zero = false) const;
   // The number of conv_zero_blocks counts (conv channel blocks of 16).
   int64_t conv_blocks() const;
+  // Conv blocks with no input row and value heads that step() leaves out while those
+  // blocks are at rest (tests check that a wiring meant to exercise them has some).
+  int64_t dead_conv_blocks() const;
+  int64_t dead_value_heads() const;
 
   // Steps (all layers, all threads) whose recurrence ran its value heads in an OpenMP
   // region: the work was at least the parallel threshold (tests check that the shapes
@@ -123,6 +127,23 @@ class GatedDeltaNet {
   std::vector<float> neg_exp_a_;    // -exp(A_log), [v_heads]
   std::vector<float> dt_bias_;      // [v_heads]
   std::vector<float> norm_weight_;  // [v_head_dim], plain weight
+  // The conv channel blocks of 16 that can receive a nonzero input: some channel's
+  // in_proj_qkv row holds a stored weight (PackedMatrix::row_always_zero otherwise), as
+  // runs [begin, end) of channels; the last run includes the channels past the last full
+  // block. dead_blocks_[b] = 1 for the others (their input is +0 on every step).
+  std::vector<std::pair<int64_t, int64_t>> conv_live_runs_;
+  std::vector<uint8_t> dead_blocks_;
+  bool has_dead_blocks_ = false;
+  // Value heads that are +0 on every step while the dead blocks are idle (step()): all
+  // conv channels of their q, k (key head) and v lie in dead blocks, their in_proj_z,
+  // in_proj_b and in_proj_a rows are empty, their idle decay is exactly 1, and the norm
+  // weights and eps are finite (eps > 0). Only with the SkipZeros recurrence and the
+  // elementwise kernels (the paths whose bits the skip reproduces).
+  std::vector<uint8_t> dead_heads_;
+  bool has_dead_heads_ = false;
+  // step() answers a head at rest (k = q = +0, decay 1, not the first token) without
+  // skip_zeros: SkipZeros recurrence, elementwise kernels, finite norm weights and eps.
+  bool rest_heads_ = false;
 };
 
 }  // namespace qpu::engine

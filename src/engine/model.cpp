@@ -94,6 +94,8 @@ struct Layer {
   std::vector<float> post_scale;   // 1 + post_attention_layernorm.weight
   // elementwise::plain_blocks of the two scales (idle blocks of x skip their scale).
   std::vector<uint64_t> input_plain, post_plain;
+  // elementwise::non_finite_blocks of the two scales (LiveNorm computes them always).
+  std::vector<int32_t> input_odd, post_odd;
   GatedDeltaNet linear;
   GatedAttention full;
   PackedMatrix gate_proj, up_proj, down_proj;
@@ -150,6 +152,7 @@ struct Model::Impl {
   mutable std::atomic<int64_t> skipped_mlp{0}, skipped_gdn{0};
   std::vector<float> final_scale;
   std::vector<uint64_t> final_plain;  // elementwise::plain_blocks(final_scale)
+  std::vector<int32_t> final_odd;     // elementwise::non_finite_blocks(final_scale)
   std::vector<Layer> layers;
   std::vector<LayerTests> tests;          // per layer
   std::vector<ReadDims::Word> read_words;  // of every SublayerTest
@@ -206,6 +209,7 @@ void Model::build(io::Qwen35Weights weights, const LayerSource& source, const Mo
   }
   m.final_scale = one_plus(std::move(weights.norm), hidden, "norm.weight");
   m.final_plain = elementwise::plain_blocks(m.final_scale.data(), hidden);
+  m.final_odd = elementwise::non_finite_blocks(m.final_scale.data(), hidden);
 
   const GatedDeltaNetShape gdn_shape{hidden,
                                      c.linear_num_key_heads,
@@ -232,6 +236,8 @@ void Model::build(io::Qwen35Weights weights, const LayerSource& source, const Mo
     layer.post_scale = one_plus(std::move(w.post_attention_layernorm), hidden, name + ".post_attention_layernorm.weight");
     layer.input_plain = elementwise::plain_blocks(layer.input_scale.data(), hidden);
     layer.post_plain = elementwise::plain_blocks(layer.post_scale.data(), hidden);
+    layer.input_odd = elementwise::non_finite_blocks(layer.input_scale.data(), hidden);
+    layer.post_odd = elementwise::non_finite_blocks(layer.post_scale.data(), hidden);
     if (layer.type == io::LayerType::LinearAttention) {
       std::vector<uint8_t> used(static_cast<size_t>(hidden), 0);
       for (const auto* p : {&w.linear.in_proj_qkv, &w.linear.in_proj_z, &w.linear.in_proj_b, &w.linear.in_proj_a}) {
@@ -387,8 +393,26 @@ void Model::forward(int64_t token, State& state, std::span<float> logits, std::s
   // blocks; the same bits) or the plain loops (Elementwise::Dense).
   const elementwise::Kernels& kernels = elementwise::kernels();
   const bool fast = m.skip_idle_channels;
-  const auto rms_norm = [&](const std::vector<float>& scale, const std::vector<uint64_t>& plain) {
+  // What is known about x between sublayers (below); declared here for the norms.
+  thread_local ResidualFacts x_facts;
+  bool x_facts_known = false;
+  const auto know_x = [&] {
+    if (!x_facts_known) {
+      x_facts.compute(x.data(), d);
+      x_facts_known = true;
+    }
+  };
+  // normed is read only by products: on a mostly-zero x it is written on x's live
+  // blocks only (elementwise::LiveNorm; the products' bits do not depend on the sign of
+  // a zero input). Per calling thread, like the scratch it writes.
+  thread_local elementwise::LiveNorm live_norm;
+  live_norm.forget();
+  const auto rms_norm = [&](const std::vector<float>& scale, const std::vector<uint64_t>& plain,
+                            const std::vector<int32_t>& odd) {
     if (fast) {
+      know_x();
+      if (live_norm.run(x.data(), d, scale.data(), m.eps, x_facts.live.data(), odd, normed)) return;
+      live_norm.forget();
       elementwise::rms_norm(x.data(), d, scale.data(), m.eps, normed, plain.data());
     } else {
       numerics::rms_norm(x.data(), d, scale.data(), m.eps, normed);
@@ -407,8 +431,6 @@ void Model::forward(int64_t token, State& state, std::span<float> logits, std::s
   // which keeps x finite or not, and leaves no -0 in x once its add has been done.
   // x_facts: valid while x_facts_known (a skipped sublayer keeps them: x + (+0) changes
   // no value's finiteness and no block's liveness). Scratch per calling thread.
-  thread_local ResidualFacts x_facts;
-  bool x_facts_known = false;
   bool x_may_hold_minus_zero = true;
   const auto x_changed = [&] {
     x_facts_known = false;
@@ -418,10 +440,7 @@ void Model::forward(int64_t token, State& state, std::span<float> logits, std::s
   // every read dim +-0 and x finite).
   const auto idle_input = [&](const SublayerTest& t) {
     if (!t.eligible) return false;
-    if (!x_facts_known) {
-      x_facts.compute(x.data(), d);
-      x_facts_known = true;
-    }
+    know_x();
     if (!x_facts.finite) return false;
     // Every read dim is +0 or -0.
     uint64_t any = 0;
@@ -464,7 +483,7 @@ void Model::forward(int64_t token, State& state, std::span<float> logits, std::s
         // idle but the history is live (the cycles after a micro-op fed the layer): the
         // projections are +0 (the idle test's proof), so neither they nor the norm run.
         const bool projections_zero = m.skip_idle_sublayers && idle;
-        if (!projections_zero) rms_norm(layer.input_scale, layer.input_plain);
+        if (!projections_zero) rms_norm(layer.input_scale, layer.input_plain, layer.input_odd);
         layer.linear.step(normed, state.conv_state[l], state.recurrent_state[l], first_token, mixed,
                           state.conv_zero_blocks[l], projections_zero);
         add_mixed();
@@ -473,7 +492,7 @@ void Model::forward(int64_t token, State& state, std::span<float> logits, std::s
       zero_inputs = idle ? std::min(zero_inputs + 1, history) : 0;
       recurrent_zero = recurrent_zero != 0 && fully_idle ? 1 : 0;
     } else {
-      rms_norm(layer.input_scale, layer.input_plain);
+      rms_norm(layer.input_scale, layer.input_plain, layer.input_odd);
       layer.full.step(normed, state.position, state.key_cache[l], state.value_cache[l], mixed);
       add_mixed();
       x_changed();
@@ -485,7 +504,7 @@ void Model::forward(int64_t token, State& state, std::span<float> logits, std::s
       continue;
     }
     // MLP: down(silu(gate(h)) * up(h))
-    rms_norm(layer.post_scale, layer.post_plain);
+    rms_norm(layer.post_scale, layer.post_plain, layer.post_odd);
     const PackedMatrix::Job gate_up[] = {{&layer.gate_proj, normed, gate},
                                          {&layer.up_proj, normed, up}};
     PackedMatrix::multiply_all(gate_up);
@@ -502,7 +521,7 @@ void Model::forward(int64_t token, State& state, std::span<float> logits, std::s
   if (skipped_gdn != 0) m.skipped_gdn.fetch_add(skipped_gdn, std::memory_order_relaxed);
 
   if (!hidden.empty()) std::copy(x.begin(), x.end(), hidden.begin());
-  rms_norm(m.final_scale, m.final_plain);
+  rms_norm(m.final_scale, m.final_plain, m.final_odd);
   m.output().multiply(normed, logits.data());
   ++state.position;
 }

@@ -258,8 +258,11 @@ bool PackedMatrix::plan_columns(const float* x, ColumnMatrix::Plan& plan, Column
   }
   const bool automatic = path_ == Path::Auto;
   if (automatic && nonzeros() < kColumnCallCost) return false;  // the rows cost less than the call
-  // The active column list of the calling thread (read by the band workers).
+  // The active column list of the calling thread and its bitmap (shared by the jobs with
+  // this x), and this matrix's part of it (read by the band workers).
   thread_local std::vector<int32_t> active;
+  thread_local std::vector<uint64_t> active_bits;
+  thread_local std::vector<int32_t> own;
   const bool reuse = shared != nullptr && shared->x == x && shared->cols == cols_;
   if (reuse) {
     plan = shared->plan;
@@ -275,12 +278,17 @@ bool PackedMatrix::plan_columns(const float* x, ColumnMatrix::Plan& plan, Column
     plan.active = active.data();  // this x's list, written by an earlier job's plan
   } else {
     ColumnMatrix::list_columns(x, cols_, plan, active);
+    active_bits.assign(static_cast<size_t>((cols_ + 63) / 64), 0);
+    for (int64_t a = 0; a < plan.active_cols; ++a) {
+      const auto j = static_cast<size_t>(plan.active[a]);
+      active_bits[j / 64] |= uint64_t{1} << (j % 64);
+    }
     if (shared != nullptr) {
       shared->plan = plan;
       shared->listed = true;
     }
   }
-  plan.active_entries = columns_.active_entries(plan);
+  columns_.narrow(plan, active_bits.data(), own);
   return !automatic || (kColumnTermCost * plan.active_entries + kColumnCallCost <= nonzeros() &&
                         plan.active_entries <= kColumnPathMaxTermsPerRow * rows_);
 }

@@ -60,6 +60,11 @@ class PackedMatrix {
   // that got no term. A dense matrix of zeros does not qualify (0 * inf = NaN in its
   // sums), nor does a CSR one holding a -0 weight (stored, so its product reads x).
   bool always_zero() const { return format_ == Format::SparseCsr && f32_.empty(); }
+  // Row r's product is +0 whatever x holds: a SparseCsr row with no stored entry (the
+  // reasons of always_zero, for one row).
+  bool row_always_zero(int64_t r) const {
+    return format_ == Format::SparseCsr && row_start_[static_cast<size_t>(r) + 1] == row_start_[static_cast<size_t>(r)];
+  }
   size_t bytes() const;  // storage used for the values (and indices), column copy included
 
   // y[0..rows) = W x. Rows are split between OpenMP threads; each row is summed by

@@ -155,6 +155,22 @@ bool replay_range(const engine::Model& model, const std::vector<int64_t>& stream
   return true;
 }
 
+// Checks one replay against the recorded run (else the benchmark fails), then times one
+// replay per iteration; `seconds` gets the replays' wall time. False when it diverged.
+template <class Replay>
+bool timed_replays(benchmark::State& bench, const Replay& replay_once, double& seconds) {
+  if (!replay_once(true)) {
+    bench.SkipWithError("the replayed stream diverged from the recorded greedy run");
+    return false;
+  }
+  for (auto _ : bench) {
+    const auto start = std::chrono::steady_clock::now();
+    replay_once(false);
+    seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  }
+  return true;
+}
+
 // The first `cycles` of the stream on a fresh state.
 bool replay(const Setup& s, size_t cycles, std::vector<float>& logits, bool check) {
   engine::State state = s.model->new_state();
@@ -246,16 +262,8 @@ void BM_AttentionMachineCycle(benchmark::State& bench) {
     engine::State state = stages_only ? s.at_stages : s.model->new_state();
     return replay_range(*s.model, s.stream, s.next, begin, s.stream.size(), state, logits, check);
   };
-  if (!replay_once(true)) {
-    bench.SkipWithError("the replayed stream diverged from the recorded greedy run");
-    return;
-  }
   double seconds = 0;
-  for (auto _ : bench) {
-    const auto start = std::chrono::steady_clock::now();
-    replay_once(false);
-    seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  }
+  if (!timed_replays(bench, replay_once, seconds)) return;
   bench.SetItemsProcessed(bench.iterations() * static_cast<int64_t>(cycles));
   bench.counters["cycles"] = static_cast<double>(cycles);
   bench.counters["ms_per_cycle"] = 1e3 * seconds / (static_cast<double>(cycles) * static_cast<double>(bench.iterations()));
@@ -305,16 +313,8 @@ void BM_TokenMachineCycle(benchmark::State& bench) {
     engine::State state = s.model->new_state();
     return replay_range(*s.model, s.stream, s.next, 0, s.stream.size(), state, logits, check);
   };
-  if (!replay_once(true)) {
-    bench.SkipWithError("the replayed stream diverged from the recorded greedy run");
-    return;
-  }
   double seconds = 0;
-  for (auto _ : bench) {
-    const auto start = std::chrono::steady_clock::now();
-    replay_once(false);
-    seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  }
+  if (!timed_replays(bench, replay_once, seconds)) return;
   const auto cycles = static_cast<double>(s.stream.size());
   const engine::IdleSublayerCounts before = s.model->skipped_sublayers();
   replay_once(false);  // outside the timing: how many sublayers a cycle skips as idle

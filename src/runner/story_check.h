@@ -36,7 +36,7 @@ struct ReferencePosition {
 
 struct Difference {
   int position = 0;
-  std::string what;      // e.g. "x after the attention of layer 2, element 17"
+  std::string what;      // e.g. "x after the FFN of layer 2, element 17"
   std::string machine;   // the machine's value, e.g. "0.123 (0x3dfbe76d)" or "token 403"
   std::string run_c;     // run.c's
   std::string message() const;  // one line naming all of the above

@@ -350,7 +350,8 @@ StorageStats Model::storage_stats() const {
   return stats;
 }
 
-void Model::forward(int64_t token, State& state, std::span<float> logits, std::span<float> hidden) const {
+void Model::forward(int64_t token, State& state, std::span<float> logits, std::span<float> hidden,
+                    const SublayerTap& tap) const {
   const Impl& m = *impl_;
   const io::Qwen35Config& c = m.config;
   const int64_t d = c.hidden_size;
@@ -497,10 +498,13 @@ void Model::forward(int64_t token, State& state, std::span<float> logits, std::s
       add_mixed();
       x_changed();
     }
+    // x is what the mixer left, bit for bit (a skipped one's x + (+0) included).
+    if (tap) tap(static_cast<int64_t>(2 * l), x);
 
     if (m.skip_idle_sublayers && idle_input(tests.mlp)) {
       add_zero();  // gate = up = +0, silu(+0) * (+0) = +0, down = +0
       ++skipped_mlp;
+      if (tap) tap(static_cast<int64_t>(2 * l + 1), x);
       continue;
     }
     // MLP: down(silu(gate(h)) * up(h))
@@ -516,6 +520,7 @@ void Model::forward(int64_t token, State& state, std::span<float> logits, std::s
     layer.down_proj.multiply(gate, mixed);
     add_mixed();
     x_changed();
+    if (tap) tap(static_cast<int64_t>(2 * l + 1), x);
   }
   if (skipped_mlp != 0) m.skipped_mlp.fetch_add(skipped_mlp, std::memory_order_relaxed);
   if (skipped_gdn != 0) m.skipped_gdn.fetch_add(skipped_gdn, std::memory_order_relaxed);

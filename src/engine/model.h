@@ -111,6 +111,14 @@ struct StorageStats {
 // packs the layer and frees it before the next call.
 using LayerSource = std::function<io::LayerWeights(int64_t layer)>;
 
+// Sees the residual stream after every sublayer of one forward: `sublayer` 2 l is layer
+// l's token mixer, 2 l + 1 its MLP (the numbering of compiler/schedule.h). Like
+// transformers' output_hidden_states, but per sublayer: for tools that look inside an
+// ordinary forward pass (e.g. `qpu story --verify` reading a compiled machine's nested
+// logits where they sit). It observes only; the forward's bits do not depend on it. A
+// skipped (idle) sublayer is reported too, with the residual it provably leaves.
+using SublayerTap = std::function<void(int64_t sublayer, std::span<const float> residual)>;
+
 class Model {
  public:
   explicit Model(io::Qwen35Weights weights);
@@ -136,9 +144,10 @@ class Model {
   // One decode step: consumes `token` at position state.position, advances the
   // state, and writes config().vocab_size logits. If `hidden` is not empty it
   // receives the last layer's residual stream (before the final norm), which
-  // tests use to look inside an ordinary forward pass.
+  // tests use to look inside an ordinary forward pass. `tap`, if set, is called after
+  // every sublayer (SublayerTap).
   void forward(int64_t token, State& state, std::span<float> logits,
-               std::span<float> hidden = {}) const;
+               std::span<float> hidden = {}, const SublayerTap& tap = {}) const;
 
  private:
   struct Impl;

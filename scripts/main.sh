@@ -7,8 +7,9 @@
 #   3. the NPU's exact primitives inside Qwen3.5 forward passes (`qpu primitives`);
 #   4. stories260K compiled into one Qwen3.5 token machine (in memory) whose forward
 #      passes, the host's greedy output fed back, run the nested model: `qpu story`
-#      prints the story's first steps, every crossing float and story token checked
-#      against run.c bit for bit, and the text compared with `qpu ref` byte for byte.
+#      prints the story's first steps, every crossing float, every nested logits vector
+#      and every story token checked against run.c bit for bit, and the text compared
+#      with `qpu ref` byte for byte.
 #      (A 256-step run takes tens of minutes here: QPU_STORY_STEPS sets the steps.)
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 ensure_apt_packages
@@ -47,7 +48,7 @@ OMP_NUM_THREADS=1 "$QPU" story --model "$MODELS/stories260K.bin" -z "$MODELS/tok
   > "$WORK/machine-story.txt"
 cat "$WORK/machine-story.txt"
 if cmp -s "$WORK/machine-story.txt" "$WORK/ref-story.txt"; then
-  log "exactness check: the machine's story is byte-identical to qpu ref's, every nested float bit for bit"
+  log "exactness check: the machine's story is byte-identical to qpu ref's, every nested float and logit bit for bit"
 else
   log "exactness check FAILED: the machine's story differs from qpu ref's"; exit 1
 fi

@@ -3,8 +3,9 @@
 // machine (machine/token_machine.h) for the run in memory, runs it on the engine from
 // HDR with the host's greedy argmax fed back, and prints the story tokens the stream
 // carries exactly as `qpu ref -t 0` prints them (run.c's decode and safe printing, the
-// final newline; a BOS ends the story). With --verify every crossing float and story
-// token is compared with run.c (runner/story_check.h); the first difference is an error.
+// final newline; a BOS ends the story). With --verify every crossing float, every nested
+// logits vector (read from the host's residual on HEAD's cycle) and every story token is
+// compared with run.c (runner/story_check.h); the first difference is an error.
 #include <omp.h>
 #include <unistd.h>
 
@@ -103,7 +104,10 @@ int run_story(const StoryOptions& o) {
     previous = e.token;
     return true;
   };
-  if (checker) cb.on_crossing = [&](const runner::CrossingEvent& e) { return checker->check(e); };
+  if (checker) {
+    cb.on_crossing = [&](const runner::CrossingEvent& e) { return checker->check(e); };
+    cb.on_logits = [&](const runner::LogitEvent& e) { return checker->check(e); };
+  }
 
   Progress progress;
   runner::StoryRunOptions ro;
@@ -111,6 +115,7 @@ int run_story(const StoryOptions& o) {
   // the machine ends with DONE after the last step. The story-token limit is a backstop.
   ro.prompt = m.prompt(prompt, steps);
   ro.stop_after_story_tokens = steps + 1;  // TOK.1 (BOS at position 0), then one per position
+  if (checker) ro.logit_probes = m.logit_probes;  // the nested logits, read where HEAD computes them
   ro.on_cycle = [&](const runner::StreamCounts& counts, double seconds) { progress.update(counts, seconds, false); };
   const runner::StoryRunResult r = runner::run_story(m, model, ro, cb);
   progress.update(r.counts, r.seconds, true);
@@ -129,8 +134,10 @@ int run_story(const StoryOptions& o) {
                r.seconds > 0 ? nested / r.seconds : 0.0,
                r.ambiguous > 0 ? fmt::format(" ({} ambiguous host argmaxes)", r.ambiguous).c_str() : "");
   if (checker)
-    std::fprintf(stderr, "verify: %lld floats and %lld tokens bit-identical to run.c\n",
-                 static_cast<long long>(checker->floats_compared()), static_cast<long long>(checker->tokens_compared()));
+    std::fprintf(stderr, "verify: %lld floats, %lld logits vectors and %lld tokens bit-identical to run.c\n",
+                 static_cast<long long>(checker->floats_compared()),
+                 static_cast<long long>(checker->logit_vectors_compared()),
+                 static_cast<long long>(checker->tokens_compared()));
   return 0;
 }
 
@@ -145,7 +152,8 @@ qpu::cli::Runner setup(CLI::App& app) {
   app.add_option("-n", o->steps, "nested positions to run; 0 or > seq_len = seq_len (default 256)");
   app.add_option("-i", o->prompt, "prompt text (run.c's -i; default: none, the story starts from BOS)");
   app.add_flag("--verify", o->verify,
-               "compare every float crossing the machine's boundary and every story token with run.c, bit for bit");
+               "compare every float crossing the machine's boundary, every nested logits vector (read inside the "
+               "host's forward pass on HEAD's cycle) and every story token with run.c, bit for bit");
   app.add_option("--threads", o->threads, "engine (OpenMP) threads; 0 = OpenMP's default (default 0)");
   return [o] { return run_story(*o); };
 }

@@ -106,6 +106,39 @@ float AssembledMachine::decode(int64_t t0, int64_t t1, int64_t t2) const {
   return encoding.vocab.value(t0) + (encoding.vocab.value(t1) + encoding.vocab.value(t2));
 }
 
+std::vector<ValueProbe> AssembledMachine::probes(const std::vector<ValueId>& values) const {
+  // The first sublayer of an op that reads each value of interest without writing it, in
+  // one pass over the ops. Ops that read and write v either accumulate into it (a
+  // matvec's partial sums, before the value is finished) or clear it (after its last
+  // reader): neither reads the finished value.
+  std::vector<int64_t> first_read(static_cast<size_t>(program.num_values()), -1);
+  std::vector<char> wanted(first_read.size(), 0);
+  for (ValueId v : values) {
+    if (v < 0 || v >= program.num_values()) fail("machine: probe of value {}, the program has {}", v, program.num_values());
+    wanted[static_cast<size_t>(v)] = 1;
+  }
+  const auto& ops = program.ops();
+  for (size_t i = 0; i < ops.size(); ++i) {
+    const int64_t s = compiled.schedule.sublayer[i];
+    const std::vector<ValueId> writes = ops[i].writes();  // sorted
+    for (ValueId v : ops[i].reads()) {
+      if (!wanted[static_cast<size_t>(v)] || std::binary_search(writes.begin(), writes.end(), v)) continue;
+      int64_t& f = first_read[static_cast<size_t>(v)];
+      if (f < 0 || s < f) f = s;
+    }
+  }
+  std::vector<ValueProbe> out;
+  for (ValueId v : values) {
+    const int64_t f = first_read[static_cast<size_t>(v)];
+    if (f < 0)
+      fail("machine: value '{}' is read by no op that does not also write it: nothing fixes when it is complete",
+           program.name(v));
+    if (f == 0) fail("machine: value '{}' is read by the first sublayer: no residual before it", program.name(v));
+    out.push_back({f - 1, compiled.allocation.dim(v)});
+  }
+  return out;
+}
+
 Assembler::Assembler(const AssemblerOptions& o, std::vector<std::string> controls, const std::string& done) : o_(o) {
   if (o.elements < 1 || o.elements > 64) fail("machine: {} register elements outside [1, 64]", o.elements);
   const compiler::GdnLayout layout = compiler::GdnLayout::for_dims(o.key_dim, o.value_dim);

@@ -81,6 +81,13 @@ struct MicroOp {
 };
 
 // What every assembled machine is: the compiled checkpoint and how to talk to it.
+// Where a value can be seen in the host's residual stream (engine::SublayerTap): in dim
+// `dim` of the residual after sublayer `after_sublayer`.
+struct ValueProbe {
+  int64_t after_sublayer = 0;
+  int64_t dim = 0;
+};
+
 struct AssembledMachine {
   // schedule, allocation, and the weights: every layer, or only the globals when
   // AssemblerOptions::emit_layers is off (layers empty; config complete).
@@ -109,6 +116,14 @@ struct AssembledMachine {
   std::vector<int64_t> value_tokens(float x) const;
   // Parts back to the float as the register file adds them: p0 + (p1 + p2), exact.
   float decode(int64_t t0, int64_t t1, int64_t t2) const;
+  // For a unit's outputs, complete before their first reader that does not also write
+  // them (ops that read and write v accumulate into it, e.g. a matvec's partial sums;
+  // v's clear comes after its last reader): the residual entering that reader's sublayer
+  // holds v in v's dim (the allocation keeps it there from its first access to its
+  // last). For tools and tests that look at a cycle's work inside the forward pass; the
+  // machine's stream never needs them. Throws for a value that no such op reads, or that
+  // sublayer 0 reads (the embedding is not a sublayer).
+  std::vector<ValueProbe> probes(const std::vector<compiler::ValueId>& values) const;
 };
 
 class Assembler {

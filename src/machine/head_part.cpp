@@ -37,6 +37,7 @@ HeadPart::HeadPart(Assembler& as, const reference::Llama2Checkpoint& ck, const H
   go.block_rows = o.block_rows;
   go.matvec.max_op_neurons = npu::kBudgetMaxOpNeurons;
   const npu::GreedyHead h = npu::greedy_head_blocks(p, norm.out, ck.weights().wcls, vocab_, head_, go);
+  logits_ = h.logits;
   std::vector<ValueId> onehot = h.onehot;
   if (forced) {
     // The forced token f (0: none, k + 1: token k) as a one-hot over [0, vocab] (its

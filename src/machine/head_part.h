@@ -47,6 +47,10 @@ class HeadPart {
            const Assembler::Immediate& tok, const FromFlag& x, const FromFlag& forced = nullptr);
   compiler::ValueId flag() const { return head_; }
 
+  // The classifier's logits (run.c's logits vector), complete before the argmax reads
+  // them on HEAD's cycle (AssembledMachine::probes).
+  const std::vector<compiler::ValueId>& logits() const { return logits_; }
+
   // Lanes: TOK, the winning logit.
   const std::vector<compiler::ValueId>& lanes() const { return lanes_; }
 
@@ -58,7 +62,7 @@ class HeadPart {
   int vocab_ = 0;
   Assembler::Immediate tok_;
   compiler::ValueId head_ = 0, logit_read_ = 0;
-  std::vector<compiler::ValueId> lanes_;
+  std::vector<compiler::ValueId> lanes_, logits_;
 };
 
 std::string story_token_name(int k);  // TOK.k

@@ -174,6 +174,7 @@ TokenMachine build_token_machine(const reference::Llama2Checkpoint& ck, const To
   m.heads = attention.heads();
   m.exp_groups = attention.exp_groups();
   m.max_positions = o.positions(cfg);
+  m.logit_probes = m.probes(head.logits());
   return m;
 }
 

@@ -60,6 +60,10 @@ struct TokenMachine : AssembledMachine {
 
   int max_positions = 0;
 
+  // Where HEAD's classifier leaves run.c's logits on HEAD's cycle, per vocabulary entry
+  // (verification only: they never leave the forward pass; runner/story_stream.h).
+  std::vector<ValueProbe> logit_probes;
+
   // The host prompt of a run of `steps` nested positions (run.c's -n; 1 .. max_positions):
   // HDR, WSTEPS and the parts of steps, then per nested prompt token t_j after BOS
   // (j >= 1) WPOS j, WF t_j + 1 and PST (the prompt RAM), then WPOS 0. `nested_prompt`:

@@ -59,6 +59,7 @@ ReferencePosition& StoryChecker::reference(int pos) {
     transformer_.set_trace(&residuals);
     const std::span<float> logits = transformer_.forward(r.token, static_cast<int>(positions_.size()));
     transformer_.set_trace(nullptr);
+    r.logits.assign(logits.begin(), logits.end());
     // run.c's prompt token while there is one, else sample_argmax: the first maximum.
     const size_t at = positions_.size() + 1;
     r.next = at < prompt_.size() ? prompt_[at]
@@ -114,6 +115,18 @@ bool StoryChecker::check(const StoryTokenEvent& e) {
       return differ(e.position - 1, "crossing floats of the position", fmt::format("{} floats", seen),
                     fmt::format("{} floats", want));
   }
+  return true;
+}
+
+bool StoryChecker::check(const LogitEvent& e) {
+  if (first_) return false;
+  const std::vector<float>& want = reference(e.position).logits;
+  if (e.logits.size() != want.size())
+    return differ(e.position, "logits", fmt::format("{} entries", e.logits.size()), fmt::format("{} entries", want.size()));
+  ++logit_vectors_;
+  for (size_t q = 0; q < want.size(); ++q)
+    if (std::bit_cast<uint32_t>(e.logits[q]) != std::bit_cast<uint32_t>(want[q]))
+      return differ(e.position, fmt::format("logit {}", q), float_with_bits(e.logits[q]), float_with_bits(want[q]));
   return true;
 }
 

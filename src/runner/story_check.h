@@ -7,6 +7,8 @@
 //   INC       at position p   p + 1
 //   story token j             j = 0: BOS; else run.c's next token at position j - 1 (the
 //                             prompt's while it lasts, else the greedy one)
+//   logits at position p      run.c's logits vector at p, every entry (read from the host's
+//                             residual on HEAD's cycle: StoryRunOptions::logit_probes)
 //
 // x after the attention (x_att_res) no longer crosses (ATTO writes it down into the X1
 // RAM): it is checked through x_ffn_res, which depends on it bit for bit (x_att_res + w2
@@ -31,6 +33,7 @@ namespace qpu::runner {
 struct ReferencePosition {
   int token = 0;  // the token run.c's forward got at this position
   std::vector<std::vector<float>> x_ffn_res;  // [layer][dim]
+  std::vector<float> logits;                  // run.c's forward's output
   int next = 0;   // run.c's next token (a prompt token, else the first maximum of the logits)
 };
 
@@ -54,10 +57,12 @@ class StoryChecker {
   // events are not compared.
   bool check(const CrossingEvent& e);
   bool check(const StoryTokenEvent& e);
+  bool check(const LogitEvent& e);
 
   const std::optional<Difference>& first_difference() const { return first_; }
   int64_t floats_compared() const { return floats_; }
   int64_t tokens_compared() const { return tokens_; }
+  int64_t logit_vectors_compared() const { return logit_vectors_; }
 
   // run.c's record of position `pos`, running positions up to it first (from BOS, each
   // next token run.c's greedy one). Mutable so that a test can corrupt a value and see
@@ -73,7 +78,7 @@ class StoryChecker {
   std::vector<ReferencePosition> positions_;
   std::map<int, int64_t> crossings_seen_;  // per position, for the completeness check
   std::optional<Difference> first_;
-  int64_t floats_ = 0, tokens_ = 0;
+  int64_t floats_ = 0, tokens_ = 0, logit_vectors_ = 0;
 };
 
 // "1.5 (0x3fc00000)": a float with its bits.

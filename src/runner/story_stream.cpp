@@ -155,14 +155,38 @@ StoryRunResult run_story(const machine::AssembledMachine& m, const engine::Model
   std::vector<float> logits(vocab);
   engine::State state = model.new_state();
   StoryRunResult r;
+  // The nested logits on HEAD's cycles: per sublayer, the (entry, dim) pairs read after it.
+  const bool read_logits = callbacks.on_logits && !o.logit_probes.empty();
+  const int64_t head_id = read_logits ? m.id("HEAD") : -1;
+  const int64_t sublayers = 2 * model.config().num_hidden_layers, width = model.config().hidden_size;
+  std::vector<std::vector<std::pair<size_t, int64_t>>> probes_after(read_logits ? static_cast<size_t>(sublayers) : 0);
+  for (size_t q = 0; read_logits && q < o.logit_probes.size(); ++q) {
+    const machine::ValueProbe& p = o.logit_probes[q];
+    if (p.after_sublayer < 0 || p.after_sublayer >= sublayers || p.dim < 0 || p.dim >= width)
+      fail("story: logit {} probed after sublayer {}, dim {}: the model has {} sublayers of width {}", q,
+           p.after_sublayer, p.dim, sublayers, width);
+    probes_after[static_cast<size_t>(p.after_sublayer)].emplace_back(q, p.dim);
+  }
+  std::vector<float> nested_logits(o.logit_probes.size());
+  const engine::SublayerTap tap = [&](int64_t sublayer, std::span<const float> residual) {
+    for (const auto& [q, dim] : probes_after[static_cast<size_t>(sublayer)])
+      nested_logits[q] = residual[static_cast<size_t>(dim)];
+  };
+  bool stop_for_logits = false;
   const auto start = std::chrono::steady_clock::now();
   const auto seconds = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
   // One forward and the host's greedy pick (the first maximum, as torch's argmax).
   // The argmax after a prompt token other than the last is not used (the prompt forces the
   // next token), so it is neither returned nor checked.
   const auto forward = [&](int64_t token, bool used) {
-    model.forward(token, state, logits);
+    const bool head = read_logits && token == head_id;
+    model.forward(token, state, logits, {}, head ? tap : engine::SublayerTap{});
     ++r.host_forwards;
+    if (head) {
+      const StreamCounts& c = parser.counts();
+      const LogitEvent e{static_cast<int>(c.story_tokens) - 1, nested_logits, c.cycles - 1};
+      if (!callbacks.on_logits(e)) stop_for_logits = true;
+    }
     if (!used) return int64_t{-1};
     const auto best = std::max_element(logits.begin(), logits.end());
     if (!unambiguous(logits, *best)) ++r.ambiguous;
@@ -177,6 +201,7 @@ StoryRunResult run_story(const machine::AssembledMachine& m, const engine::Model
     if (o.stop_after_story_tokens > 0 && parser.counts().story_tokens >= o.stop_after_story_tokens) break;
     if (o.max_cycles > 0 && parser.counts().cycles >= o.max_cycles) break;
     next = forward(next, true);
+    if (stop_for_logits) break;
   }
   r.counts = parser.counts();
   r.seconds = seconds();

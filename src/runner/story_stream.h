@@ -17,6 +17,7 @@
 // feed it a synthetic stream); run_story drives an engine::Model and feeds the parser.
 #include <cstdint>
 #include <functional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -65,10 +66,21 @@ struct StreamCounts {
   bool done = false;         // the machine's DONE came out
 };
 
+// The nested logits of one position, read from the host's residual stream on HEAD's
+// cycle (StoryRunOptions::logit_probes): where the classifier leaves them, before the
+// argmax reads them. Verification only: they never leave the forward pass, the story
+// does not need them.
+struct LogitEvent {
+  int position = 0;               // the nested position whose forward they end
+  std::span<const float> logits;  // valid during the callback
+  int64_t cycle = 0;              // host cycle (0-based over the generated tokens) of HEAD
+};
+
 // Each returns false to stop the run.
 struct StreamCallbacks {
   std::function<bool(const StoryTokenEvent&)> on_story;
   std::function<bool(const CrossingEvent&)> on_crossing;
+  std::function<bool(const LogitEvent&)> on_logits;  // needs StoryRunOptions::logit_probes
 };
 
 class StreamParser {
@@ -111,6 +123,9 @@ struct StoryRunOptions {
   std::vector<int64_t> prompt;  // host tokens before the first generated one (empty: HDR alone)
   int64_t stop_after_story_tokens = 0;  // 0: no limit
   int64_t max_cycles = 0;               // generated host tokens at most (0: no limit)
+  // TokenMachine::logit_probes: with on_logits set, the logits are read on every cycle
+  // whose input is HEAD (engine::SublayerTap). Empty: never.
+  std::vector<machine::ValueProbe> logit_probes;
   // Called after every cycle with the counts so far (progress display).
   std::function<void(const StreamCounts&, double seconds)> on_cycle;
 };
@@ -125,7 +140,8 @@ struct StoryRunResult {
 
 // Greedy host: forward each prompt token, then feed back the argmax (first maximum) one
 // token per forward, every generated token through a StreamParser, until a callback
-// stops, the story-token or cycle limit, or DONE.
+// stops, the story-token or cycle limit, or DONE. Throws qpu::Error for logit probes
+// outside the model's sublayers or width.
 StoryRunResult run_story(const machine::AssembledMachine& m, const engine::Model& model, const StoryRunOptions& options,
                          const StreamCallbacks& callbacks);
 

@@ -35,6 +35,8 @@ const reference::Llama2Checkpoint& stories260k() {
 
 struct Event {
   bool story = false;
+  bool logits = false;  // a logits vector (values), read on HEAD's cycle
+  std::vector<float> values;
   StoryTokenEvent token;
   CrossingEvent crossing;
   std::string name;
@@ -59,6 +61,14 @@ class GoldenStream final : public reference::TraceObserver {
   }
   void record(K kind, int pos, int layer, int head, std::span<const float> values) override {
     if (head >= 0) return;
+    if (kind == K::logits) {
+      Event e;
+      e.logits = true;
+      e.token.position = pos;
+      e.values.assign(values.begin(), values.end());
+      events.push_back(std::move(e));
+      return;
+    }
     if (kind == K::next_token) {
       cross(pos, CrossingOp::Inc, -1, 0, static_cast<float>(pos + 1), "INC");
       story(pos + 1);
@@ -96,7 +106,9 @@ const GoldenStream& golden() {
 void replay(StoryChecker& checker, const std::vector<Event>& events, const std::vector<int>& tokens) {
   for (const Event& e : events) {
     bool same = false;
-    if (e.story) {
+    if (e.logits) {
+      same = checker.check(LogitEvent{e.token.position, e.values, 0});
+    } else if (e.story) {
       StoryTokenEvent t = e.token;
       t.token = tokens[static_cast<size_t>(e.token.position)];
       same = checker.check(t);
@@ -118,12 +130,13 @@ std::string hex(float v) { return fmt::format("0x{:08x}", std::bit_cast<uint32_t
 
 TEST(StoryChecker, RunCsOwnGreedyStreamHasNoDifference) {
   const GoldenStream& g = golden();
-  ASSERT_EQ(static_cast<int64_t>(g.events.size()), kPositions * per_position() + kPositions + 1);
+  ASSERT_EQ(static_cast<int64_t>(g.events.size()), kPositions * per_position() + 2 * kPositions + 1);
   StoryChecker checker(stories260k());
   replay(checker, g.events, g.tokens);
   EXPECT_FALSE(checker.first_difference().has_value()) << checker.first_difference()->message();
   EXPECT_EQ(checker.floats_compared(), kPositions * per_position());
   EXPECT_EQ(checker.tokens_compared(), kPositions + 1);
+  EXPECT_EQ(checker.logit_vectors_compared(), kPositions);
   for (int p = 0; p < kPositions; ++p) {
     EXPECT_EQ(checker.reference(p).token, g.tokens[static_cast<size_t>(p)]);
     EXPECT_EQ(checker.reference(p).next, g.tokens[static_cast<size_t>(p) + 1]);
@@ -157,6 +170,41 @@ TEST(StoryChecker, EveryFlippedReferenceBitIsTheFirstDifferenceAtItsPlace) {
   }
 }
 
+TEST(StoryChecker, EveryFlippedLogitBitIsReportedAtItsEntry) {
+  // 60 random (position, entry, bit) flips of the machine's side: each is the first
+  // difference, at its position and entry, with both values' bits.
+  const GoldenStream& g = golden();
+  const int vocab = stories260k().config().vocab_size;
+  std::mt19937 rng(20261130);
+  for (int trial = 0; trial < 60; ++trial) {
+    const int pos = static_cast<int>(rng() % kPositions), entry = static_cast<int>(rng() % static_cast<unsigned>(vocab));
+    const int bit = static_cast<int>(rng() % 32);
+    std::vector<Event> events = g.events;
+    float flipped = 0.0f, original = 0.0f;
+    for (Event& e : events) {
+      if (!e.logits || e.token.position != pos) continue;
+      float& v = e.values[static_cast<size_t>(entry)];
+      original = v;
+      v = flipped = std::bit_cast<float>(std::bit_cast<uint32_t>(v) ^ (1u << bit));
+    }
+    StoryChecker checker(stories260k());
+    replay(checker, events, g.tokens);
+    ASSERT_TRUE(checker.first_difference().has_value()) << trial;
+    const Difference& d = *checker.first_difference();
+    EXPECT_EQ(d.position, pos);
+    EXPECT_EQ(d.what, fmt::format("logit {}", entry));
+    EXPECT_NE(d.machine.find(hex(flipped)), std::string::npos) << d.machine;
+    EXPECT_NE(d.run_c.find(hex(original)), std::string::npos) << d.run_c;
+    EXPECT_EQ(checker.logit_vectors_compared(), pos + 1);
+  }
+  // A vector of the wrong length.
+  StoryChecker checker(stories260k());
+  const std::vector<float> short_vector(static_cast<size_t>(vocab - 1), 0.0f);
+  EXPECT_FALSE(checker.check(LogitEvent{0, short_vector, 0}));
+  ASSERT_TRUE(checker.first_difference().has_value());
+  EXPECT_EQ(checker.first_difference()->what, "logits");
+}
+
 TEST(StoryChecker, AWrongNextTokenIsReportedAtThePositionItStarts) {
   const GoldenStream& g = golden();
   for (int pos = 0; pos < kPositions; ++pos) {
@@ -179,7 +227,11 @@ TEST(StoryChecker, MachineSideFaultsAreReported) {
   const auto& cfg = stories260k().config();
   {  // a float missing: the position's count is short when its story token comes
     std::vector<Event> events = g.events;
-    events.erase(events.begin() + 1 + per_position() + 1 + 5);  // position 1, FFN(0).5
+    // BOS, position 0 (its floats, logits, story token), then position 1's FFN(0).5.
+    const auto at = events.begin() + 1 + per_position() + 2 + 5;
+    ASSERT_EQ(at->name, "FFN(0).5");
+    ASSERT_EQ(at->crossing.position, 1);
+    events.erase(at);
     StoryChecker checker(stories260k());
     replay(checker, events, g.tokens);
     ASSERT_TRUE(checker.first_difference().has_value());
@@ -189,7 +241,7 @@ TEST(StoryChecker, MachineSideFaultsAreReported) {
   {  // INC's float is not p + 1
     std::vector<Event> events = g.events;
     const auto pp = static_cast<size_t>(per_position());
-    const size_t inc = 1 + 2 * (pp + 1) + pp - 1;  // position 2's last float
+    const size_t inc = 1 + 2 * (pp + 2) + pp;  // position 2's last float (after its logits)
     ASSERT_EQ(events[inc].name, "INC");
     events[inc].crossing.value = 2.0f;
     StoryChecker checker(stories260k());

@@ -32,7 +32,7 @@ TEST(StoryCli, TwoStepsPrintWhatRefPrintsAndVerify) {
   ASSERT_EQ(story.status, 0) << story.err;
   EXPECT_EQ(story.out, ref.out);
   // 2 positions of 5 layers x 64 elements (x after the FFN) + INC; BOS and 2 story tokens.
-  EXPECT_NE(story.err.find("verify: 642 floats and 3 tokens bit-identical to run.c"), std::string::npos) << story.err;
+  EXPECT_NE(story.err.find("verify: 642 floats, 2 logits vectors and 3 tokens bit-identical to run.c"), std::string::npos) << story.err;
   EXPECT_NE(story.err.find("story: token machine for 2 nested positions: layers "), std::string::npos) << story.err;
 }
 
@@ -45,7 +45,7 @@ TEST(StoryCli, PromptPrintsWhatRefPrintsAndVerifies) {
   const Result story = run_qpu("story --model " + files + " -n 4 -i 'Lily saw' --verify --threads 1");
   ASSERT_EQ(story.status, 0) << story.err;
   EXPECT_EQ(story.out, ref.out);
-  EXPECT_NE(story.err.find("verify: 1284 floats and 5 tokens bit-identical to run.c"), std::string::npos) << story.err;
+  EXPECT_NE(story.err.find("verify: 1284 floats, 4 logits vectors and 5 tokens bit-identical to run.c"), std::string::npos) << story.err;
 }
 
 TEST(StoryCli, BadFlagsAndFilesAreErrors) {

@@ -1,12 +1,16 @@
 // The real token machine (machine/token_machine.h, stories260K) run on the engine by
-// run_story for 2 nested positions, every crossing float and story token checked by the
+// run_story for 2 nested positions, every crossing float, every nested logits vector
+// (read from the host's residual on HEAD's cycle) and every story token checked by the
 // StoryChecker against run.c: 0 differences. The same recorded stream is then replayed
 // into checkers whose run.c record has one flipped bit, which must report exactly that
-// position, layer and element (the check can fail on the machine's real stream).
+// position, layer and element, or that logit (the check can fail on the machine's real
+// stream).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <bit>
 #include <cstdio>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -25,6 +29,8 @@ struct Recorded {
   std::vector<StoryTokenEvent> story;
   std::vector<CrossingEvent> crossings;
   std::vector<std::string> names;  // per crossing (the machine's names die with it)
+  std::vector<LogitEvent> logit_events;
+  std::vector<std::vector<float>> logits;  // per logit event (the run's buffer dies with it)
   StoryRunResult result;
 };
 
@@ -44,6 +50,7 @@ class StoryMachine : public ::testing::Test {
     o.prompt = m.prompt({1}, kPositions);       // HDR, the step count, BOS alone (no nested prompt)
     o.stop_after_story_tokens = kPositions + 2;  // a backstop: the machine ends with DONE after TOK.1 and 2 more
     o.max_cycles = 20000;                        // ~1,550 per position: a derailed machine stops
+    o.logit_probes = m.logit_probes;
     StreamCallbacks cb;
     cb.on_story = [](const StoryTokenEvent& e) { return recorded_->story.push_back(e), true; };
     cb.on_crossing = [](const CrossingEvent& e) {
@@ -51,8 +58,14 @@ class StoryMachine : public ::testing::Test {
       recorded_->names.push_back(*e.name);
       return true;
     };
+    cb.on_logits = [](const LogitEvent& e) {
+      recorded_->logit_events.push_back(e);
+      recorded_->logits.emplace_back(e.logits.begin(), e.logits.end());
+      return true;
+    };
     recorded_->result = run_story(m, model, o, cb);
     for (size_t i = 0; i < recorded_->crossings.size(); ++i) recorded_->crossings[i].name = &recorded_->names[i];
+    for (size_t i = 0; i < recorded_->logits.size(); ++i) recorded_->logit_events[i].logits = recorded_->logits[i];
     const auto& r = recorded_->result;
     std::printf("story machine: %lld host cycles in %.1f s (%.0f cycles/s), %lld story tokens, %lld ambiguous\n",
                 static_cast<long long>(r.host_forwards), r.seconds, r.cycles_per_second(),
@@ -63,14 +76,16 @@ class StoryMachine : public ::testing::Test {
     recorded_ = nullptr;
   }
 
-  // Replays the recorded stream in its order (story tokens and crossings by cycle).
+  // Replays the recorded stream in its order (story tokens, crossings and logits by cycle).
   static void replay(StoryChecker& checker) {
-    size_t s = 0, c = 0;
     const Recorded& r = *recorded_;
-    while (s < r.story.size() || c < r.crossings.size()) {
-      const bool story_first = c == r.crossings.size() || (s < r.story.size() && r.story[s].cycle < r.crossings[c].cycle);
-      if (!(story_first ? checker.check(r.story[s++]) : checker.check(r.crossings[c++]))) return;
-    }
+    std::vector<std::pair<int64_t, std::function<bool()>>> events;
+    for (const auto& e : r.story) events.emplace_back(e.cycle, [&checker, &e] { return checker.check(e); });
+    for (const auto& e : r.crossings) events.emplace_back(e.cycle, [&checker, &e] { return checker.check(e); });
+    for (const auto& e : r.logit_events) events.emplace_back(e.cycle, [&checker, &e] { return checker.check(e); });
+    std::stable_sort(events.begin(), events.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+    for (const auto& [cycle, check] : events)
+      if (!check()) return;
   }
 
   static Recorded* recorded_;
@@ -91,6 +106,16 @@ TEST_F(StoryMachine, TwoPositionsBitIdenticalToRunC) {
   EXPECT_FALSE(checker.first_difference().has_value()) << checker.first_difference()->message();
   EXPECT_EQ(checker.floats_compared(), kPositions * per_position);
   EXPECT_EQ(checker.tokens_compared(), kPositions + 1);
+  // HEAD ran once per position, after its INC and before the next story token.
+  ASSERT_EQ(r.logit_events.size(), static_cast<size_t>(kPositions));
+  EXPECT_EQ(checker.logit_vectors_compared(), kPositions);
+  for (int p = 0; p < kPositions; ++p) {
+    const LogitEvent& e = r.logit_events[static_cast<size_t>(p)];
+    EXPECT_EQ(e.position, p);
+    EXPECT_EQ(e.logits.size(), static_cast<size_t>(cfg.vocab_size));
+    EXPECT_LT(e.cycle, r.story[static_cast<size_t>(p) + 1].cycle);
+    EXPECT_GT(e.cycle, r.story[static_cast<size_t>(p)].cycle);
+  }
   for (int k = 0; k <= kPositions; ++k) {
     EXPECT_EQ(r.story[static_cast<size_t>(k)].position, k);
     EXPECT_EQ(r.story[static_cast<size_t>(k)].token, k == 0 ? 1 : checker.reference(k - 1).next);
@@ -115,6 +140,27 @@ TEST_F(StoryMachine, AFlippedReferenceBitIsReportedAtItsPlace) {
     EXPECT_EQ(d.what, fmt::format("x after the FFN of layer {}, element {}", f.layer, f.element));
     EXPECT_NE(d.run_c.find(fmt::format("0x{:08x}", std::bit_cast<uint32_t>(v))), std::string::npos) << d.run_c;
     ASSERT_LT(f.layer, cfg.n_layers);
+  }
+}
+
+TEST_F(StoryMachine, AFlippedReferenceLogitIsReportedAtItsPlace) {
+  const auto& cfg = stories260k().config();
+  struct Flip {
+    int pos, entry, bit;
+  };
+  const std::vector<Flip> flips = {{0, 0, 0}, {1, 511, 31}, {1, 403, 22}, {0, 260, 7}};
+  for (const Flip& f : flips) {
+    ASSERT_LT(f.entry, cfg.vocab_size);
+    StoryChecker checker(stories260k());
+    checker.reference(kPositions - 1);
+    float& v = checker.reference(f.pos).logits.at(static_cast<size_t>(f.entry));
+    v = std::bit_cast<float>(std::bit_cast<uint32_t>(v) ^ (1u << f.bit));
+    replay(checker);
+    ASSERT_TRUE(checker.first_difference().has_value());
+    const Difference& d = *checker.first_difference();
+    EXPECT_EQ(d.position, f.pos);
+    EXPECT_EQ(d.what, fmt::format("logit {}", f.entry));
+    EXPECT_NE(d.run_c.find(fmt::format("0x{:08x}", std::bit_cast<uint32_t>(v))), std::string::npos) << d.run_c;
   }
 }
 

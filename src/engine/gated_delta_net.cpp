@@ -7,6 +7,7 @@
 #include "common/error.h"
 #include "engine/elementwise.h"
 #include "engine/numerics.h"
+#include "engine/weight_scan.h"
 
 namespace qpu::engine {
 namespace {
@@ -183,9 +184,7 @@ GatedDeltaNet::GatedDeltaNet(io::LinearAttentionWeights&& w, const GatedDeltaNet
   q_divisor_ = static_cast<float>(std::pow(dk, 0.5));
   q_multiplier_ = static_cast<float>(std::pow(dk, -0.5));
 
-  const auto finite_all = [](const std::vector<float>& v) {
-    return std::all_of(v.begin(), v.end(), [](float x) { return std::isfinite(x); });
-  };
+  const auto finite_all = [](const std::vector<float>& v) { return weight_scan::all_finite(v); };
   const bool projections_finite = finite_all(w.in_proj_qkv) && finite_all(w.in_proj_z) &&
                                   finite_all(w.in_proj_b) && finite_all(w.in_proj_a) && finite_all(w.out_proj);
   in_proj_qkv_ = PackedMatrix::pack(w.in_proj_qkv, s.conv_dim(), s.hidden, options, name + ".in_proj_qkv");

@@ -15,6 +15,7 @@
 #include "engine/gated_delta_net.h"
 #include "engine/numerics.h"
 #include "engine/packed_matrix.h"
+#include "engine/weight_scan.h"
 
 namespace qpu::engine {
 namespace {
@@ -77,15 +78,11 @@ struct LayerTests {
   bool idle_state_untouched = false;  // Layer::idle_state_untouched
 };
 
-bool all_finite(const std::vector<float>& v) {
-  return std::all_of(v.begin(), v.end(), [](float x) { return std::isfinite(x); });
-}
+bool all_finite(const std::vector<float>& v) { return weight_scan::all_finite(v); }
 
 // Marks the columns of a row-major [rows, cols] matrix that hold a nonzero weight.
 void mark_columns(const std::vector<float>& m, int64_t cols, std::vector<uint8_t>& used) {
-  for (size_t i = 0; i < m.size(); ++i) {
-    if (m[i] != 0.0f) used[i % static_cast<size_t>(cols)] = 1;
-  }
+  weight_scan::mark_nonzero_columns(m, cols, used);
 }
 
 struct Layer {

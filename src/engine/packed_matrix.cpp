@@ -10,14 +10,14 @@
 
 #include "common/error.h"
 #include "engine/dot.h"
+#include "engine/weight_scan.h"
 
 namespace qpu::engine {
 namespace {
 
-bool is_bf16_value(float v) { return (std::bit_cast<uint32_t>(v) & 0xffffu) == 0; }
-
-// Only +0 is left out of CSR: a -0 weight is kept so that copy_row returns the exact
-// values (its products are zeros, which change no sum; see dot.h).
+// Only +0 is left out of CSR (weight_scan::columns_not_plus_zero): a -0 weight is kept so
+// that copy_row returns the exact values (its products are zeros, which change no sum;
+// see dot.h). A bf16 number: weight_scan::census.
 bool is_plus_zero(float v) { return std::bit_cast<uint32_t>(v) == 0; }
 
 using dot::tree_key;
@@ -70,12 +70,9 @@ PackedMatrix PackedMatrix::pack(std::span<const float> values, int64_t rows, int
   m.rows_ = rows;
   m.cols_ = cols;
 
-  int64_t zeros = 0;
-  bool all_bf16 = true;
-  for (float v : values) {
-    zeros += is_plus_zero(v);
-    all_bf16 = all_bf16 && is_bf16_value(v);
-  }
+  const weight_scan::Census census = weight_scan::census(values);
+  const int64_t zeros = census.plus_zeros;
+  const bool all_bf16 = census.all_bf16;
 
   Format format = Format::DenseF32;
   if (options.force) {
@@ -114,9 +111,7 @@ PackedMatrix PackedMatrix::pack(std::span<const float> values, int64_t rows, int
         m.row_start_[r] = static_cast<int64_t>(m.f32_.size());
         m.program_start_[r] = static_cast<int64_t>(m.program_.size());
         row_cols.clear();
-        for (int64_t c = 0; c < cols; ++c) {
-          if (!is_plus_zero(values[r * cols + c])) row_cols.push_back(static_cast<uint32_t>(c));
-        }
+        weight_scan::columns_not_plus_zero(values.data() + r * cols, cols, row_cols);
         // Tree order of the lanes; a stable sort keeps each lane's columns ascending.
         std::stable_sort(row_cols.begin(), row_cols.end(), [](uint32_t a, uint32_t b) {
           return tree_key(a % dot::kLanes) < tree_key(b % dot::kLanes);

@@ -1,0 +1,124 @@
+// weight_scan's block scans against the plain per-value loops they replace, on random
+// mostly-zero matrices (fixed seeds): +0 and -0 runs, lone nonzeros at every offset of a
+// block of 16, bf16 and non-bf16 values, subnormals, inf and NaN, lengths and column
+// counts that are not multiples of 16 (tails), and empty input.
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "engine/weight_scan.h"
+
+namespace qpu::engine {
+namespace {
+
+float special(std::mt19937_64& rng) {
+  switch (rng() % 10) {
+    case 0: return -0.0f;
+    case 1: return std::numeric_limits<float>::infinity();
+    case 2: return -std::numeric_limits<float>::infinity();
+    case 3: return std::numeric_limits<float>::quiet_NaN();
+    case 4: return std::numeric_limits<float>::denorm_min();
+    case 5: return std::bit_cast<float>(0x00010000u);  // a subnormal bf16 number
+    case 6: return 1.0f;                               // bf16
+    case 7: return std::bit_cast<float>(0x3f800001u);  // not bf16
+    case 8: return -128.0f;
+    default: return std::bit_cast<float>(static_cast<uint32_t>(rng()));
+  }
+}
+
+// A rows x cols matrix, mostly +0, with runs of -0 and `density` other values.
+std::vector<float> sparse_matrix(std::mt19937_64& rng, int64_t rows, int64_t cols, double density, bool finite_only) {
+  std::vector<float> m(static_cast<size_t>(rows * cols), 0.0f);
+  std::uniform_real_distribution<double> u(0.0, 1.0);
+  for (float& v : m) {
+    const double r = u(rng);
+    if (r < density) {
+      v = special(rng);
+      if (finite_only && !std::isfinite(v)) v = 0.5f;
+    } else if (r < density * 2) {
+      v = -0.0f;
+    }
+  }
+  return m;
+}
+
+TEST(WeightScan, AgreesWithThePlainLoops) {
+  std::mt19937_64 rng(20261130);
+  int cases = 0, not_finite = 0, bf16 = 0;
+  for (int trial = 0; trial < 2000; ++trial) {
+    const int64_t cols = 1 + static_cast<int64_t>(rng() % 70);
+    const int64_t rows = static_cast<int64_t>(rng() % 9);
+    const double density = trial % 4 == 0 ? 0.0 : std::pow(10.0, -static_cast<double>(rng() % 4));
+    const std::vector<float> m = sparse_matrix(rng, rows, cols, density, trial % 3 == 0);
+    const std::string at = "trial " + std::to_string(trial);
+
+    int64_t zeros = 0;
+    bool all_bf16 = true, finite = true;
+    std::vector<uint8_t> used_plain(static_cast<size_t>(cols), 0), used(static_cast<size_t>(cols), 0);
+    for (size_t i = 0; i < m.size(); ++i) {
+      const uint32_t b = std::bit_cast<uint32_t>(m[i]);
+      zeros += b == 0 ? 1 : 0;
+      all_bf16 = all_bf16 && (b & 0xffffu) == 0;
+      finite = finite && std::isfinite(m[i]);
+      if (m[i] != 0.0f) used_plain[i % static_cast<size_t>(cols)] = 1;
+    }
+    const weight_scan::Census c = weight_scan::census(m);
+    ASSERT_EQ(c.plus_zeros, zeros) << at;
+    ASSERT_EQ(c.all_bf16, all_bf16) << at;
+    ASSERT_EQ(weight_scan::all_finite(m), finite) << at;
+    weight_scan::mark_nonzero_columns(m, cols, used);
+    ASSERT_EQ(used, used_plain) << at;
+    for (int64_t r = 0; r < rows; ++r) {
+      std::vector<uint32_t> plain, fast = {7u};  // appends after what is there
+      for (int64_t k = 0; k < cols; ++k)
+        if (std::bit_cast<uint32_t>(m[static_cast<size_t>(r * cols + k)]) != 0) plain.push_back(static_cast<uint32_t>(k));
+      weight_scan::columns_not_plus_zero(m.data() + r * cols, cols, fast);
+      plain.insert(plain.begin(), 7u);
+      ASSERT_EQ(fast, plain) << at << " row " << r;
+    }
+    ++cases;
+    not_finite += finite ? 0 : 1;
+    bf16 += all_bf16 ? 1 : 0;
+  }
+  EXPECT_EQ(cases, 2000);
+  EXPECT_GT(not_finite, 100);  // both answers of every scan were exercised
+  EXPECT_GT(bf16, 100);
+  EXPECT_LT(bf16, 1900);
+}
+
+TEST(WeightScan, LoneValuesAtEveryOffsetOfABlock) {
+  // One value in a long +0 vector, at every position of two blocks and the tail: each
+  // must be seen (a block test that skips a non-zero block fails here).
+  for (const float v : {-0.0f, 1.0f, std::bit_cast<float>(0x00000001u), std::bit_cast<float>(0x80000001u),
+                        std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN(),
+                        std::bit_cast<float>(0x3f800001u)}) {
+    for (size_t at = 0; at < 37; ++at) {
+      std::vector<float> m(37, 0.0f);
+      m[at] = v;
+      const uint32_t b = std::bit_cast<uint32_t>(v);
+      const weight_scan::Census c = weight_scan::census(m);
+      EXPECT_EQ(c.plus_zeros, b == 0 ? 37 : 36);
+      EXPECT_EQ(c.all_bf16, (b & 0xffffu) == 0);
+      EXPECT_EQ(weight_scan::all_finite(m), static_cast<bool>(std::isfinite(v)));
+      std::vector<uint8_t> used(37, 0);
+      weight_scan::mark_nonzero_columns(m, 37, used);
+      for (size_t k = 0; k < 37; ++k) EXPECT_EQ(used[k], k == at && v != 0.0f ? 1 : 0) << at;
+      std::vector<uint32_t> cols;
+      weight_scan::columns_not_plus_zero(m.data(), 37, cols);
+      EXPECT_EQ(cols, std::vector<uint32_t>{static_cast<uint32_t>(at)});  // -0 counts: it is kept in CSR
+    }
+  }
+  const std::vector<float> none;
+  EXPECT_EQ(weight_scan::census(none).plus_zeros, 0);
+  EXPECT_TRUE(weight_scan::census(none).all_bf16);
+  EXPECT_TRUE(weight_scan::all_finite(none));
+}
+
+}  // namespace
+}  // namespace qpu::engine

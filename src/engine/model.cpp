@@ -80,10 +80,6 @@ struct LayerTests {
 
 bool all_finite(const std::vector<float>& v) { return weight_scan::all_finite(v); }
 
-// Marks the columns of a row-major [rows, cols] matrix that hold a nonzero weight.
-void mark_columns(const std::vector<float>& m, int64_t cols, std::vector<uint8_t>& used) {
-  weight_scan::mark_nonzero_columns(m, cols, used);
-}
 
 struct Layer {
   io::LayerType type = io::LayerType::LinearAttention;
@@ -236,13 +232,13 @@ void Model::build(io::Qwen35Weights weights, const LayerSource& source, const Mo
     layer.input_odd = elementwise::non_finite_blocks(layer.input_scale.data(), hidden);
     layer.post_odd = elementwise::non_finite_blocks(layer.post_scale.data(), hidden);
     if (layer.type == io::LayerType::LinearAttention) {
-      std::vector<uint8_t> used(static_cast<size_t>(hidden), 0);
-      for (const auto* p : {&w.linear.in_proj_qkv, &w.linear.in_proj_z, &w.linear.in_proj_b, &w.linear.in_proj_a}) {
-        mark_columns(*p, hidden, used);
-      }
-      layer.mixer_reads.build(used);
       layer.linear = GatedDeltaNet(std::move(w.linear), gdn_shape, m.eps, pack, name + ".linear_attn",
                                    options.gdn == GdnRecurrence::SkipZeros, m.skip_idle_channels);
+      // The read dims from the packed input projections (in_proj_qkv, z, b, a).
+      std::vector<uint8_t> used(static_cast<size_t>(hidden), 0);
+      const std::vector<const PackedMatrix*> projections = layer.linear.matrices();
+      for (size_t i = 0; i < 4; ++i) projections[i]->mark_nonzero_columns(used);
+      layer.mixer_reads.build(used);
     } else {
       layer.full = GatedAttention(std::move(w.full), attn_shape, m.eps, pack, name + ".self_attn");
     }
@@ -253,13 +249,20 @@ void Model::build(io::Qwen35Weights weights, const LayerSource& source, const Mo
       layer.mixer_reads.eligible = eps_ok && all_finite(layer.input_scale) && layer.linear.idle_output_zero();
       layer.idle_state_untouched = layer.linear.idle_decay_one() && options.gdn == GdnRecurrence::SkipZeros;
     }
+    layer.gate_proj = PackedMatrix::pack(w.gate_proj, c.intermediate_size, hidden, pack, name + ".mlp.gate_proj");
+    layer.up_proj = PackedMatrix::pack(w.up_proj, c.intermediate_size, hidden, pack, name + ".mlp.up_proj");
+    layer.down_proj = PackedMatrix::pack(w.down_proj, hidden, c.intermediate_size, pack, name + ".mlp.down_proj");
+    w.gate_proj = {};
+    w.up_proj = {};
+    w.down_proj = {};
     {
+      // From the packed matrices: a scan of their stored values, not of the dense ones.
       std::vector<uint8_t> used(static_cast<size_t>(hidden), 0);
-      mark_columns(w.gate_proj, hidden, used);
-      mark_columns(w.up_proj, hidden, used);
+      layer.gate_proj.mark_nonzero_columns(used);
+      layer.up_proj.mark_nonzero_columns(used);
       layer.mlp_reads.build(used);
-      layer.mlp_reads.eligible = eps_ok && all_finite(layer.post_scale) && all_finite(w.gate_proj) &&
-                                 all_finite(w.up_proj) && all_finite(w.down_proj);
+      layer.mlp_reads.eligible = eps_ok && all_finite(layer.post_scale) && layer.gate_proj.all_finite() &&
+                                 layer.up_proj.all_finite() && layer.down_proj.all_finite();
     }
     const auto flatten = [&m](const ReadDims& reads) {
       SublayerTest t;
@@ -277,9 +280,6 @@ void Model::build(io::Qwen35Weights weights, const LayerSource& source, const Mo
     tests.mlp = flatten(layer.mlp_reads);
     layer.mixer_reads = {};
     layer.mlp_reads = {};
-    layer.gate_proj = PackedMatrix::pack(w.gate_proj, c.intermediate_size, hidden, pack, name + ".mlp.gate_proj");
-    layer.up_proj = PackedMatrix::pack(w.up_proj, c.intermediate_size, hidden, pack, name + ".mlp.up_proj");
-    layer.down_proj = PackedMatrix::pack(w.down_proj, hidden, c.intermediate_size, pack, name + ".mlp.down_proj");
   }
 }
 

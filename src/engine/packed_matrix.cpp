@@ -70,7 +70,17 @@ PackedMatrix PackedMatrix::pack(std::span<const float> values, int64_t rows, int
   m.rows_ = rows;
   m.cols_ = cols;
 
-  const weight_scan::Census census = weight_scan::census(values);
+  // One pass: the census, listing the non-+0 positions while the matrix can still be
+  // sparse (at most (1 - sparse_min_zero_fraction) of its values, or all when forced).
+  const auto size = static_cast<int64_t>(values.size());
+  const bool force_sparse = options.force && *options.force == Format::SparseCsr;
+  const int64_t limit =
+      force_sparse ? size
+                   : std::clamp<int64_t>(static_cast<int64_t>((1.0 - options.sparse_min_zero_fraction) *
+                                                              static_cast<double>(size)) + 1,
+                                         0, size);
+  std::vector<int64_t> listed;
+  const weight_scan::Census census = weight_scan::census_listing(values, limit, listed);
   const int64_t zeros = census.plus_zeros;
   const bool all_bf16 = census.all_bf16;
 
@@ -105,13 +115,22 @@ PackedMatrix PackedMatrix::pack(std::span<const float> values, int64_t rows, int
       m.col_index_.reserve(nonzeros);
       m.row_start_.resize(static_cast<size_t>(rows) + 1);
       m.program_start_.resize(static_cast<size_t>(rows) + 1);
+      // The census's listing when it is complete (it holds every non-+0 position), else
+      // a scan per row.
+      const bool use_listing = static_cast<int64_t>(listed.size()) == size - zeros;
+      size_t next_listed = 0;
       std::vector<uint32_t> row_cols;
       std::vector<int> pending;  // meet levels of the subtrees on the evaluation stack
       for (int64_t r = 0; r < rows; ++r) {
         m.row_start_[r] = static_cast<int64_t>(m.f32_.size());
         m.program_start_[r] = static_cast<int64_t>(m.program_.size());
         row_cols.clear();
-        weight_scan::columns_not_plus_zero(values.data() + r * cols, cols, row_cols);
+        if (use_listing) {
+          for (; next_listed < listed.size() && listed[next_listed] < (r + 1) * cols; ++next_listed)
+            row_cols.push_back(static_cast<uint32_t>(listed[next_listed] - r * cols));
+        } else {
+          weight_scan::columns_not_plus_zero(values.data() + r * cols, cols, row_cols);
+        }
         // Tree order of the lanes; a stable sort keeps each lane's columns ascending.
         std::stable_sort(row_cols.begin(), row_cols.end(), [](uint32_t a, uint32_t b) {
           return tree_key(a % dot::kLanes) < tree_key(b % dot::kLanes);
@@ -163,6 +182,31 @@ PackedMatrix PackedMatrix::pack(std::span<const float> values, int64_t rows, int
     }
   }
   return m;
+}
+
+bool PackedMatrix::all_finite() const {
+  if (format_ == Format::DenseBf16) {
+    for (uint16_t b : bf16_)
+      if ((b & 0x7f80u) == 0x7f80u) return false;
+    return true;
+  }
+  return weight_scan::all_finite(f32_);  // dense, or CSR's stored values (+0 is finite)
+}
+
+void PackedMatrix::mark_nonzero_columns(std::vector<uint8_t>& used) const {
+  switch (format_) {
+    case Format::DenseF32:
+      weight_scan::mark_nonzero_columns(f32_, cols_, used);
+      break;
+    case Format::DenseBf16:
+      for (size_t i = 0; i < bf16_.size(); ++i)
+        if ((bf16_[i] & 0x7fffu) != 0) used[i % static_cast<size_t>(cols_)] = 1;
+      break;
+    case Format::SparseCsr:
+      for (size_t i = 0; i < f32_.size(); ++i)
+        if (f32_[i] != 0.0f) used[col_index_[i]] = 1;  // a stored -0 is not a nonzero weight
+      break;
+  }
 }
 
 int64_t PackedMatrix::nonzeros() const {

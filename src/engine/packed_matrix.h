@@ -66,6 +66,11 @@ class PackedMatrix {
     return format_ == Format::SparseCsr && row_start_[static_cast<size_t>(r) + 1] == row_start_[static_cast<size_t>(r)];
   }
   size_t bytes() const;  // storage used for the values (and indices), column copy included
+  // What the dense matrix would answer, from the stored values (CSR leaves out only +0
+  // weights, which are finite and not != 0): every weight finite; used[c] = 1 for every
+  // column c holding a weight != 0.0f (used has cols() entries).
+  bool all_finite() const;
+  void mark_nonzero_columns(std::vector<uint8_t>& used) const;
 
   // y[0..rows) = W x. Rows are split between OpenMP threads; each row is summed by
   // one thread in the canonical order of dot.h, so y does not depend on the thread

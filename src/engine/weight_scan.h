@@ -20,6 +20,11 @@ struct Census {
   bool all_bf16 = true;
 };
 Census census(std::span<const float> values);
+// The same census, also listing the flat indices of the values that are not +0, in
+// order, while there are at most `limit` of them; `listed` is cleared and left empty when
+// there are more (the caller then scans again). One pass instead of two for a matrix that
+// turns out sparse.
+Census census_listing(std::span<const float> values, int64_t limit, std::vector<int64_t>& listed);
 
 // used[c] = 1 for every column c of a row-major [rows, cols] matrix that holds a value
 // != 0.0f (+0 and -0 do not count; NaN does). values.size() must be a multiple of cols.

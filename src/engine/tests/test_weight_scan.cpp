@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/packed_matrix.h"
 #include "engine/weight_scan.h"
 
 namespace qpu::engine {
@@ -90,6 +91,85 @@ TEST(WeightScan, AgreesWithThePlainLoops) {
   EXPECT_GT(not_finite, 100);  // both answers of every scan were exercised
   EXPECT_GT(bf16, 100);
   EXPECT_LT(bf16, 1900);
+}
+
+TEST(WeightScan, CensusListingListsWhileWithinTheLimit) {
+  std::mt19937_64 rng(77);
+  int complete = 0, abandoned = 0;
+  for (int trial = 0; trial < 1000; ++trial) {
+    const int64_t n = static_cast<int64_t>(rng() % 200);
+    const std::vector<float> m = sparse_matrix(rng, 1, n, std::pow(10.0, -static_cast<double>(rng() % 3)), false);
+    std::vector<int64_t> plain;
+    for (int64_t i = 0; i < n; ++i)
+      if (std::bit_cast<uint32_t>(m[static_cast<size_t>(i)]) != 0) plain.push_back(i);
+    const int64_t limit = static_cast<int64_t>(rng() % 30);
+    std::vector<int64_t> listed = {123};  // cleared first
+    const weight_scan::Census c = weight_scan::census_listing(m, limit, listed);
+    const weight_scan::Census plain_census = weight_scan::census(m);
+    ASSERT_EQ(c.plus_zeros, plain_census.plus_zeros) << trial;
+    ASSERT_EQ(c.all_bf16, plain_census.all_bf16) << trial;
+    if (static_cast<int64_t>(plain.size()) <= limit) {
+      ASSERT_EQ(listed, plain) << trial;
+      ++complete;
+    } else {
+      ASSERT_TRUE(listed.empty()) << trial;
+      ++abandoned;
+    }
+  }
+  EXPECT_GT(complete, 200);
+  EXPECT_GT(abandoned, 200);
+}
+
+TEST(WeightScan, PackedMatricesAnswerAsTheirDenseValues) {
+  // PackedMatrix::all_finite and mark_nonzero_columns from the stored values, in every
+  // format, against the plain loops over the dense matrix.
+  std::mt19937_64 rng(4242);
+  int sparse = 0, bf16 = 0;
+  for (int trial = 0; trial < 600; ++trial) {
+    const int64_t rows = 1 + static_cast<int64_t>(rng() % 12), cols = 1 + static_cast<int64_t>(rng() % 50);
+    std::vector<float> m = sparse_matrix(rng, rows, cols, std::pow(10.0, -static_cast<double>(rng() % 3)), trial % 2 == 0);
+    if (trial % 3 == 0)
+      for (float& v : m) v = std::bit_cast<float>(std::bit_cast<uint32_t>(v) & 0xffff0000u);  // bf16 numbers
+    bool finite = true;
+    std::vector<uint8_t> plain(static_cast<size_t>(cols), 0);
+    bool all_bf16 = true;
+    for (size_t i = 0; i < m.size(); ++i) {
+      finite = finite && std::isfinite(m[i]);
+      if (m[i] != 0.0f) plain[i % static_cast<size_t>(cols)] = 1;
+      all_bf16 = all_bf16 && (std::bit_cast<uint32_t>(m[i]) & 0xffffu) == 0;
+    }
+    for (const PackedMatrix::Format f :
+         {PackedMatrix::Format::DenseF32, PackedMatrix::Format::DenseBf16, PackedMatrix::Format::SparseCsr}) {
+      if (f == PackedMatrix::Format::DenseBf16 && !all_bf16) continue;
+      PackedMatrix::Options o;
+      o.force = f;
+      const PackedMatrix p = PackedMatrix::pack(m, rows, cols, o, "m");
+      std::vector<uint8_t> used(static_cast<size_t>(cols), 0);
+      p.mark_nonzero_columns(used);
+      ASSERT_EQ(used, plain) << trial;
+      ASSERT_EQ(p.all_finite(), finite) << trial;
+      sparse += f == PackedMatrix::Format::SparseCsr ? 1 : 0;
+      bf16 += f == PackedMatrix::Format::DenseBf16 ? 1 : 0;
+    }
+    // Auto: CSR from the census's listing (most of these are > 90 % +0) or dense.
+    const PackedMatrix a = PackedMatrix::pack(m, rows, cols, PackedMatrix::Options{}, "m");
+    const PackedMatrix rows_scan = PackedMatrix::pack(m, rows, cols, [] {
+      PackedMatrix::Options o;
+      o.force = PackedMatrix::Format::SparseCsr;
+      return o;
+    }(), "m");
+    if (a.format() == PackedMatrix::Format::SparseCsr) {
+      // Both ways of building the CSR rows give the same rows: every row's product on x.
+      std::vector<float> x(static_cast<size_t>(cols)), ya(static_cast<size_t>(rows)), yb(static_cast<size_t>(rows));
+      for (float& v : x) v = static_cast<float>(static_cast<int64_t>(rng() % 17) - 8) * 0.25f;
+      a.multiply(x.data(), ya.data());
+      rows_scan.multiply(x.data(), yb.data());
+      for (size_t r = 0; r < ya.size(); ++r) ASSERT_EQ(std::bit_cast<uint32_t>(ya[r]), std::bit_cast<uint32_t>(yb[r])) << trial;
+      ASSERT_EQ(a.nonzeros(), rows_scan.nonzeros()) << trial;
+    }
+  }
+  EXPECT_GT(sparse, 500);
+  EXPECT_GT(bf16, 150);
 }
 
 TEST(WeightScan, LoneValuesAtEveryOffsetOfABlock) {

@@ -7,6 +7,7 @@
 
 #include "common/error.h"
 #include "compiler/enable.h"
+#include "npu/expf.h"
 #include "npu/neurons.h"
 
 namespace qpu::npu {
@@ -63,6 +64,26 @@ SampleScaleBlock sample_scale_block(Program& p, const std::vector<ValueId>& logi
   if (running_max != kNoMax) level.push_back(running_max);
   level.insert(level.end(), b.scaled.begin(), b.scaled.end());
   b.max = attn_max_tree(p, std::move(level));
+  gate_unit(p, first, enable);
+  return b;
+}
+
+ValueId sample_max_tree(Program& p, const std::vector<ValueId>& block_maxima, ValueId enable) {
+  const size_t first = p.ops().size();
+  const ValueId m = attn_max_tree(p, block_maxima);
+  gate_unit(p, first, enable);
+  return m;
+}
+
+SampleExpBlock sample_exp_block(Program& p, const std::vector<ValueId>& scaled, ValueId max, ValueId enable) {
+  if (scaled.empty()) fail("sample_exp_block: no scaled logits");
+  const size_t first = p.ops().size();
+  SampleExpBlock b;
+  for (ValueId x : scaled) {
+    const ExpfResult e = expf_parts(p, sub(p, x, max, "sample.shift"));  // run.c: expf(x[i] - max_val)
+    b.mant.push_back(e.mant);
+    b.exponent.push_back(e.exponent);
+  }
   gate_unit(p, first, enable);
   return b;
 }

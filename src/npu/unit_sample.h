@@ -60,6 +60,18 @@ struct SampleScaleBlock {
 SampleScaleBlock sample_scale_block(Program& p, const std::vector<ValueId>& logits, ValueId temperature, ValueId recip,
                                     ValueId running_max, ValueId enable = compiler::kOne);
 
+// MAX: run.c's softmax max over the blocks' maxima (sample_scale_block with kNoMax per
+// block, then this tree: the machine's TEMP.b cycles and one MAX cycle, as SCORE / MAX).
+ValueId sample_max_tree(Program& p, const std::vector<ValueId>& block_maxima, ValueId enable = compiler::kOne);
+
+// EXP of a block: expf(scaled - max) as expf_parts' (mant, exponent) (run.c: x[i] =
+// expf(x[i] - max_val)), the lanes the machine's EXP.b cycles run; SUM then reads them.
+struct SampleExpBlock {
+  std::vector<ValueId> mant, exponent;
+};
+SampleExpBlock sample_exp_block(Program& p, const std::vector<ValueId>& scaled, ValueId max,
+                                ValueId enable = compiler::kOne);
+
 // EXP + SUM of a block: attn_exp_sum_block (expf(scaled - max) as (mant, exponent), the
 // running sum tier-encoded; acc_in +0 for the first block) under `enable`.
 ExpSumBlock sample_exp_sum_block(Program& p, const std::vector<ValueId>& scaled, ValueId max, ValueId acc_in,

@@ -11,6 +11,7 @@
 // of units computes run.c's index.
 // QPU_NPU_CASES sets the slice (default / sanitizer runs: a few cases; >= 10^5: long).
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <cmath>
 #include <cstdio>
@@ -554,6 +555,211 @@ void expect_list_exact(PrimitiveSpec s, const std::vector<std::vector<float>>& l
   expect_spec_exact(s, count_cases(list), host);
 }
 
+// ---------------------------------------------------------------- the chain on the engine
+
+// A unit (one lane of a spec) compiled once; run() sets the inputs of each case as an
+// embedding row (rows per checkpoint copy) and returns every case's outputs as the
+// engine delivers them.
+class EngineUnit {
+ public:
+  EngineUnit(const PrimitiveSpec& s, int64_t rows) : rows_(rows) {
+    in_ = p_.values("in", s.inputs);
+    out_ = s.build(p_, in_);
+    compiler::Interface io;
+    io.inputs = in_;
+    io.outputs = out_;
+    io.vocab_size = std::max<int64_t>(rows, static_cast<int64_t>(out_.size()));
+    io.input_rows.assign(static_cast<size_t>(io.vocab_size) * in_.size(), 0.0f);
+    rows_ = io.vocab_size;
+    compiled_ = compiler::compile(p_, io);
+  }
+  std::vector<std::vector<float>> run(const std::vector<std::vector<float>>& cases) const {
+    std::vector<std::vector<float>> out;
+    for (size_t first = 0; first < cases.size(); first += static_cast<size_t>(rows_)) {
+      const size_t batch = std::min(cases.size() - first, static_cast<size_t>(rows_));
+      auto w = std::make_shared<io::Qwen35Weights>(compiled_.weights);
+      const int64_t H = w->config.hidden_size;
+      for (size_t r = 0; r < batch; ++r)
+        for (size_t i = 0; i < in_.size(); ++i)
+          w->embed_tokens[r * static_cast<size_t>(H) + static_cast<size_t>(compiled_.allocation.dim(in_[i]))] =
+              cases[first + r][i];
+      const Forward fwd = engine_host()(*w);
+      std::vector<float> hidden(static_cast<size_t>(H));
+      for (size_t r = 0; r < batch; ++r) {
+        fwd(static_cast<int64_t>(r), hidden);
+        std::vector<float> o;
+        for (ValueId v : out_) o.push_back(hidden[static_cast<size_t>(compiled_.allocation.dim(v))]);
+        out.push_back(std::move(o));
+      }
+    }
+    return out;
+  }
+
+ private:
+  Program p_;
+  std::vector<ValueId> in_, out_;
+  int64_t rows_;
+  compiler::Compiled compiled_;
+};
+
+PrimitiveSpec max_tree_spec() {
+  PrimitiveSpec s;
+  s.name = "sample_max_tree";
+  s.inputs = kVocab / kBlock + 1;
+  s.outputs = 1;
+  s.build = [](Program& p, const std::vector<ValueId>& in) {
+    return std::vector<ValueId>{sample_max_tree(p, slice(in, 0, kVocab / kBlock), in.back())};
+  };
+  return s;
+}
+
+PrimitiveSpec exp_row_only_spec() {
+  PrimitiveSpec s;
+  s.name = "sample_exp_block1";
+  s.inputs = 3;
+  s.outputs = 2;
+  s.build = [](Program& p, const std::vector<ValueId>& in) {
+    const SampleExpBlock b = sample_exp_block(p, {in[0]}, in[1], in[2]);
+    return std::vector<ValueId>{b.mant[0], b.exponent[0]};
+  };
+  return s;
+}
+
+// The machine's stage order on the engine, each stage's engine outputs feeding the next
+// (no C value in between): TEMP per block (block maxima) -> MAX -> EXP per position ->
+// SUM block after block -> PROB per position -> CDF block after block; every intermediate
+// and the sampled index equal run.c's (sample_reference, itself equal to
+// reference::Sampler; for run.c's sampled positions the token run.c chose).
+TEST(SampleChain, EngineStagesChainedEqualRunC) {
+  const LogitSource& src = logit_source();
+  std::vector<SampleCase> cases;
+  std::vector<int> run_c_next;
+  for (size_t i = 0; i < src.sampled.size(); i += src.sampled.size() / (kLong ? 8 : 1)) {
+    cases.push_back({src.sampled[i].logits, src.sampled[i].temperature, src.sampled[i].coin});
+    run_c_next.push_back(src.sampled[i].next);
+  }
+  const std::vector<SampleCase> all = sample_cases();
+  int with_coin0 = 0, with_fallback = 0;
+  for (const SampleCase& c : all) {  // one case with coin 0 and one falling back to n - 1
+    const SampleTrace tr = sample_reference(c.logits, c.temperature, c.coin);
+    const bool coin0 = c.coin == 0.0f, fallback = !(c.coin < tr.cdf.back());
+    if ((coin0 && with_coin0 < (kLong ? 3 : 1)) || (fallback && with_fallback < (kLong ? 3 : 1))) {
+      cases.push_back(c);
+      run_c_next.push_back(run_c_index(c, nullptr));
+      with_coin0 += coin0;
+      with_fallback += fallback;
+    }
+  }
+  ASSERT_GT(with_coin0, 0);
+  ASSERT_GT(with_fallback, 0);
+  const size_t C = cases.size(), NB = kVocab / kBlock;
+  std::vector<SampleTrace> tr;
+  for (const SampleCase& c : cases) tr.push_back(sample_reference(c.logits, c.temperature, c.coin));
+  auto expect_bits = [](float got, float want, const std::string& what) {
+    EXPECT_EQ(bits(got), bits(0.0f + want)) << what << ": " << describe_float(got) << " vs " << describe_float(want);
+  };
+  // TEMP: every block, each with its own max (kNoMax); MAX over the 64 block maxima.
+  std::vector<std::vector<float>> in;
+  for (const SampleCase& c : cases)
+    for (size_t b = 0; b < NB; ++b) {
+      std::vector<float> r(c.logits.begin() + static_cast<std::ptrdiff_t>(b * kBlock),
+                           c.logits.begin() + static_cast<std::ptrdiff_t>((b + 1) * kBlock));
+      r.insert(r.end(), {c.temperature, 1.0f});
+      in.push_back(std::move(r));
+    }
+  const auto temp = EngineUnit(temp_spec(kBlock, true), 512).run(in);
+  std::vector<std::vector<float>> scaled(C, std::vector<float>(kVocab));
+  in.clear();
+  for (size_t c = 0; c < C; ++c) {
+    std::vector<float> maxima;
+    for (size_t b = 0; b < NB; ++b) {
+      for (size_t r = 0; r < kBlock; ++r) scaled[c][b * kBlock + r] = temp[c * NB + b][r];
+      maxima.push_back(temp[c * NB + b][kBlock]);
+    }
+    for (size_t q = 0; q < kVocab; ++q) expect_bits(scaled[c][q], tr[c].scaled[q], "scaled " + std::to_string(q));
+    maxima.push_back(1.0f);
+    in.push_back(std::move(maxima));
+  }
+  const auto maxes = EngineUnit(max_tree_spec(), 64).run(in);
+  for (size_t c = 0; c < C; ++c) expect_bits(maxes[c][0], tr[c].max, "max");
+  // EXP per position.
+  in.clear();
+  for (size_t c = 0; c < C; ++c)
+    for (size_t q = 0; q < kVocab; ++q) in.push_back({scaled[c][q], maxes[c][0], 1.0f});
+  const auto exps = EngineUnit(exp_row_only_spec(), 512).run(in);
+  for (size_t c = 0; c < C; ++c)
+    for (size_t q = 0; q < kVocab; ++q) {
+      const auto& e = exps[c * kVocab + q];
+      expect_bits(std::ldexp(e[0], static_cast<int>(e[1])), tr[c].e[q], "e " + std::to_string(q));
+    }
+  // SUM: block after block, the engine's acc carried.
+  const EngineUnit sum_unit(sum_block_spec(), 64);
+  std::vector<float> acc(C, 0.0f);
+  for (size_t b = 0; b < NB; ++b) {
+    in.clear();
+    for (size_t c = 0; c < C; ++c) {
+      std::vector<float> r(2 * kBlock + 1);
+      for (size_t t = 0; t < kBlock; ++t) {
+        r[t] = exps[c * kVocab + b * kBlock + t][0];
+        r[kBlock + t] = exps[c * kVocab + b * kBlock + t][1];
+      }
+      r.back() = acc[c];
+      in.push_back(std::move(r));
+    }
+    const auto o = sum_unit.run(in);
+    for (size_t c = 0; c < C; ++c) acc[c] = o[c][0];
+  }
+  for (size_t c = 0; c < C; ++c) {
+    bool high = false;
+    expect_bits(attn_sum_decode(acc[c], &high), tr[c].sum, "sum");
+  }
+  // PROB per position.
+  in.clear();
+  for (size_t c = 0; c < C; ++c)
+    for (size_t q = 0; q < kVocab; ++q) in.push_back({exps[c * kVocab + q][0], exps[c * kVocab + q][1], acc[c], 1.0f});
+  const auto pm = EngineUnit(prob_row_spec(), 512).run(in);
+  for (size_t c = 0; c < C; ++c)
+    for (size_t q = 0; q < kVocab; ++q)
+      expect_bits(std::ldexp(pm[c * kVocab + q][0], static_cast<int>(exps[c * kVocab + q][1])), tr[c].prob[q],
+                  "p " + std::to_string(q));
+  // CDF: block after block, the engine's state carried; the final block gives the index.
+  const EngineUnit cdf_next(cdf_spec(kBlock, false), 64), cdf_final(cdf_spec(kBlock, true), 64);
+  std::vector<std::array<float, 4>> state(C, {0.0f, 0.0f, 0.0f, 0.0f});
+  std::vector<float> token(C, -1.0f);
+  for (size_t b = 0; b < NB; ++b) {
+    in.clear();
+    for (size_t c = 0; c < C; ++c) {
+      std::vector<float> r;
+      for (size_t t = 0; t < kBlock; ++t) r.push_back(pm[c * kVocab + b * kBlock + t][0]);
+      for (size_t t = 0; t < kBlock; ++t) r.push_back(exps[c * kVocab + b * kBlock + t][1]);
+      r.insert(r.end(), state[c].begin(), state[c].end());
+      r.insert(r.end(), {cases[c].coin, 1.0f});
+      in.push_back(std::move(r));
+    }
+    const bool last = b + 1 == NB;
+    const auto o = (last ? cdf_final : cdf_next).run(in);
+    for (size_t c = 0; c < C; ++c) {
+      for (size_t t = 0; t < kBlock; ++t) {
+        const size_t q = b * kBlock + t;
+        bool high = false;
+        expect_bits(attn_sum_decode(o[c][t], &high), tr[c].cdf[q], "cdf " + std::to_string(q));
+        EXPECT_EQ(o[c][kBlock + t], static_cast<float>(tr[c].lt[q])) << q;
+        EXPECT_EQ(o[c][2 * kBlock + t], static_cast<int>(q) == tr[c].index ? 1.0f : 0.0f) << q;
+      }
+      for (size_t k = 0; k < 4; ++k) state[c][k] = o[c][3 * kBlock + k];
+      if (last) token[c] = o[c][3 * kBlock + 4];
+    }
+  }
+  for (size_t c = 0; c < C; ++c) {
+    EXPECT_EQ(token[c], static_cast<float>(tr[c].index)) << c;
+    EXPECT_EQ(token[c], static_cast<float>(run_c_next[c])) << c;
+  }
+  std::printf("engine chain: %zu sampled positions (%d with coin 0, %d falling back to n - 1), tokens", C, with_coin0,
+              with_fallback);
+  for (float t : token) std::printf(" %g", static_cast<double>(t));
+  std::printf("\n");
+}
+
 // ---------------------------------------------------------------- tests
 
 TEST(SampleScaleBlock, EngineMatchesC) {
@@ -646,8 +852,8 @@ TEST(SampleUnits, HostSimExpRows) {
 // The idle contract: enable 0 and every input 0 -> every value of the unit +-0 after every
 // layer (and the unit with enable 1 is what the tests above ran).
 TEST(SampleUnits, IdleWritesOnlyZeros) {
-  for (const PrimitiveSpec& s : {temp_spec(kBlock, true), temp_spec(kBlock, false), exp_row_spec(), prob_row_spec(),
-                                 cdf_spec(kBlock, false), cdf_spec(kBlock, true)}) {
+  for (const PrimitiveSpec& s : {temp_spec(kBlock, true), temp_spec(kBlock, false), max_tree_spec(), exp_row_only_spec(),
+                                 exp_row_spec(), prob_row_spec(), cdf_spec(kBlock, false), cdf_spec(kBlock, true)}) {
     unit_testing::UnitProgram u;
     u.inputs = u.program.values("in", s.inputs);
     u.outputs = s.build(u.program, u.inputs);

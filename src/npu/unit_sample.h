@@ -14,9 +14,10 @@
 // for the two chains in index order, state crossing from block to block.
 //  * TEMP: fl(logit / t) for a block of logits: the temperature is data (a value the host
 //    prompt writes), so divide.h's reciprocal once and divide_by per logit (C's `/`,
-//    correctly rounded); and the block max with the running max (attn_max_tree).
-//  * EXP + SUM: attn_exp_sum_block / attn_sum_row as they are (expf_parts of x - max, the
-//    tier-encoded sum in C's order).
+//    correctly rounded); and the block max (with a running max, or alone for the MAX tree).
+//  * MAX: the tree over the blocks' maxima (attn_max_tree).
+//  * EXP, SUM: expf_parts of x - max per position; attn_sum_block / attn_sum_row as they
+//    are (the tier-encoded sum in C's order).
 //  * PROB: attn_probability with the sum's reciprocal (pm, exponent: pm 2^exponent is
 //    C's float p_q, subnormal included).
 //  * CDF: attn_sum_row on the probabilities (the same two-tier chain: C adds the floats
@@ -126,9 +127,9 @@ struct SampleTrace {
 };
 SampleTrace sample_reference(std::span<const float> logits, float temperature, float coin);
 
-// The encodings the units deliver, from C's floats: cdf in attn_sum_row's tiers (high
-// once some p_q up to here has exponent >= kSumTierExp... as attn_sum_block_reference
-// decides it), and the state after `rows` positions of a block.
+// The CDF block's outputs from C's floats: each cdf in attn_sum_row's tier encoding (high
+// from the first position with pm > 0 and exponent >= kSumTierExp on, or when acc_in is
+// high: attn_sum_block_reference's rule), lt, one-hot, and the state after `rows` positions.
 struct SampleCdfReference {
   std::vector<float> cdf_encoded, lt, onehot;
   float acc = 0.0f, seen = 0.0f, crossed = 0.0f, count = 0.0f, token = 0.0f;

@@ -112,6 +112,15 @@ std::vector<ValueId> sample_prob_block(Program& p, const std::vector<ValueId>& m
 SampleCdf sample_cdf_row(Program& p, size_t positions, const std::function<std::pair<ValueId, ValueId>(size_t)>& prob_at,
                          ValueId coin, const SampleCdfState& in, bool final_row, ValueId enable) {
   if (positions == 0) fail("sample_cdf_row: no positions");
+  // Why attn_sum_row's chain is C's `cdf += p_q` here too: its terms are (pm, exponent)
+  // with pm 2^exponent == C's float p_q (attn_probability), exponent in [-151, 0] as for
+  // the exps, pm = 0 or in [2^-54, 4) (wider below than an exp's mant, so a term y = pm 2^b
+  // stays >= 2^-54: in the window). Low tier: p_q <= e_q < 2^-59, the same bounds as for
+  // the exps. High tier: it starts at a p with exponent >= -60, p >= 0.97 2^-60 / 2^10, so
+  // every high cdf is >= 2^-70.1 (ulp >= 2^-94). A term below 2^-105 (scaled by 2^27 it
+  // lies under the window and is read inexactly) and the flushed exponents < -104
+  // (p < 2^-103) are both far under half an ulp of such a cdf: C absorbs them, and so
+  // does the chain, whatever their inexact reads (< 2^-100 at scale) hold.
   const size_t first = p.ops().size();
   SampleCdf out;
   const ValueId zero = p.value("cdf.zero");  // never written: +0

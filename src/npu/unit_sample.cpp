@@ -120,7 +120,8 @@ SampleCdf sample_cdf_row(Program& p, size_t positions, const std::function<std::
   // every high cdf is >= 2^-70.1 (ulp >= 2^-94). A term below 2^-105 (scaled by 2^27 it
   // lies under the window and is read inexactly) and the flushed exponents < -104
   // (p < 2^-103) are both far under half an ulp of such a cdf: C absorbs them, and so
-  // does the chain, whatever their inexact reads (< 2^-100 at scale) hold.
+  // does the chain: their inexact reads stay below 2^-77 at scale 2^27, where half an ulp
+  // of the scaled cdf is >= 2^-68.
   const size_t first = p.ops().size();
   SampleCdf out;
   const ValueId zero = p.value("cdf.zero");  // never written: +0

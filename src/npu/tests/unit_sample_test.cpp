@@ -516,12 +516,11 @@ PrimitiveSpec cdf_spec(int rows, bool final_row) {
   // Edges: every probability 0 (coin 0 and not: nothing crosses), coin 0 with the first
   // nonzero probability (2^-149) at each slot, the coin exactly on a cdf value at each
   // slot (nothing crosses there: coin < cdf is false) and one step below (crosses).
-  auto block = [rows](const std::vector<std::pair<float, float>>& probs, float acc, float seen, float crossed, float coin) {
+  auto block = [](const std::vector<std::pair<float, float>>& probs, float acc, float seen, float crossed, float coin) {
     std::vector<float> c;
     for (const auto& pr : probs) c.push_back(pr.first);
     for (const auto& pr : probs) c.push_back(pr.second);
-    c.insert(c.end(), {acc, seen, crossed, 7.0f, coin, 1.0f});
-    (void)rows;
+    c.insert(c.end(), {acc, seen, crossed, 7.0f, coin, 1.0f});  // count_in 7
     return c;
   };
   const std::vector<std::pair<float, float>> zeros(n, {0.0f, 0.0f});

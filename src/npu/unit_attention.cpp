@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <initializer_list>
 #include <string>
+#include <utility>
 
 #include "common/error.h"
 #include "npu/divide.h"
@@ -237,30 +239,50 @@ Neuron gated_copy(Lin gate, Lin up, ValueId dst, float down) { return Neuron{std
 // running value must be converted (times kConv) just before term j is added. The
 // conversion is an exact power-of-two scaling folded into the up or down weights of the
 // neuron that carries the running value; only one neuron of each group is live.
-ValueId switched_chain(Program& p, ValueId acc, const std::vector<ValueId>& q, const std::vector<Lin>& flag) {
+// partials (optional): the running sum after every term j, in the tier of position j
+// (the sign is the tier), one value per term. The step's last term writes it in place
+// (d); the others get side values fed by extra down terms of the same neurons: the
+// first sum of a step is the up form's one rounding (one live neuron, down 1), the
+// second the same two-term down sum as d's (d's weights, except that a conversion
+// belonging to the step's third term is not applied: that term is not added yet).
+ValueId switched_chain(Program& p, ValueId acc, const std::vector<ValueId>& q, const std::vector<Lin>& flag,
+                       std::vector<ValueId>* partials = nullptr) {
   const float k = kConv, u = 1.0f / kOn;
+  // A neuron of the step with down `w` into d, plus (when partials are wanted) its terms
+  // into the side values: {value, weight} pairs, weight 0 = no term.
+  auto neuron = [&](Lin gate, Lin up, ValueId d, float w, std::initializer_list<std::pair<ValueId, float>> side) {
+    Neuron n = gated_copy(std::move(gate), std::move(up), d, w);
+    if (partials)
+      for (const auto& [v, sw] : side)
+        if (sw != 0.0f) n.down.push_back({v, sw});
+    return n;
+  };
   size_t j = 0;
   while (j < q.size()) {
     const size_t left = q.size() - j;
     if (left >= 3) {
       const Lin &F1 = flag[j], &F2 = flag[j + 1], &F3 = flag[j + 2];
       const ValueId d = q[j + 2];
-      p.mlp("attn.sum3", {gated_copy(gate_none({&F1, &F2, &F3}), lin({{acc, u}, {q[j], u}}), d, 1.0f),
-                          gated_copy(scaled_form(F1, kOn), lin({{acc, k * u}, {q[j], u}}), d, 1.0f),
-                          gated_copy(scaled_form(F2, kOn), lin({{acc, u}, {q[j], u}}), d, k),
-                          gated_copy(scaled_form(F3, kOn), lin({{acc, u}, {q[j], u}}), d, k),
-                          gated_copy(gate_none({&F3}), lin({{q[j + 1], u}}), d, 1.0f),
-                          gated_copy(scaled_form(F3, kOn), lin({{q[j + 1], u}}), d, k)});
+      const ValueId s1 = partials ? p.value("attn.cdf1") : d, s2 = partials ? p.value("attn.cdf2") : d;
+      p.mlp("attn.sum3", {neuron(gate_none({&F1, &F2, &F3}), lin({{acc, u}, {q[j], u}}), d, 1.0f, {{s1, 1.0f}, {s2, 1.0f}}),
+                          neuron(scaled_form(F1, kOn), lin({{acc, k * u}, {q[j], u}}), d, 1.0f, {{s1, 1.0f}, {s2, 1.0f}}),
+                          neuron(scaled_form(F2, kOn), lin({{acc, u}, {q[j], u}}), d, k, {{s1, 1.0f}, {s2, k}}),
+                          neuron(scaled_form(F3, kOn), lin({{acc, u}, {q[j], u}}), d, k, {{s1, 1.0f}, {s2, 1.0f}}),
+                          neuron(gate_none({&F3}), lin({{q[j + 1], u}}), d, 1.0f, {{s2, 1.0f}}),
+                          neuron(scaled_form(F3, kOn), lin({{q[j + 1], u}}), d, k, {{s2, 1.0f}})});
+      if (partials) partials->insert(partials->end(), {s1, s2, d});
       acc = d;
       j += 3;
     } else if (left == 2) {
       const Lin &F1 = flag[j], &F2 = flag[j + 1];
       const ValueId d = q[j + 1];
-      p.mlp("attn.sum2", {gated_copy(gate_none({&F1, &F2}), lin({{acc, u}}), d, 1.0f),
-                          gated_copy(scaled_form(F1, kOn), lin({{acc, u}}), d, k),
-                          gated_copy(scaled_form(F2, kOn), lin({{acc, u}}), d, k),
-                          gated_copy(gate_none({&F2}), lin({{q[j], u}}), d, 1.0f),
-                          gated_copy(scaled_form(F2, kOn), lin({{q[j], u}}), d, k)});
+      const ValueId s1 = partials ? p.value("attn.cdf1") : d;
+      p.mlp("attn.sum2", {neuron(gate_none({&F1, &F2}), lin({{acc, u}}), d, 1.0f, {{s1, 1.0f}}),
+                          neuron(scaled_form(F1, kOn), lin({{acc, u}}), d, k, {{s1, k}}),
+                          neuron(scaled_form(F2, kOn), lin({{acc, u}}), d, k, {{s1, 1.0f}}),
+                          neuron(gate_none({&F2}), lin({{q[j], u}}), d, 1.0f, {{s1, 1.0f}}),
+                          neuron(scaled_form(F2, kOn), lin({{q[j], u}}), d, k, {{s1, 1.0f}})});
+      if (partials) partials->insert(partials->end(), {s1, d});
       acc = d;
       j += 2;
     } else {
@@ -268,6 +290,7 @@ ValueId switched_chain(Program& p, ValueId acc, const std::vector<ValueId>& q, c
       const ValueId d = q[j];
       p.mlp("attn.sum1", {gated_copy(gate_none({&F1}), lin({{acc, u}}), d, 1.0f),
                           gated_copy(scaled_form(F1, kOn), lin({{acc, u}}), d, k)});
+      if (partials) partials->push_back(d);
       acc = d;
       j += 1;
     }
@@ -283,7 +306,7 @@ ValueId attn_sum_block(Program& p, const std::vector<ValueId>& mant, const std::
 }
 
 ValueId attn_sum_row(Program& p, size_t positions, const std::function<std::pair<ValueId, ValueId>(size_t)>& exp_at,
-                     ValueId acc_in) {
+                     ValueId acc_in, const std::function<void(size_t, ValueId)>& partial) {
   if (positions == 0) fail("attn_sum_row: no positions");
   // expf_parts' exponents E for results in [2^-149, 1] lie in [-151, 0]. The terms need
   // mant 2^E in a tier's scale; E + 152 = 8 a + b (a in [0, 19], b in [0, 7]) splits the
@@ -389,8 +412,10 @@ ValueId attn_sum_row(Program& p, size_t positions, const std::function<std::pair
     if (group >= kLookahead)
       p.order(compiler::OpRange{step_op[group - kLookahead], step_op[group - kLookahead] + 1},
               compiler::OpRange{logic_begin, p.ops().size()});
-    acc = switched_chain(p, acc, x, flag);  // one step: the group's C additions
+    std::vector<ValueId> partials;
+    acc = switched_chain(p, acc, x, flag, partial ? &partials : nullptr);  // one step: the group's C additions
     step_op.push_back(p.ops().size() - 1);
+    for (size_t i = 0; i < partials.size(); ++i) partial(first + i, partials[i]);
     upto_before = upto.back();
   }
   return acc;

@@ -98,8 +98,14 @@ ValueId attn_sum_block(Program& p, const std::vector<ValueId>& mant, const std::
 // position t's (mant, exponent) (e.g. a RAM read) and returns them. Positions go three
 // per chain step; a group's ops (exp_at's included) are ordered a few steps behind the
 // chain, so a long row keeps only a few groups' working values live at a time.
+// partial (optional; the sampler's CDF, unit_sample.h): called with (t, value) right
+// after the chain step that adds position t, value holding C's running sum after t in
+// the tier of t (tier-encoded as acc: the sign is the tier). Each step's last sum is
+// the chain's own value; the others are side values written by extra down terms of the
+// step's neurons (the same roundings), so the depth stays the same. Without it the ops
+// are exactly those of the plain row.
 ValueId attn_sum_row(Program& p, size_t positions, const std::function<std::pair<ValueId, ValueId>(size_t)>& exp_at,
-                     ValueId acc_in);
+                     ValueId acc_in, const std::function<void(size_t, ValueId)>& partial = {});
 // The softmax sum from a high-tier acc (every finished softmax is: it holds expf(0) = 1).
 ValueId attn_sum_from_acc(Program& p, ValueId acc);
 

@@ -825,24 +825,29 @@ TEST(FloatRam, RejectsUnusableHeadsAndWindows) {
 }
 
 // Stock transformers 5.24.0 (fp32 CPU, one token per forward with the cache): the
-// 16 x 64 configuration's stream, every logit (= every out value) bit for bit.
+// 16 x 64 configuration's stream, every logit (= every out value) bit for bit; the
+// same stream again with the write sides on `enable` (WriteEnables above).
 TEST(FloatRamTransformers, ReadsMatchWrittenBits) {
   const std::string python = QPU_PYTHON;
   if (python.empty()) GTEST_SKIP() << "QPU_PYTHON not set";
-  RamOptions o = configurations(240)[0];
-  const RamCase c = build_ram_case(o);
-  for (const auto& type : c.compiled.weights.config.layer_types) ASSERT_EQ(type, io::LayerType::LinearAttention);
-  const int64_t mismatches = testing::transformers_gdn_mismatches(
-      c.compiled.weights, c.tokens, static_cast<int64_t>(c.out_dims.size()), c.expected, "float_ram");
-  std::printf("float ram, transformers: %lld tokens, %lld floats written, %lld read from written rows (%lld negative), "
-              "%lld refills, %lld idle tokens: %lld mismatches\n",
-              static_cast<long long>(c.tokens), static_cast<long long>(c.floats_written),
-              static_cast<long long>(c.read_from_written), static_cast<long long>(c.negative_read),
-              static_cast<long long>(c.refills), static_cast<long long>(c.idle_tokens), static_cast<long long>(mismatches));
-  EXPECT_EQ(mismatches, 0);
-  EXPECT_GT(c.read_from_written, 4000);
-  EXPECT_GT(c.negative_read, 1000);
-  EXPECT_GT(c.refills, 0);
+  for (const bool enables : {false, true}) {
+    SCOPED_TRACE(enables ? "write enables" : "write sides on the rail");
+    RamOptions o = configurations(240)[0];
+    o.write_enables = enables;
+    const RamCase c = build_ram_case(o);
+    for (const auto& type : c.compiled.weights.config.layer_types) ASSERT_EQ(type, io::LayerType::LinearAttention);
+    const int64_t mismatches = testing::transformers_gdn_mismatches(
+        c.compiled.weights, c.tokens, static_cast<int64_t>(c.out_dims.size()), c.expected, "float_ram");
+    std::printf("float ram, transformers: %lld tokens, %lld floats written, %lld read from written rows (%lld negative), "
+                "%lld refills, %lld idle tokens: %lld mismatches\n",
+                static_cast<long long>(c.tokens), static_cast<long long>(c.floats_written),
+                static_cast<long long>(c.read_from_written), static_cast<long long>(c.negative_read),
+                static_cast<long long>(c.refills), static_cast<long long>(c.idle_tokens), static_cast<long long>(mismatches));
+    EXPECT_EQ(mismatches, 0);
+    EXPECT_GT(c.read_from_written, 4000);
+    EXPECT_GT(c.negative_read, 1000);
+    EXPECT_GT(c.refills, 0);
+  }
 }
 
 }  // namespace

@@ -90,7 +90,9 @@ void emit_gdn_memory(const Emitter& e, const Op& op, int64_t h, const GdnLayout&
   const float hot = 128.0f;  // silu(128) == 128 and l2norm of one such entry is exactly 1
   // Row i: hot * (flag - number of address bits that differ from i's): hot for the
   // addressed row when the flag is 1, <= 0 otherwise (silu(0) = 0, silu(-128 n) = -0).
-  auto address = [&](int64_t row0, const std::vector<ValueId>& bits, ValueId flag) {
+  // The constants of each side: the rail, or the side's enable (ir.h, GdnMemory::key_enable).
+  const ValueId key_one = m.key_enable, query_one = m.query_enable;
+  auto address = [&](int64_t row0, const std::vector<ValueId>& bits, ValueId flag, ValueId one) {
     const int64_t rows = std::min<int64_t>(g.rows(), int64_t{1} << n_bits);
     for (int64_t i = 0; i < rows; ++i) {
       const int64_t r = row0 + i;
@@ -99,23 +101,23 @@ void emit_gdn_memory(const Emitter& e, const Op& op, int64_t h, const GdnLayout&
         const ValueId b = bits[static_cast<size_t>(j)];
         if ((i >> j) & 1) {
           e.add_term(la.in_proj_qkv, r, b, hot);
-          e.add_term(la.in_proj_qkv, r, kOne, -hot);
+          e.add_term(la.in_proj_qkv, r, one, -hot);
         } else {
           e.add_term(la.in_proj_qkv, r, b, -hot);
         }
       }
     }
   };
-  address(k0, m.key_bits, m.write_flag);
-  address(q0, m.query_bits, m.read_flag);
+  address(k0, m.key_bits, m.write_flag, key_one);
+  address(q0, m.query_bits, m.read_flag, query_one);
   if (g.two_hot) e.add_term(la.in_proj_qkv, q0 + dk - 1, m.read_flag, hot);  // the partner row
   const float cell_scale = std::ldexp(1.0f, m.data_exponent);
   for (int64_t c = 0; c < D; ++c) {
     e.add_term(la.in_proj_qkv, v0 + c, m.data[static_cast<size_t>(c)], cell_scale);
-    if (has_offset) e.add_term(la.in_proj_qkv, v0 + c, kOne, m.offset);
+    if (has_offset) e.add_term(la.in_proj_qkv, v0 + c, key_one, m.offset);
   }
-  if (has_offset) e.add_term(la.in_proj_qkv, v0 + g.offset_column(D), kOne, m.offset);
-  for (int64_t c = g.first_rail(); c < dv; ++c) e.add_term(la.in_proj_qkv, v0 + c, kOne, g.rail_cell);
+  if (has_offset) e.add_term(la.in_proj_qkv, v0 + g.offset_column(D), key_one, m.offset);
+  for (int64_t c = g.first_rail(); c < dv; ++c) e.add_term(la.in_proj_qkv, v0 + c, key_one, g.rail_cell);
   // Conv weights one-hot at position 3 - tap: the channel is the projection of token
   // t - tap exactly (the other three products are +-0: the history is finite, and 0
   // before position 0). Offset and rail columns are constants: tap 0.
@@ -127,13 +129,13 @@ void emit_gdn_memory(const Emitter& e, const Op& op, int64_t h, const GdnLayout&
   for (int64_t c = 0; c < dv; ++c) tap_weight(v0 + c, c < D ? m.data_tap(static_cast<size_t>(c)) : 0);
   // beta = sigmoid(32) == 1; decay exp(-exp(0) * softplus(a - 1000)): softplus(-1000) == 0
   // gives exp(-0) == 1, a wipe (a = 2000) gives softplus(1000) = 1000 and exp(-1000) == 0.
-  e.add_term(la.in_proj_b, h, kOne, 32.0f);
+  e.add_term(la.in_proj_b, h, key_one, 32.0f);
   if (m.wipe_flag != kNever) e.add_term(la.in_proj_a, h, m.wipe_flag, 2000.0f);
   la.dt_bias[static_cast<size_t>(h)] = -1000.0f;
   la.A_log[static_cast<size_t>(h)] = 0.0f;
   // Output gate silu(z) = silu(32) == 32 on the data and offset columns (rails: z = 0).
   const int64_t gated = D + (has_offset ? 1 : 0);
-  for (int64_t c = 0; c < gated; ++c) e.add_term(la.in_proj_z, h * dv + c, kOne, 32.0f);
+  for (int64_t c = 0; c < gated; ++c) e.add_term(la.in_proj_z, h * dv + c, query_one, 32.0f);
   // W: gdn_decode_weight. Column c is scaled by its decode weight w_c = +-2^i (several columns may add into
   // one out value: exact by the op's contract, ir.h).
   const float W = gdn_decode_weight(m, g);
@@ -273,7 +275,12 @@ io::LayerWeights LayerEmitter::layer(int64_t l) const {
     la.in_proj_b.assign(static_cast<size_t>(gdn_heads * H), 0.0f);
     la.in_proj_a.assign(static_cast<size_t>(gdn_heads * H), 0.0f);
     la.conv1d.assign(static_cast<size_t>(conv_dim * 4), 0.0f);
-    la.dt_bias.assign(static_cast<size_t>(gdn_heads), 0.0f);
+    // Decay exp(-exp(0) * softplus(0 - 1000)) == 1 in every head, the unused ones too (as
+    // a memory's): their state stays +0 either way, and a layer whose every head decays by
+    // exactly 1 when idle keeps its state untouched, so the engine may skip it whenever its
+    // inputs are idle again (docs/engine.md, "Idle sublayers"; a decay of 0.5 in one unused
+    // head kept a layer awake for good once it had run).
+    la.dt_bias.assign(static_cast<size_t>(gdn_heads), -1000.0f);
     la.A_log.assign(static_cast<size_t>(gdn_heads), 0.0f);
     la.norm.assign(static_cast<size_t>(lvd), 1.0f);
     la.out_proj.assign(static_cast<size_t>(H * gdn_heads * lvd), 0.0f);

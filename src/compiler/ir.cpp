@@ -53,6 +53,8 @@ std::vector<ValueId> Op::reads() const {
     r.push_back(gdn.write_flag);
     r.push_back(gdn.read_flag);
     r.push_back(gdn.wipe_flag);
+    r.push_back(gdn.key_enable);
+    r.push_back(gdn.query_enable);
     std::erase(r, kOne);
     std::erase(r, kNever);
   }
@@ -167,6 +169,16 @@ void Program::validate() const {
       if (!m.data_taps.empty() && m.data_taps.size() != m.data.size())
         fail("IR op '{}': GDN memory has {} data taps for {} data values", op.label, m.data_taps.size(), m.data.size());
       for (int tap : m.data_taps) check_tap(tap, "data");
+      // The enables stand for constants of beta and z, which have no conv (token t).
+      if (m.key_enable != kOne) {
+        check_value(op, m.key_enable, false);
+        if (m.key_tap != 0 || std::any_of(m.data_taps.begin(), m.data_taps.end(), [](int t) { return t != 0; }))
+          fail("IR op '{}': a GDN key enable needs the key and data at tap 0", op.label);
+      }
+      if (m.query_enable != kOne) {
+        check_value(op, m.query_enable, false);
+        if (m.query_tap != 0) fail("IR op '{}': a GDN query enable needs the query at tap 0", op.label);
+      }
       if (!m.out_weights.empty() && m.out_weights.size() != m.data.size())
         fail("IR op '{}': GDN memory has {} out weights for {} data values", op.label, m.out_weights.size(),
              m.data.size());

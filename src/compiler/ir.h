@@ -100,6 +100,21 @@ struct GdnMemory {
   int query_tap = 0;                // query_bits and read_flag come from token t - query_tap
   std::vector<int> data_taps;       // per data value (empty: all 0)
   std::vector<float> out_weights;   // per data value, +-2^i (empty: all 1)
+  // The constants of the memory's projections (emit.cpp: beta, the output gate z, the
+  // address complement, the row's rail and offset cells) read the rail, a dim that is
+  // live on every token, so a mixer holding such a memory is never idle (docs/engine.md,
+  // "Idle sublayers"). An enable replaces the constant of one side: key_enable (beta,
+  // the key's address complement, rails, offsets) and query_enable (the query's address
+  // complement, z). The caller's contract: the enable is exactly 1 or +-0 on every token,
+  // and on every token where it is +-0 the side's flag and address bits are +-0 too
+  // (e.g. the enable of the unit that computes them; npu/kv_address.h). Then with the
+  // enable 1 every projection is the same float as with the constant (the term moves to
+  // another column, compiler/enable.h), and with it 0 the side's key (query) is all +-0:
+  // no row is written (read), whatever beta, the rails or z are (z = +0 gives an output
+  // of +-0 as q = +-0 does). Needs tap 0 on that side (beta and z have no conv): key_tap
+  // and every data tap for key_enable, query_tap for query_enable. kOne: the constant.
+  ValueId key_enable = kOne;
+  ValueId query_enable = kOne;
 
   int data_tap(size_t d) const { return data_taps.empty() ? 0 : data_taps[d]; }
   float out_weight(size_t d) const { return out_weights.empty() ? 1.0f : out_weights[d]; }

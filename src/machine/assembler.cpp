@@ -65,6 +65,56 @@ struct Writers {
   }
 };
 
+// Clear gates that follow from how a value is written (compiler::DeadClearOptions::
+// enable_of): a value v whose every write is gated by one value e that is exactly 0 or 1
+// (an enable or a flag that `enable_of` already names, written by at most one op) is
+// +-0 on every token where e is, so its clear may read e instead of the constant:
+//  * an MLP neuron whose gate is w * e alone: silu(w * (+-0)) = +-0, times a finite up
+//    and down weight, adds +-0 into v;
+//  * a GDN memory whose read flag is e and whose query side reads e instead of the rail
+//    (GdnMemory::query_enable, query tap 0): with e = 0 its output gate z is +0, so the
+//    head adds +-0 into its out values whatever it finds.
+// Every writer of v reads e after e's one write, so the value it is gated by is e's
+// final value, the one the clear reads. Adds an entry for every such v without one
+// (not for the token inputs: the embedding sets them whatever e is).
+void infer_clear_gates(const compiler::Program& program, const std::vector<ValueId>& inputs,
+                       std::map<ValueId, ValueId>& enable_of) {
+  const auto n = static_cast<size_t>(program.num_values());
+  const auto& ops = program.ops();
+  std::vector<int> writes(n, 0);
+  for (const compiler::Op& op : ops)
+    for (ValueId v : op.writes()) ++writes[static_cast<size_t>(v)];
+  std::vector<char> input(n, 0);
+  for (ValueId v : inputs) input[static_cast<size_t>(v)] = 1;
+  std::vector<char> known(n, 0);
+  for (const auto& [v, e] : enable_of)
+    if (writes[static_cast<size_t>(e)] <= (input[static_cast<size_t>(e)] ? 0 : 1)) known[static_cast<size_t>(e)] = 1;
+  constexpr ValueId kNone = -10, kMixed = -11;
+  std::vector<ValueId> gate(n, kNone);
+  const auto note = [&](ValueId v, ValueId e) {
+    ValueId& g = gate[static_cast<size_t>(v)];
+    const bool ok = e >= 0 && known[static_cast<size_t>(e)] && e != v;
+    g = !ok ? kMixed : g == kNone || g == e ? e : kMixed;
+  };
+  for (const compiler::Op& op : ops) {
+    if (op.kind == compiler::OpKind::Mlp) {
+      for (const Neuron& nr : op.neurons) {
+        const ValueId e = nr.gate.terms.size() == 1 ? nr.gate.terms[0].value : kMixed;
+        for (const compiler::Term& t : nr.down) note(t.value, e);
+      }
+    } else if (op.kind == compiler::OpKind::GdnMemory) {
+      const compiler::GdnMemory& m = op.gdn;
+      const ValueId e = m.query_enable == m.read_flag && m.query_tap == 0 ? m.read_flag : kMixed;
+      for (ValueId v : m.out) note(v, e);
+    } else {
+      for (ValueId v : op.writes()) note(v, kMixed);
+    }
+  }
+  for (size_t v = 0; v < n; ++v)
+    if (gate[v] >= 0 && !input[v] && !enable_of.count(static_cast<ValueId>(v)))
+      enable_of[static_cast<ValueId>(v)] = gate[v];
+}
+
 }  // namespace
 
 int64_t AssembledMachine::id(const std::string& name) const {
@@ -241,6 +291,9 @@ Assembler::Immediate Assembler::immediate_register(const std::string& name) {
   m.data = {r.data, r.bias};
   m.out = {r.out, r.out};
   m.out_weights = {1.0f, -1.0f};  // (k + 32) - 32 = k: small integers, exact in any order
+  // No address bits, taps 0: the constants read the flags instead of the rail (ir.h).
+  m.key_enable = r.write_flag;
+  m.query_enable = r.read_flag;
   p_.gdn_memory("immediate register " + name, std::move(m));
   ++m_.register_file_heads;
   return r;
@@ -292,8 +345,27 @@ std::vector<ValueId> Assembler::gated(const std::vector<std::vector<ValueId>>& s
     for (const auto& s : sources) up.terms.push_back({s[i], 1.0f / kOn});
     ns.push_back(Neuron{on, std::move(up), {{out[i], 1.0f}}});
   }
+  // The clears' enable: the flag, or the flags' sum (silu(128 s) * s / 128 = s for s = 0
+  // or 1, exact), written by the same op.
+  ValueId enable = flags[0];
+  if (flags.size() > 1) {
+    enable = p_.value(label + ".on");
+    Lin sum;
+    for (ValueId f : flags) sum.terms.push_back({f, 1.0f / kOn});
+    ns.push_back(Neuron{on, std::move(sum), {{enable, 1.0f}}});
+    clear_enables_.push_back({enable, enable});
+  }
   p_.mlp(label, std::move(ns));
+  gate_clears_of(out, enable);
   return out;
+}
+
+void Assembler::gate_clears_of(const std::vector<ValueId>& values, ValueId enable) {
+  for (ValueId v : values) clear_enables_.push_back({v, enable});
+}
+
+void Assembler::gate_own_clears(const std::vector<ValueId>& flags) {
+  for (ValueId f : flags) clear_enables_.push_back({f, f});
 }
 
 ValueId Assembler::input(const std::string& name) {
@@ -531,6 +603,8 @@ AssembledMachine Assembler::finish() {
     }
     for (ValueId f : flags) clears.enable_of[f] = f;
     for (const auto& [v, flag] : immediate_data_) clears.enable_of[v] = flag;
+    for (const auto& [v, enable] : clear_enables_) clears.enable_of[v] = enable;
+    infer_clear_gates(p_, io.inputs, clears.enable_of);
     compiler::ReusePlan plan = compiler::plan_dim_reuse(p_, io, o_.limits, clears);
     for (ValueId v : head)
       if (plan.lifetimes[static_cast<size_t>(v)] == compiler::Lifetime::ToLastAccess ||

@@ -176,6 +176,8 @@ class Assembler {
   // neuron per value, gate 128 * the flags' sum (no constant). A unit whose operands
   // other micro-ops also read (a register, a RAM's out values) reads them through this,
   // so that it sees zeros when idle (the units' idle contract: flags 0 AND operands 0).
+  // The outputs' dead-value clears are gated by the flag (several flags: by their sum,
+  // one more neuron of the op), so that they cost nothing on other cycles.
   std::vector<compiler::ValueId> gated(const std::vector<compiler::ValueId>& x,
                                        const std::vector<compiler::ValueId>& flags, const std::string& label);
   // The same for the sum of several sources (all of one size) of which at most one is
@@ -198,6 +200,12 @@ class Assembler {
   // Values written only by ops [first_op, end_op) are +0 whenever `enable` is 0: their
   // dead-value clears read `enable` instead of the constant (no work on idle cycles).
   void gate_clears(size_t first_op, size_t end_op, compiler::ValueId enable);
+  // The same for chosen values (wherever they are written): each is +0 whenever `enable`
+  // is, and `enable` is exactly 0 or 1 (compiler::DeadClearOptions::enable_of). A value
+  // that is itself exactly 0 or 1 (a flag, an address bit) may be its own enable.
+  void gate_clears_of(const std::vector<compiler::ValueId>& values, compiler::ValueId enable);
+  // Each value its own enable (values exactly 0 or 1 at their last write).
+  void gate_own_clears(const std::vector<compiler::ValueId>& flags);
 
   // A computed successor: control tokens first, first + 1, ... first + onehot.size() - 1
   // (consecutive names) are chosen by `onehot` (values exactly 0 or 1, at most one 1,
@@ -246,6 +254,7 @@ class Assembler {
   SignatureFeatures now_, delayed_;
   std::vector<npu::EmitFeatures> features_;   // p0, p1, p2 of the sent float
   std::vector<std::pair<std::pair<size_t, size_t>, compiler::ValueId>> gated_;
+  std::vector<std::pair<compiler::ValueId, compiler::ValueId>> clear_enables_;  // gate_clears_of: (value, enable)
   std::vector<std::pair<compiler::ValueId, compiler::ValueId>> immediate_data_;  // (data or bias, its write flag)
   bool computed_ = false;
   std::vector<compiler::ValueId> conditions_;   // branch(): summed by the selecting op

@@ -122,8 +122,11 @@ AttentionHalf::AttentionHalf(Assembler& as, const reference::Llama2Checkpoint& c
   kv_read_ = as.inputs("kv.read", layers);
   std::vector<npu::KvAddress> waddr, raddr;
   for (int l = 0; l < layers; ++l) {
+    // Idle, an address unit's values are +-0: their clears read its enable.
     waddr.push_back(npu::kv_address(p, pos.out, kv_write_[at(l)], banks, row_bits));
+    as.gate_clears(waddr.back().first_op, p.ops().size(), kv_write_[at(l)]);
     raddr.push_back(npu::kv_address(p, pos.out, kv_read_[at(l)], banks, row_bits));
+    as.gate_clears(raddr.back().first_op, p.ops().size(), kv_read_[at(l)]);
   }
   // The cache's read address: POS's (RK, RV) or, with the attention stages, a SCORE
   // token's.
@@ -161,6 +164,7 @@ AttentionHalf::AttentionHalf(Assembler& as, const reference::Llama2Checkpoint& c
           h.negated = negations[at(j)];
           h.key_bits = waddr[at(l)].row_bits;
           h.write_flag = waddr[at(l)].bank[at(bank)];
+          h.write_enable = kv_write_[at(l)];  // the address unit's: idle, its bits and banks are +-0
           h.query_bits = read_bits[at(l)];
           h.read_flag = read_flags[at(l)][at(bank)];
           const auto& so = slot_out[at(s)];

@@ -34,8 +34,9 @@ size_t at(int i) { return static_cast<size_t>(i); }
 // out[i] = the sum of sources[.][i] for values that are exactly 0 or 1, at most one of
 // them 1 (address sources of one RAM: a computed one and tokens'), one neuron each, no
 // constant.
-std::vector<ValueId> any_of(compiler::Program& p, const std::vector<std::vector<ValueId>>& sources,
+std::vector<ValueId> any_of(Assembler& as, const std::vector<std::vector<ValueId>>& sources,
                             const std::string& label) {
+  compiler::Program& p = as.program();
   std::vector<ValueId> out = p.values(label, static_cast<int>(sources[0].size()));
   std::vector<Neuron> ns;
   for (size_t i = 0; i < out.size(); ++i) {
@@ -47,11 +48,12 @@ std::vector<ValueId> any_of(compiler::Program& p, const std::vector<std::vector<
     ns.push_back(Neuron{gate, up, {{out[i], 1.0f}}});
   }
   p.mlp(label, std::move(ns));
+  as.gate_own_clears(out);  // exactly 0 or 1
   return out;
 }
-std::vector<ValueId> either(compiler::Program& p, const std::vector<ValueId>& a, const std::vector<ValueId>& b,
+std::vector<ValueId> either(Assembler& as, const std::vector<ValueId>& a, const std::vector<ValueId>& b,
                             const std::string& label) {
-  return any_of(p, {a, b}, label);
+  return any_of(as, {a, b}, label);
 }
 
 // Adds out[t] (per position, read somewhere down the stack) into slot t mod 8 when `flag`
@@ -228,11 +230,10 @@ AttentionStages::AttentionStages(Assembler& as, const AttentionGeometry& g) : as
 }
 
 void AttentionStages::cache_read(int layer, std::vector<ValueId>& row_bits, std::vector<ValueId>& bank_flags) {
-  compiler::Program& p = as_.program();
   std::vector<ValueId> by_bank;
   for (int bank = 0; bank < g_.banks; ++bank) by_bank.push_back(cache_group_[at(layer * g_.groups() + bank / 8)]);
-  row_bits = either(p, row_bits, row_, "kv.read_bits");
-  bank_flags = either(p, bank_flags, by_bank, "kv.read_flag");
+  row_bits = either(as_, row_bits, row_, "kv.read_bits");
+  bank_flags = either(as_, bank_flags, by_bank, "kv.read_flag");
 }
 
 void AttentionStages::build(const std::vector<ValueId>& q, const std::vector<std::vector<ValueId>>& slots,
@@ -275,11 +276,12 @@ void AttentionStages::build(const std::vector<ValueId>& q, const std::vector<std
 
   // The score RAM, read by EXP at the token's block and by RS at POS.
   const npu::KvAddress saddr = npu::kv_address(p, pos, score_back_, g_.banks, g_.row_bits);
+  as_.gate_clears(saddr.first_op, p.ops().size(), score_back_);  // idle, the address unit's values are +-0
   std::vector<ValueId> exp_read_bank;  // EXP reads the bank group its token names
   for (int bank = 0; bank < g_.banks; ++bank) exp_read_bank.push_back(exp_.group[at(bank / 8)]);
   const auto score_slots =
-      banked_ram(p, g_.score_low_binade, scores, row_, score_.group, score_.wipe, either(p, saddr.row_bits, row_, "score.qbits"),
-                 either(p, saddr.bank, exp_read_bank, "score.qflag"), score_.on, "score RAM");
+      banked_ram(p, g_.score_low_binade, scores, row_, score_.group, score_.wipe, either(as_, saddr.row_bits, row_, "score.qbits"),
+                 either(as_, saddr.bank, exp_read_bank, "score.qflag"), score_.on, "score RAM");
 
   // The block-max RAM: one head (one row) per block, wiped and written by its SCORE.
   std::vector<std::vector<ValueId>> bmax;
@@ -364,9 +366,10 @@ void AttentionStages::build(const std::vector<ValueId>& q, const std::vector<std
   // for it), so its read lands there, far down the stack for late positions.
   const int P = g_.positions;
   const npu::KvAddress eaddr = npu::kv_address(p, pos, exp_back_, 1 << AttentionGeometry::bits_for(P), 0);
+  as_.gate_clears(eaddr.first_op, p.ops().size(), exp_back_);  // idle, the address unit's values are +-0
   std::vector<ValueId> read_at_pos(eaddr.bank.begin(), eaddr.bank.begin() + P), sum_reads(at(P), sum_on_), prob_reads;
   for (int t = 0; t < P; ++t) prob_reads.push_back(prob_.block[at(t / 8)]);
-  const std::vector<ValueId> exp_read_flag = any_of(p, {read_at_pos, sum_reads, prob_reads}, "exp.read_flag");
+  const std::vector<ValueId> exp_read_flag = any_of(as_, {read_at_pos, sum_reads, prob_reads}, "exp.read_flag");
   std::vector<npu::FloatRamHead> by_slot(8);
   for (size_t s = 0; s < 8; ++s) by_slot[s].data = exps[s];
   const auto negated = npu::float_ram_negations(p, by_slot, exp_.on, "exp RAM");
@@ -449,8 +452,9 @@ void AttentionStages::build(const std::vector<ValueId>& q, const std::vector<std
   // each head emitted where WSUM's chain needs its position; read by WSUM and by RP / RPX
   // at POS.
   const npu::KvAddress paddr = npu::kv_address(p, pos, prob_back_, 1 << AttentionGeometry::bits_for(P), 0);
+  as_.gate_clears(paddr.first_op, p.ops().size(), prob_back_);  // idle, the address unit's values are +-0
   const std::vector<ValueId> prob_read_flag =
-      either(p, std::vector<ValueId>(paddr.bank.begin(), paddr.bank.begin() + P), std::vector<ValueId>(at(P), wsum_on_),
+      either(as_, std::vector<ValueId>(paddr.bank.begin(), paddr.bank.begin() + P), std::vector<ValueId>(at(P), wsum_on_),
              "prob.read_flag");
   std::vector<npu::FloatRamHead> by_slot_p(8);
   for (size_t s8 = 0; s8 < 8; ++s8) by_slot_p[s8].data = probs[s8];
@@ -463,6 +467,7 @@ void AttentionStages::build(const std::vector<ValueId>& q, const std::vector<std
   // chain needs it).
   const int per = g_.row_floats / hs, chunks = (g_.kv_heads + per - 1) / per;
   const npu::KvAddress vaddr = npu::kv_address(p, pos, qkv_on, 1 << AttentionGeometry::bits_for(P), 0);
+  as_.gate_clears(vaddr.first_op, p.ops().size(), qkv_on);  // idle, the address unit's values are +-0
   std::vector<std::vector<ValueId>> v_data(at(chunks));
   for (int c = 0; c < chunks; ++c)
     for (int j = c * per; j < std::min(g_.kv_heads, (c + 1) * per); ++j)
@@ -547,8 +552,8 @@ void AttentionStages::build(const std::vector<ValueId>& q, const std::vector<std
   // read all at once by ATTO and by RXB.
   std::vector<std::vector<ValueId>> xb_out;
   {
-    const ValueId xb_on = either(p, {wsum_on_}, {slow_on_}, "xb.on")[0];
-    const std::vector<ValueId> xb_write = either(p, wsum_head_, slow_head_, "xb.write");
+    const ValueId xb_on = either(as_, {wsum_on_}, {slow_on_}, "xb.on")[0];
+    const std::vector<ValueId> xb_write = either(as_, wsum_head_, slow_head_, "xb.write");
     const std::vector<ValueId> data = p.values("xb.data", hs + 1);
     std::vector<Neuron> ns;
     for (int i = 0; i <= hs; ++i) {

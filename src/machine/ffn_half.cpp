@@ -68,6 +68,7 @@ FfnHalf::FfnHalf(Assembler& as, const reference::Llama2Checkpoint& ck, const Ffn
     heads.push_back(std::move(h));
   }
   npu::float_ram(p, npu::FloatRamWindow{o.product_low_binade}, heads, unit.enable, "ffn product RAM");
+  as.gate_clears_of(prod, ram_read_);  // +0 unless FFN reads the RAM
 
   // FFN(l).i: w2 over the products + x, lane i sent up.
   out_layer_ = as.inputs("ffn.layer", layers_);

@@ -67,8 +67,11 @@ TokenMachine build_token_machine(const reference::Llama2Checkpoint& ck, const To
     const int positions = o.positions(cfg);
     const int banks = std::min(o.kv_banks, positions);
     const int row_bits = npu::kv_row_bits(banks, positions);
+    // Idle, an address unit's values are +-0: their clears read its enable.
     const npu::KvAddress waddr = npu::kv_address(p, pos.out, store_prompt, banks, row_bits);
+    as.gate_clears(waddr.first_op, p.ops().size(), store_prompt);
     const npu::KvAddress raddr = npu::kv_address(p, pos.out, head_on, banks, row_bits);
+    as.gate_clears(raddr.first_op, p.ops().size(), head_on);
     const ValueId out = p.value("prompt.forced");
     std::vector<npu::FloatRamHead> data(1);
     data[0].data = {forced.out};
@@ -80,6 +83,7 @@ TokenMachine build_token_machine(const reference::Llama2Checkpoint& ck, const To
       h.negated = negated[0];
       h.key_bits = waddr.row_bits;
       h.write_flag = waddr.bank[static_cast<size_t>(b)];
+      h.write_enable = store_prompt;  // the address unit's: idle, its bits and banks are +-0
       h.query_bits = raddr.row_bits;
       h.read_flag = raddr.bank[static_cast<size_t>(b)];
       h.out = {out};

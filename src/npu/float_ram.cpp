@@ -47,7 +47,7 @@ void check_outs(const std::vector<FloatRamHead>& heads, const std::string& label
     operands.insert(h.negated.begin(), h.negated.end());
     operands.insert(h.key_bits.begin(), h.key_bits.end());
     operands.insert(h.query_bits.begin(), h.query_bits.end());
-    operands.insert({h.write_flag, h.read_flag, h.wipe_flag});
+    operands.insert({h.write_flag, h.read_flag, h.wipe_flag, h.write_enable, h.read_enable});
   }
   for (size_t i = 0; i < heads.size(); ++i)
     for (ValueId v : heads[i].out) {
@@ -111,6 +111,15 @@ GdnMemory float_ram_memory(const FloatRamWindow& window, const FloatRamHead& hea
   m.wipe_flag = head.wipe_flag;
   m.key_tap = head.key_tap;
   m.query_tap = head.query_tap;
+  // The constants read enables instead of the rail where that is exact for any operands
+  // (compiler::GdnMemory::key_enable): the read side's is the read flag itself (a read
+  // whose flag is 0 but whose query bits are live may find a row, but z = 0 makes the
+  // head's output +-0), the write side's the write flag when there are no key bits (the
+  // key is then 128 * flag); a head with key bits needs its unit's enable (write_enable).
+  m.query_enable = head.read_enable != kOne ? head.read_enable : head.query_tap == 0 ? head.read_flag : kOne;
+  m.key_enable = head.write_enable != kOne                                         ? head.write_enable
+                 : head.key_bits.empty() && head.key_tap == 0 && head.data_tap == 0 ? head.write_flag
+                                                                                    : kOne;
   m.data_exponent = window.data_exponent();  // float cells: |x| 2^e in [128, 2^44)
   for (size_t i = 0; i < head.data.size(); ++i) {
     // silu keeps the positive one of x 2^e, -x 2^e and turns the other into -0.

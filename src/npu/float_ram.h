@@ -57,6 +57,13 @@ struct FloatRamHead {
   int key_tap = 0;                            // conv taps (ir.h): operands of token t - tap
   int query_tap = 0;
   int data_tap = 0;                           // for every data value (and its negation)
+  // What the memory's constants read instead of the rail (compiler::GdnMemory::key_enable,
+  // query_enable), so that an idle RAM reads only +-0 dims: exactly 1 or +-0, and +-0
+  // only where the write (read) flag and key (query) bits are +-0; taps 0. kOne: the
+  // read flag for the read side (exact whatever the query bits), the write flag for a
+  // head without key bits, else the rail (float_ram_memory).
+  compiler::ValueId write_enable = compiler::kOne;
+  compiler::ValueId read_enable = compiler::kOne;
   // Optional: values that already hold -data[i] (same size as data), e.g. written by
   // the producer itself with a second, mirrored down term (round-to-nearest is
   // symmetric, so the mirrored terms of an exact sum give exactly its negation). Empty:

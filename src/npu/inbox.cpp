@@ -7,6 +7,7 @@
 #include <random>
 
 #include "common/error.h"
+#include "compiler/enable.h"
 #include "compiler/gdn_layout.h"
 #include "npu/idle_attention.h"
 #include "npu/neurons.h"
@@ -80,6 +81,10 @@ GdnMemory inbox_memory(const InboxEncoding& encoding, const InboxValues& values)
   m.query_bits = values.read_bits;
   m.read_flag = values.read_flag;
   m.query_tap = 0;
+  // The read side's constants (the query's address complement, the output gate) read the
+  // read flag instead of the rail (compiler::GdnMemory::query_enable): exact whatever the
+  // read bits hold, and a token that reads nothing reads no rail on that side.
+  m.query_enable = values.read_flag;
   m.data_exponent = encoding.cell_exponent();
   for (int part = 0; part < 3; ++part)
     for (int ch = 0; ch < encoding.channels(); ++ch) {
@@ -96,6 +101,9 @@ void inbox(Program& p, const InboxEncoding& encoding, const InboxValues& values,
   p.gdn_memory(label, inbox_memory(encoding, values));
   // out = hi + lo: two copy neurons, a two-term down-sum whose exact value x is a float.
   p.mlp(label + " hi + lo", {detail::copy_neuron(values.out, values.hi), detail::copy_neuron(values.out, values.lo)});
+  // hi and lo are +0 unless the token reads (z = 0 otherwise): the copy gates read the
+  // read flag instead of the constant (compiler/enable.h), so the op is idle then too.
+  if (values.read_flag != compiler::kOne) compiler::enable_constants(p, p.ops().size() - 1, values.read_flag);
 }
 
 InboxInputs value_token_inputs(const InboxEncoding& encoding, const InboxValues& values, float part) {

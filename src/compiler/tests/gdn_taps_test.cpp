@@ -395,6 +395,67 @@ TEST(GdnTaps, ValidateRejectsBadTapsAndDecodeWeights) {
     m.offset = 4096;
     m.out = {m.out[0], m.out[0]};
   }));
+  // Enables stand for the constants of beta and z, which have no conv: tap 0 only.
+  EXPECT_FALSE(rejects([](GdnMemory& m, Program& p) { m.key_enable = m.query_enable = p.value("e"); }));
+  EXPECT_FALSE(rejects([](GdnMemory& m, Program& p) { m.key_tap = 2, m.query_enable = p.value("e"); }));
+  EXPECT_FALSE(rejects([](GdnMemory& m, Program& p) { m.query_tap = 2, m.key_enable = p.value("e"); }));
+  EXPECT_TRUE(rejects([](GdnMemory& m, Program& p) { m.key_tap = 1, m.key_enable = p.value("e"); }));
+  EXPECT_TRUE(rejects([](GdnMemory& m, Program& p) { m.data_taps = {0, 1}, m.key_enable = p.value("e"); }));
+  EXPECT_TRUE(rejects([](GdnMemory& m, Program& p) { m.query_tap = 3, m.query_enable = p.value("e"); }));
+  EXPECT_TRUE(rejects([](GdnMemory& m, Program&) { m.key_enable = 1000; }));  // not a value
+}
+
+// With enables, the weights the rail held (beta, z, the address complement, rail and
+// offset cells) sit in the enables' columns, the same numbers (compiler/enable.h: the rail
+// arrives as 8, a value as 2^-k), and the rail's column is empty.
+TEST(GdnTaps, EnablesTakeTheRailsWeights) {
+  auto build = [](bool enables) {
+    Program p;
+    GdnMemory m;
+    m.key_bits = p.values("k", 2);
+    m.write_flag = p.value("w");
+    m.query_bits = p.values("q", 2);
+    m.read_flag = p.value("r");
+    m.data = p.values("d", 2);
+    m.out = p.values("o", 2);
+    m.offset = 4096;
+    m.data_exponent = 4;
+    const ValueId we = p.value("we"), re = p.value("re");
+    if (enables) m.key_enable = we, m.query_enable = re;
+    p.gdn_memory("m", m);
+    Interface io;
+    io.inputs = {m.key_bits[0], m.key_bits[1], m.write_flag, m.query_bits[0], m.query_bits[1], m.read_flag,
+                 m.data[0], m.data[1], we, re};
+    io.outputs = m.out;
+    io.vocab_size = 2;
+    io.input_rows.assign(2 * io.inputs.size(), 0.0f);
+    EmitOptions eo;
+    eo.gdn_key_head_dim = 16;
+    eo.gdn_value_head_dim = 64;
+    return std::make_pair(compile(p, io, {}, eo), std::make_pair(we, re));
+  };
+  const auto plain = build(false).first;
+  const auto [gated, enables] = build(true);
+  const auto& a = plain.weights.layers[0].linear;
+  const auto& b = gated.weights.layers[0].linear;
+  const int64_t h = plain.weights.config.hidden_size;
+  ASSERT_EQ(h, gated.weights.config.hidden_size);
+  const auto rail = static_cast<size_t>(plain.allocation.rail_dims[0]);
+  const auto we = static_cast<size_t>(gated.allocation.dim(enables.first));
+  const auto re = static_cast<size_t>(gated.allocation.dim(enables.second));
+  const float k = 0x1p48f;  // the value scale 2^norm_exponent over the rail's 1/8
+  int64_t moved = 0;
+  for (const auto& [ma, mb] : {std::pair{&a.in_proj_qkv, &b.in_proj_qkv}, std::pair{&a.in_proj_z, &b.in_proj_z},
+                               std::pair{&a.in_proj_b, &b.in_proj_b}}) {
+    for (size_t row = 0; row * static_cast<size_t>(h) < ma->size(); ++row) {
+      const float on_rail = (*ma)[row * h + rail];
+      EXPECT_EQ((*mb)[row * h + rail], 0.0f);
+      const float on_enables = (*mb)[row * h + we] + (*mb)[row * h + re];
+      EXPECT_EQ(on_enables, on_rail * 8.0f * k) << "row " << row;
+      moved += on_rail != 0.0f;
+    }
+  }
+  EXPECT_GT(moved, 8);  // beta, z of 3 columns, 3 offset cells, the rail cell, the complements
 }
 
 }  // namespace

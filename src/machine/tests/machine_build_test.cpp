@@ -7,6 +7,7 @@
 // too slow for the sanitizers.
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <string>
 
 #include "machine/qkv_machine.h"
@@ -42,6 +43,10 @@ TEST(AttentionMachineBuild, TokenMachineForAWholeStory) {
   const TokenMachine m = build_token_machine(stories260k(), o);
   EXPECT_EQ(m.max_positions, 256);
   EXPECT_GE(m.id("EXP(4).31.3"), 0);
+  const auto& c = m.compiled.weights.config;
+  std::printf("token machine, 256 positions: %lld layers, hidden %lld, intermediate %lld, vocab %lld\n",
+              static_cast<long long>(c.num_hidden_layers), static_cast<long long>(c.hidden_size),
+              static_cast<long long>(c.intermediate_size), static_cast<long long>(c.vocab_size));
 }
 
 }  // namespace

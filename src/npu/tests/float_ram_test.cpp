@@ -100,6 +100,9 @@ struct RamOptions {
   int64_t tokens = 100;
   double write = 0.6, read = 0.7, idle = 0.08, extra_wipe = 0.01;
   uint64_t seed = 1;
+  // Every head's write side reads `enable` instead of the rail (FloatRamHead::write_enable:
+  // the key bits and write flag are 0 on the idle tokens, where enable is 0).
+  bool write_enables = false;
 };
 
 struct RamCase {
@@ -120,6 +123,7 @@ RamCase build_ram_case(const RamOptions& o) {
   compiler::Program p;
   compiler::Interface io;
   std::vector<FloatRamHead> heads;
+  const ValueId enable = p.value("enable");
   for (size_t h = 0; h < o.heads.size(); ++h) {
     const std::string pre = "h" + std::to_string(h) + ".";
     FloatRamHead r;
@@ -131,9 +135,9 @@ RamCase build_ram_case(const RamOptions& o) {
     r.query_bits = p.values(pre + "query", bits);
     r.read_flag = p.value(pre + "read");
     r.out = p.values(pre + "out", static_cast<int>(o.heads[h].floats));
+    if (o.write_enables) r.write_enable = enable;
     heads.push_back(r);
   }
-  const ValueId enable = p.value("enable");
   float_ram(p, window, heads, enable, "ram");
   // Interface: per head x, (nx), key, write, wipe, query, read (in this order), then enable.
   std::vector<size_t> first(heads.size());
@@ -408,6 +412,51 @@ TEST(FloatRam, RandomStreamsReadBackEveryBit) {
   EXPECT_GT(idle, 0);
   EXPECT_GT(same, 0);
   EXPECT_GT(later, 0);
+}
+
+// The same streams with every head's write side on `enable` (and the read side on the
+// read flag, as always): the constants of beta, the rails and the key's address complement
+// move off the rail, and the memory reads no rail dim at all. Junk key bits and data
+// with a write flag 0 still change nothing (enable is 1 on those tokens), idle tokens
+// (everything 0) touch no row; and the engine skips the mixer on idle tokens once the
+// conv history has drained (every read dim +-0).
+TEST(FloatRam, WriteEnablesReadBackEveryBitAndLeaveTheRail) {
+  const int64_t tokens = std::max<int64_t>(60, kCases * 3 / 10), sim_tokens = std::max<int64_t>(60, kCases / 40);
+  int64_t from_written = 0, idle = 0;
+  for (RamOptions o : configurations(tokens)) {
+    o.write_enables = true;
+    o.idle = 0.5;  // runs of idle tokens: the mixer sleeps after kernel - 1 of them
+    const RamCase c = build_ram_case(o);
+    // No in_proj column of the rail holds a weight: an idle token reads only +-0 dims.
+    const auto& w = c.compiled.weights;
+    const int64_t hidden = w.config.hidden_size, rail = c.compiled.allocation.rail_dims[0];
+    for (const auto& layer : w.layers) {
+      if (layer.type != io::LayerType::LinearAttention) continue;
+      for (const auto* m : {&layer.linear.in_proj_qkv, &layer.linear.in_proj_z, &layer.linear.in_proj_b,
+                            &layer.linear.in_proj_a}) {
+        int64_t on_rail = 0;
+        for (size_t i = static_cast<size_t>(rail); i < m->size(); i += static_cast<size_t>(hidden))
+          on_rail += (*m)[i] != 0.0f;
+        EXPECT_EQ(on_rail, 0) << describe(o);
+      }
+    }
+    expect_exact(c, engine_host(), "engine " + describe(o));
+    expect_exact(c, dense_engine(), "dense engine " + describe(o));
+    {
+      engine::Model model(w);
+      engine::State state = model.new_state();
+      std::vector<float> logits(static_cast<size_t>(w.config.vocab_size));
+      for (int64_t t = 0; t < c.tokens; ++t) model.forward(t, state, logits);
+      EXPECT_GT(model.skipped_sublayers().gdn, 0) << describe(o);
+    }
+    RamOptions short_o = o;
+    short_o.tokens = sim_tokens;
+    expect_exact(build_ram_case(short_o), sim_host(o.seed + 200), "HostSim " + describe(o));
+    from_written += c.read_from_written;
+    idle += c.idle_tokens;
+  }
+  EXPECT_GT(from_written, 0);
+  EXPECT_GT(idle, 0);
 }
 
 // Why one read has exactly one live term: the memory's own silu keeps the positive one
@@ -776,24 +825,29 @@ TEST(FloatRam, RejectsUnusableHeadsAndWindows) {
 }
 
 // Stock transformers 5.24.0 (fp32 CPU, one token per forward with the cache): the
-// 16 x 64 configuration's stream, every logit (= every out value) bit for bit.
+// 16 x 64 configuration's stream, every logit (= every out value) bit for bit; the
+// same stream again with the write sides on `enable` (WriteEnables above).
 TEST(FloatRamTransformers, ReadsMatchWrittenBits) {
   const std::string python = QPU_PYTHON;
   if (python.empty()) GTEST_SKIP() << "QPU_PYTHON not set";
-  RamOptions o = configurations(240)[0];
-  const RamCase c = build_ram_case(o);
-  for (const auto& type : c.compiled.weights.config.layer_types) ASSERT_EQ(type, io::LayerType::LinearAttention);
-  const int64_t mismatches = testing::transformers_gdn_mismatches(
-      c.compiled.weights, c.tokens, static_cast<int64_t>(c.out_dims.size()), c.expected, "float_ram");
-  std::printf("float ram, transformers: %lld tokens, %lld floats written, %lld read from written rows (%lld negative), "
-              "%lld refills, %lld idle tokens: %lld mismatches\n",
-              static_cast<long long>(c.tokens), static_cast<long long>(c.floats_written),
-              static_cast<long long>(c.read_from_written), static_cast<long long>(c.negative_read),
-              static_cast<long long>(c.refills), static_cast<long long>(c.idle_tokens), static_cast<long long>(mismatches));
-  EXPECT_EQ(mismatches, 0);
-  EXPECT_GT(c.read_from_written, 4000);
-  EXPECT_GT(c.negative_read, 1000);
-  EXPECT_GT(c.refills, 0);
+  for (const bool enables : {false, true}) {
+    SCOPED_TRACE(enables ? "write enables" : "write sides on the rail");
+    RamOptions o = configurations(240)[0];
+    o.write_enables = enables;
+    const RamCase c = build_ram_case(o);
+    for (const auto& type : c.compiled.weights.config.layer_types) ASSERT_EQ(type, io::LayerType::LinearAttention);
+    const int64_t mismatches = testing::transformers_gdn_mismatches(
+        c.compiled.weights, c.tokens, static_cast<int64_t>(c.out_dims.size()), c.expected, "float_ram");
+    std::printf("float ram, transformers: %lld tokens, %lld floats written, %lld read from written rows (%lld negative), "
+                "%lld refills, %lld idle tokens: %lld mismatches\n",
+                static_cast<long long>(c.tokens), static_cast<long long>(c.floats_written),
+                static_cast<long long>(c.read_from_written), static_cast<long long>(c.negative_read),
+                static_cast<long long>(c.refills), static_cast<long long>(c.idle_tokens), static_cast<long long>(mismatches));
+    EXPECT_EQ(mismatches, 0);
+    EXPECT_GT(c.read_from_written, 4000);
+    EXPECT_GT(c.negative_read, 1000);
+    EXPECT_GT(c.refills, 0);
+  }
 }
 
 }  // namespace

@@ -1,0 +1,260 @@
+// Why the token machine's idle units are not idle (docs/engine.md, "The per-layer floor"):
+// for the token machine (machine/token_machine.h) at P positions, a greedy host run of N
+// nested steps, every cycle's MLP and GDN sublayers that the engine runs (not skipped as
+// idle; followed through engine::SublayerTap), and for each the read dims that are live
+// (not +-0) on that cycle, mapped back to what the machine's allocation put there: the value names
+// and the op labels that read them (compiler::Program, Schedule, Allocation), or the
+// constant rail (a kOne term: the emitter reads rail_dims[0], live on every cycle).
+//
+//   machine_live_dims [positions=16] [steps=1] [cycles=0: all]
+//
+// Prints per cycle the sublayers run and skipped, then the reads that keep sublayers
+// awake, grouped by (op label, value name) with their digits collapsed to '#': for each
+// group, how many sublayers it woke and on what share of their runs; and the sublayers
+// that ran with no live read dim (a GDN whose conv history is still draining).
+// A diagnostic, not a test: the engine and the machine are as built.
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <set>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "engine/model.h"
+#include "machine/token_machine.h"
+#include "npu/tests/unit_harness.h"
+
+namespace {
+
+using namespace qpu;
+using compiler::kOne;
+using compiler::ValueId;
+
+int64_t argmax(const std::vector<float>& logits) {
+  return std::max_element(logits.begin(), logits.end()) - logits.begin();
+}
+
+// "SCORE(3).1 lane[12]" -> "SCORE(#).# lane[#]": groups a unit's copies.
+std::string collapse(const std::string& s) {
+  std::string out;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] >= '0' && s[i] <= '9') {
+      while (i + 1 < s.size() && s[i + 1] >= '0' && s[i + 1] <= '9') ++i;
+      out += '#';
+    } else {
+      out += s[i];
+    }
+  }
+  return out;
+}
+
+// One read of a sublayer: residual dim `dim` read by op `op` as value `value` (kOne: the rail).
+struct Read {
+  int64_t dim;
+  ValueId value;
+  size_t op;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int positions = argc > 1 ? std::atoi(argv[1]) : 16;
+  const int steps = argc > 2 ? std::atoi(argv[2]) : 1;
+  const long max_cycles = argc > 3 ? std::atol(argv[3]) : 0;
+  omp_set_num_threads(1);
+  const auto start = std::chrono::steady_clock::now();
+  machine::TokenMachineOptions o;
+  o.max_positions = positions;
+  o.kv_banks = 32;  // as runner::token_machine_options
+  const machine::TokenMachine m = machine::build_token_machine(npu::unit_testing::stories260k(), o);
+  const compiler::Program& program = m.program;
+  const compiler::Schedule& schedule = m.compiled.schedule;
+  const compiler::Allocation& alloc = m.compiled.allocation;
+  const int64_t layers = alloc.num_layers;
+  const int64_t rail = alloc.rail_dims[0];
+
+  // Per sublayer (2 l: mixer, 2 l + 1: MLP) the reads of its ops, as the emitter writes
+  // them: MLP gate/up terms (kOne on the rail); GDN memories their bits, flags, enables
+  // and data, and the rail unless both sides have an enable (beta, the output gate z, the
+  // v rail cells, the address complement; compiler/emit.cpp).
+  std::vector<std::vector<Read>> reads(static_cast<size_t>(2 * layers));
+  const auto& ops = program.ops();
+  for (size_t i = 0; i < ops.size(); ++i) {
+    const int64_t s = schedule.sublayer[i];
+    auto& r = reads[static_cast<size_t>(s)];
+    const auto add = [&](ValueId v) {
+      if (v == compiler::kNever) return;
+      r.push_back({v == kOne ? rail : alloc.dim(v), v, i});
+    };
+    const compiler::Op& op = ops[i];
+    if (op.kind == compiler::OpKind::Mlp) {
+      for (const compiler::Neuron& n : op.neurons) {
+        for (const auto& t : n.gate.terms) add(t.value);
+        for (const auto& t : n.up.terms) add(t.value);
+      }
+    } else if (op.kind == compiler::OpKind::GdnMemory) {
+      for (ValueId v : op.reads()) add(v);
+      if (op.gdn.key_enable == kOne || op.gdn.query_enable == kOne) add(kOne);
+    }
+  }
+  for (auto& r : reads) {
+    std::sort(r.begin(), r.end(), [](const Read& a, const Read& b) {
+      return a.dim != b.dim ? a.dim < b.dim : a.value != b.value ? a.value < b.value : a.op < b.op;
+    });
+    r.erase(std::unique(r.begin(), r.end(),
+                        [](const Read& a, const Read& b) { return a.dim == b.dim && a.value == b.value && a.op == b.op; }),
+            r.end());
+  }
+
+  // Which sublayers hold a GDN memory (the others' mixers are idle mixers or attention).
+  std::vector<char> memory_mixer(static_cast<size_t>(layers), 0);
+  for (size_t i = 0; i < ops.size(); ++i)
+    if (ops[i].kind == compiler::OpKind::GdnMemory) memory_mixer[static_cast<size_t>(schedule.sublayer[i] / 2)] = 1;
+
+  // Per sublayer: runs, skips, runs with no live read, and per (op, value) read how many
+  // runs found it live. The engine's decision is followed from the residual before each
+  // sublayer (engine::SublayerTap gives it after each): an MLP or GDN sublayer is skipped
+  // when every read dim is +-0 (and x is finite), a GDN mixer moreover only once its last
+  // kernel - 1 = 3 inputs were idle too (its conv history is +0; every head's idle decay is
+  // 1, compiler/emit.cpp). The totals are checked against Model::skipped_sublayers().
+  struct Stats {
+    int64_t runs = 0, skips = 0, no_live_read = 0;
+    std::map<std::pair<size_t, ValueId>, int64_t> live;
+  };
+  std::vector<Stats> stats(static_cast<size_t>(2 * layers));
+  std::vector<int> zero_inputs(static_cast<size_t>(layers), 3);  // a fresh state's history is +0
+  const auto before_sublayer = [&](int64_t s, std::span<const float> x) {
+    const int64_t l = s / 2;
+    const bool mlp = s % 2 == 1;
+    if (!mlp && !memory_mixer[static_cast<size_t>(l)]) return;  // attention or an idle mixer
+    Stats& st = stats[static_cast<size_t>(s)];
+    bool idle = true;  // x is finite on the machine's cycles (the engine's counts below would differ)
+    std::vector<std::pair<size_t, ValueId>> live;
+    for (const Read& r : reads[static_cast<size_t>(s)]) {
+      if (x[static_cast<size_t>(r.dim)] == 0.0f) continue;
+      idle = false;
+      live.push_back({r.op, r.value});
+    }
+    bool skipped = idle;
+    if (!mlp) {
+      int& z = zero_inputs[static_cast<size_t>(l)];
+      skipped = idle && z >= 3;
+      z = idle ? std::min(z + 1, 3) : 0;
+    }
+    if (skipped) {
+      ++st.skips;
+      return;
+    }
+    ++st.runs;
+    for (const auto& k : live) ++st.live[k];
+    if (live.empty()) ++st.no_live_read;
+  };
+  const engine::SublayerTap tap = [&](int64_t s, std::span<const float> residual) {
+    if (s + 1 < 2 * layers) before_sublayer(s + 1, residual);
+  };
+  const engine::Model model = m.model();
+  const auto& c = m.compiled.weights.config;
+  std::printf("token machine, %d positions: %lld layers, hidden %lld, intermediate %lld; built in %.1f s\n", positions,
+              static_cast<long long>(c.num_hidden_layers), static_cast<long long>(c.hidden_size),
+              static_cast<long long>(c.intermediate_size),
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+
+  // The greedy run: the prompt, then the argmax fed back until DONE (or max_cycles).
+  engine::State state = model.new_state();
+  std::vector<float> logits(static_cast<size_t>(c.vocab_size));
+  long cycles = 0;
+  int64_t next = -1;
+  const int64_t hidden = c.hidden_size;
+  const auto forward = [&](int64_t t) {
+    // Sublayer 0 reads the token's embedding row.
+    before_sublayer(0, std::span<const float>(m.compiled.weights.embed_tokens).subspan(static_cast<size_t>(t * hidden),
+                                                                                       static_cast<size_t>(hidden)));
+    model.forward(t, state, logits, {}, tap);
+    ++cycles;
+  };
+  for (int64_t t : m.prompt({1}, steps)) forward(t);
+  next = argmax(logits);
+  while (next != m.done() && (max_cycles == 0 || cycles < max_cycles)) {
+    forward(next);
+    next = argmax(logits);
+  }
+  const double n = static_cast<double>(cycles);
+
+  int64_t gdn_runs = 0, mlp_runs = 0, gdn_skips = 0, mlp_skips = 0, gdn_drain = 0, mlp_none = 0;
+  for (size_t s = 0; s < stats.size(); ++s) {
+    (s % 2 ? mlp_runs : gdn_runs) += stats[s].runs;
+    (s % 2 ? mlp_skips : gdn_skips) += stats[s].skips;
+    (s % 2 ? mlp_none : gdn_drain) += stats[s].no_live_read;
+  }
+  std::printf("%ld cycles (%s); per cycle: GDN mixers run %.1f, skipped %.1f (run with no live read dim: %.1f, "
+              "the conv history draining); MLPs run %.1f, skipped %.1f (run with no live read dim: %.1f)\n",
+              cycles, next == m.done() ? "to DONE" : "cut", static_cast<double>(gdn_runs) / n,
+              static_cast<double>(gdn_skips) / n, static_cast<double>(gdn_drain) / n, static_cast<double>(mlp_runs) / n,
+              static_cast<double>(mlp_skips) / n, static_cast<double>(mlp_none) / n);
+  const engine::IdleSublayerCounts engine_skips = model.skipped_sublayers();
+  std::printf("the engine's own counts: GDN skipped %.1f, MLPs skipped %.1f per cycle%s\n",
+              static_cast<double>(engine_skips.gdn) / n, static_cast<double>(engine_skips.mlp) / n,
+              engine_skips.gdn == gdn_skips && engine_skips.mlp == mlp_skips ? " (the same)" : " (DIFFERENT: the read "
+              "dims above are not the engine's)");
+
+  // Sublayers that run on (almost) every cycle and the reads live on (almost) all of
+  // their runs: the always-live values that keep them awake.
+  struct Group {
+    std::set<size_t> sublayers;
+    int64_t live = 0, runs = 0;
+  };
+  for (const bool mlp : {false, true}) {
+    std::map<std::string, Group> groups;     // "op label | value name" collapsed
+    std::map<std::string, int64_t> sole;     // sublayers whose only always-live reads are this group
+    int64_t always_run = 0;
+    for (size_t s = mlp ? 1 : 0; s < stats.size(); s += 2) {
+      const Stats& st = stats[s];
+      if (st.runs < cycles * 9 / 10) continue;
+      ++always_run;
+      std::set<std::string> keys;
+      for (const auto& [read, count] : st.live) {
+        if (count < st.runs * 9 / 10) continue;
+        const std::string key = collapse(ops[read.first].label) + " | " +
+                                (read.second == kOne ? std::string("<rail: constant>") : collapse(program.name(read.second)));
+        Group& g = groups[key];
+        if (g.sublayers.insert(s).second) g.runs += st.runs;
+        g.live += count;
+        keys.insert(key);
+      }
+      if (keys.size() == 1) ++sole[*keys.begin()];
+      if (keys.empty()) ++sole["<none live on 90% of runs>"];
+    }
+    std::printf("\n%s sublayers that run on >= 90%% of the cycles: %lld. Reads live on >= 90%% of such a sublayer's "
+                "runs (op label | value), by sublayers woken:\n",
+                mlp ? "MLP" : "GDN", static_cast<long long>(always_run));
+    std::vector<std::pair<std::string, const Group*>> sorted;
+    for (const auto& [k, g] : groups) sorted.push_back({k, &g});
+    std::sort(sorted.begin(), sorted.end(),
+              [](const auto& a, const auto& b) { return a.second->sublayers.size() > b.second->sublayers.size(); });
+    for (const auto& [k, g] : sorted) {
+      const int64_t first = static_cast<int64_t>(*g->sublayers.begin()) / 2;
+      std::printf("  %5zu sublayers (layers %lld..%lld)  %s  [sole always-live read of %lld]\n", g->sublayers.size(),
+                  static_cast<long long>(first), static_cast<long long>(*g->sublayers.rbegin() / 2), k.c_str(),
+                  static_cast<long long>(sole.count(k) ? sole[k] : 0));
+    }
+    if (sole.count("<none live on 90% of runs>"))
+      std::printf("  %5lld sublayers with no read live on 90%% of their runs\n",
+                  static_cast<long long>(sole["<none live on 90% of runs>"]));
+  }
+
+  // The sublayers that run sometimes (neither always nor never): how often.
+  int64_t some = 0, some_runs = 0;
+  for (const Stats& st : stats)
+    if (st.runs > 0 && st.runs < cycles * 9 / 10) {
+      ++some;
+      some_runs += st.runs;
+    }
+  std::printf("\nsublayers that run on some cycles (< 90%%): %lld, %.1f runs per cycle\n", static_cast<long long>(some),
+              static_cast<double>(some_runs) / n);
+  return 0;
+}

@@ -78,9 +78,6 @@ struct LayerTests {
   bool idle_state_untouched = false;  // Layer::idle_state_untouched
 };
 
-bool all_finite(const std::vector<float>& v) { return weight_scan::all_finite(v); }
-
-
 struct Layer {
   io::LayerType type = io::LayerType::LinearAttention;
   std::vector<float> input_scale;  // 1 + input_layernorm.weight
@@ -246,7 +243,8 @@ void Model::build(io::Qwen35Weights weights, const LayerSource& source, const Mo
                        (layer.type == io::LayerType::LinearAttention ? layer.linear.output_always_zero()
                                                                      : layer.full.output_always_zero());
     if (layer.type == io::LayerType::LinearAttention) {
-      layer.mixer_reads.eligible = eps_ok && all_finite(layer.input_scale) && layer.linear.idle_output_zero();
+      layer.mixer_reads.eligible =
+          eps_ok && weight_scan::all_finite(layer.input_scale) && layer.linear.idle_output_zero();
       layer.idle_state_untouched = layer.linear.idle_decay_one() && options.gdn == GdnRecurrence::SkipZeros;
     }
     layer.gate_proj = PackedMatrix::pack(w.gate_proj, c.intermediate_size, hidden, pack, name + ".mlp.gate_proj");
@@ -261,8 +259,9 @@ void Model::build(io::Qwen35Weights weights, const LayerSource& source, const Mo
       layer.gate_proj.mark_nonzero_columns(used);
       layer.up_proj.mark_nonzero_columns(used);
       layer.mlp_reads.build(used);
-      layer.mlp_reads.eligible = eps_ok && all_finite(layer.post_scale) && layer.gate_proj.all_finite() &&
-                                 layer.up_proj.all_finite() && layer.down_proj.all_finite();
+      layer.mlp_reads.eligible = eps_ok && weight_scan::all_finite(layer.post_scale) &&
+                                 layer.gate_proj.all_finite() && layer.up_proj.all_finite() &&
+                                 layer.down_proj.all_finite();
     }
     const auto flatten = [&m](const ReadDims& reads) {
       SublayerTest t;

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <atomic>
 #include <bit>
+#include <cmath>
 #include <cstring>
 #include <limits>
 
@@ -15,7 +16,7 @@
 namespace qpu::engine {
 namespace {
 
-// Only +0 is left out of CSR (weight_scan::columns_not_plus_zero): a -0 weight is kept so
+// Only +0 is left out of CSR (weight_scan::census_listing): a -0 weight is kept so
 // that copy_row returns the exact values (its products are zeros, which change no sum;
 // see dot.h). A bf16 number: weight_scan::census.
 bool is_plus_zero(float v) { return std::bit_cast<uint32_t>(v) == 0; }
@@ -71,14 +72,16 @@ PackedMatrix PackedMatrix::pack(std::span<const float> values, int64_t rows, int
   m.cols_ = cols;
 
   // One pass: the census, listing the non-+0 positions while the matrix can still be
-  // sparse (at most (1 - sparse_min_zero_fraction) of its values, or all when forced).
+  // sparse, or all of them when CSR is forced. CSR below needs zeros > X = fraction * size
+  // (the same double), so zeros >= floor(X) + 1 and the non-+0 values number at most
+  // size - floor(X) - 1: a limit of size - floor(X) lists every one of a CSR matrix's.
   const auto size = static_cast<int64_t>(values.size());
   const bool force_sparse = options.force && *options.force == Format::SparseCsr;
+  const double sparse_zeros = options.sparse_min_zero_fraction * static_cast<double>(size);
   const int64_t limit =
       force_sparse ? size
-                   : std::clamp<int64_t>(static_cast<int64_t>((1.0 - options.sparse_min_zero_fraction) *
-                                                              static_cast<double>(size)) + 1,
-                                         0, size);
+                   : static_cast<int64_t>(std::clamp(static_cast<double>(size) - std::floor(sparse_zeros), 0.0,
+                                                     static_cast<double>(size)));
   std::vector<int64_t> listed;
   const weight_scan::Census census = weight_scan::census_listing(values, limit, listed);
   const int64_t zeros = census.plus_zeros;
@@ -90,8 +93,7 @@ PackedMatrix PackedMatrix::pack(std::span<const float> values, int64_t rows, int
     if (format == Format::DenseBf16 && !all_bf16) {
       fail("{}: cannot store as bf16, some values are not bf16 numbers", name);
     }
-  } else if (!values.empty() &&
-             static_cast<double>(zeros) > options.sparse_min_zero_fraction * static_cast<double>(values.size())) {
+  } else if (!values.empty() && static_cast<double>(zeros) > sparse_zeros) {
     format = Format::SparseCsr;
   } else if (options.allow_bf16 && all_bf16) {
     format = Format::DenseBf16;
@@ -115,9 +117,9 @@ PackedMatrix PackedMatrix::pack(std::span<const float> values, int64_t rows, int
       m.col_index_.reserve(nonzeros);
       m.row_start_.resize(static_cast<size_t>(rows) + 1);
       m.program_start_.resize(static_cast<size_t>(rows) + 1);
-      // The census's listing when it is complete (it holds every non-+0 position), else
-      // a scan per row.
-      const bool use_listing = static_cast<int64_t>(listed.size()) == size - zeros;
+      // The census listed every non-+0 position (its limit, above).
+      if (static_cast<int64_t>(listed.size()) != size - zeros)
+        fail("{}: internal: the census listed {} of {} nonzeros", name, listed.size(), size - zeros);
       size_t next_listed = 0;
       std::vector<uint32_t> row_cols;
       std::vector<int> pending;  // meet levels of the subtrees on the evaluation stack
@@ -125,12 +127,8 @@ PackedMatrix PackedMatrix::pack(std::span<const float> values, int64_t rows, int
         m.row_start_[r] = static_cast<int64_t>(m.f32_.size());
         m.program_start_[r] = static_cast<int64_t>(m.program_.size());
         row_cols.clear();
-        if (use_listing) {
-          for (; next_listed < listed.size() && listed[next_listed] < (r + 1) * cols; ++next_listed)
-            row_cols.push_back(static_cast<uint32_t>(listed[next_listed] - r * cols));
-        } else {
-          weight_scan::columns_not_plus_zero(values.data() + r * cols, cols, row_cols);
-        }
+        for (; next_listed < listed.size() && listed[next_listed] < (r + 1) * cols; ++next_listed)
+          row_cols.push_back(static_cast<uint32_t>(listed[next_listed] - r * cols));
         // Tree order of the lanes; a stable sort keeps each lane's columns ascending.
         std::stable_sort(row_cols.begin(), row_cols.end(), [](uint32_t a, uint32_t b) {
           return tree_key(a % dot::kLanes) < tree_key(b % dot::kLanes);

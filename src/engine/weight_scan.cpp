@@ -20,10 +20,6 @@ inline uint32_t or_bits(const float* p) {
 
 inline uint32_t bits(float v) { return std::bit_cast<uint32_t>(v); }
 
-}  // namespace
-
-namespace {
-
 // census and census_listing: `list` is null (no listing) or the listing while it lasts.
 Census census_impl(std::span<const float> values, int64_t limit, std::vector<int64_t>* list) {
   Census c;
@@ -81,17 +77,6 @@ void mark_nonzero_columns(std::span<const float> values, int64_t cols, std::vect
     for (; c < cols; ++c)
       if (r[c] != 0.0f) used[static_cast<size_t>(c)] = 1;
   }
-}
-
-void columns_not_plus_zero(const float* row, int64_t cols, std::vector<uint32_t>& out) {
-  int64_t c = 0;
-  for (; c + kBlock <= cols; c += kBlock) {
-    if (or_bits(row + c) == 0) continue;
-    for (int64_t j = c; j < c + kBlock; ++j)
-      if (bits(row[j]) != 0) out.push_back(static_cast<uint32_t>(j));
-  }
-  for (; c < cols; ++c)
-    if (bits(row[c]) != 0) out.push_back(static_cast<uint32_t>(c));
 }
 
 bool all_finite(std::span<const float> values) {

@@ -30,9 +30,6 @@ Census census_listing(std::span<const float> values, int64_t limit, std::vector<
 // != 0.0f (+0 and -0 do not count; NaN does). values.size() must be a multiple of cols.
 void mark_nonzero_columns(std::span<const float> values, int64_t cols, std::vector<uint8_t>& used);
 
-// Appends the columns of one row whose value is not +0 (bits != 0; -0 counts), ascending.
-void columns_not_plus_zero(const float* row, int64_t cols, std::vector<uint32_t>& out);
-
 // std::isfinite for every value.
 bool all_finite(std::span<const float> values);
 

@@ -75,14 +75,11 @@ TEST(WeightScan, AgreesWithThePlainLoops) {
     ASSERT_EQ(weight_scan::all_finite(m), finite) << at;
     weight_scan::mark_nonzero_columns(m, cols, used);
     ASSERT_EQ(used, used_plain) << at;
-    for (int64_t r = 0; r < rows; ++r) {
-      std::vector<uint32_t> plain, fast = {7u};  // appends after what is there
-      for (int64_t k = 0; k < cols; ++k)
-        if (std::bit_cast<uint32_t>(m[static_cast<size_t>(r * cols + k)]) != 0) plain.push_back(static_cast<uint32_t>(k));
-      weight_scan::columns_not_plus_zero(m.data() + r * cols, cols, fast);
-      plain.insert(plain.begin(), 7u);
-      ASSERT_EQ(fast, plain) << at << " row " << r;
-    }
+    std::vector<int64_t> plain, listed = {7};  // cleared first
+    for (size_t i = 0; i < m.size(); ++i)
+      if (std::bit_cast<uint32_t>(m[i]) != 0) plain.push_back(static_cast<int64_t>(i));
+    weight_scan::census_listing(m, static_cast<int64_t>(m.size()), listed);  // no limit: every one
+    ASSERT_EQ(listed, plain) << at;
     ++cases;
     not_finite += finite ? 0 : 1;
     bf16 += all_bf16 ? 1 : 0;
@@ -124,7 +121,7 @@ TEST(WeightScan, PackedMatricesAnswerAsTheirDenseValues) {
   // PackedMatrix::all_finite and mark_nonzero_columns from the stored values, in every
   // format, against the plain loops over the dense matrix.
   std::mt19937_64 rng(4242);
-  int sparse = 0, bf16 = 0;
+  int sparse = 0, bf16 = 0, auto_sparse = 0;
   for (int trial = 0; trial < 600; ++trial) {
     const int64_t rows = 1 + static_cast<int64_t>(rng() % 12), cols = 1 + static_cast<int64_t>(rng() % 50);
     std::vector<float> m = sparse_matrix(rng, rows, cols, std::pow(10.0, -static_cast<double>(rng() % 3)), trial % 2 == 0);
@@ -151,25 +148,35 @@ TEST(WeightScan, PackedMatricesAnswerAsTheirDenseValues) {
       sparse += f == PackedMatrix::Format::SparseCsr ? 1 : 0;
       bf16 += f == PackedMatrix::Format::DenseBf16 ? 1 : 0;
     }
-    // Auto: CSR from the census's listing (most of these are > 90 % +0) or dense.
+    // Auto: CSR rows from the census's listing (most of these are > 90 % +0), against the
+    // same matrix stored dense (the formats give the same bits, dot.h): every row's
+    // product on x, every row's copy, the nonzero count.
     const PackedMatrix a = PackedMatrix::pack(m, rows, cols, PackedMatrix::Options{}, "m");
-    const PackedMatrix rows_scan = PackedMatrix::pack(m, rows, cols, [] {
-      PackedMatrix::Options o;
-      o.force = PackedMatrix::Format::SparseCsr;
-      return o;
-    }(), "m");
+    PackedMatrix::Options dense_options;
+    dense_options.force = PackedMatrix::Format::DenseF32;
+    const PackedMatrix dense = PackedMatrix::pack(m, rows, cols, dense_options, "m");
     if (a.format() == PackedMatrix::Format::SparseCsr) {
-      // Both ways of building the CSR rows give the same rows: every row's product on x.
+      ++auto_sparse;
       std::vector<float> x(static_cast<size_t>(cols)), ya(static_cast<size_t>(rows)), yb(static_cast<size_t>(rows));
       for (float& v : x) v = static_cast<float>(static_cast<int64_t>(rng() % 17) - 8) * 0.25f;
       a.multiply(x.data(), ya.data());
-      rows_scan.multiply(x.data(), yb.data());
-      for (size_t r = 0; r < ya.size(); ++r) ASSERT_EQ(std::bit_cast<uint32_t>(ya[r]), std::bit_cast<uint32_t>(yb[r])) << trial;
-      ASSERT_EQ(a.nonzeros(), rows_scan.nonzeros()) << trial;
+      dense.multiply(x.data(), yb.data());
+      for (size_t r = 0; r < ya.size(); ++r)
+        ASSERT_EQ(std::bit_cast<uint32_t>(ya[r]), std::bit_cast<uint32_t>(yb[r])) << trial << " row " << r;
+      std::vector<float> row(static_cast<size_t>(cols));
+      for (int64_t r = 0; r < rows; ++r) {
+        a.copy_row(r, row.data());
+        for (int64_t k = 0; k < cols; ++k)
+          ASSERT_EQ(std::bit_cast<uint32_t>(row[static_cast<size_t>(k)]),
+                    std::bit_cast<uint32_t>(m[static_cast<size_t>(r * cols + k)]))
+              << trial << " row " << r << " col " << k;
+      }
+      ASSERT_EQ(a.nonzeros(), dense.nonzeros()) << trial;
     }
   }
   EXPECT_GT(sparse, 500);
   EXPECT_GT(bf16, 150);
+  EXPECT_GT(auto_sparse, 100);
 }
 
 TEST(WeightScan, LoneValuesAtEveryOffsetOfABlock) {
@@ -189,9 +196,9 @@ TEST(WeightScan, LoneValuesAtEveryOffsetOfABlock) {
       std::vector<uint8_t> used(37, 0);
       weight_scan::mark_nonzero_columns(m, 37, used);
       for (size_t k = 0; k < 37; ++k) EXPECT_EQ(used[k], k == at && v != 0.0f ? 1 : 0) << at;
-      std::vector<uint32_t> cols;
-      weight_scan::columns_not_plus_zero(m.data(), 37, cols);
-      EXPECT_EQ(cols, std::vector<uint32_t>{static_cast<uint32_t>(at)});  // -0 counts: it is kept in CSR
+      std::vector<int64_t> listed;
+      weight_scan::census_listing(m, 37, listed);
+      EXPECT_EQ(listed, std::vector<int64_t>{static_cast<int64_t>(at)});  // -0 counts: it is kept in CSR
     }
   }
   const std::vector<float> none;

@@ -56,6 +56,7 @@ namespace qpu::npu {
 namespace {
 
 using compiler::ValueId;
+using unit_testing::host_sim;
 using unit_testing::rand_float;
 using unit_testing::random_checkpoint;
 using unit_testing::budget_limits;
@@ -790,16 +791,6 @@ TEST(FfnChunkUnit, IdleWritesOnlyZeros) {
   std::printf("ffn chunk unit idle: %lld layers checked\n", static_cast<long long>(w.run.chunks));
 }
 
-// An order-adversarial host: a HostSim (fresh random summation order in every dot
-// product) per emitted layer, seeds seed, seed + 1, ...
-HostFactory host_sim(uint64_t seed) {
-  auto next = std::make_shared<uint64_t>(seed);
-  return [next](const io::Qwen35Weights& w) -> Forward {
-    auto hs = std::make_shared<compiler::HostSim>(w, (*next)++);
-    auto logits = std::make_shared<std::vector<float>>(static_cast<size_t>(w.config.vocab_size));
-    return [hs, logits](int64_t token, std::span<float> hidden) { hs->forward(token, *logits, hidden); };
-  };
-}
 
 // (e''') The unit under HostSim (a fresh random summation order in every dot product,
 // ~100x the engine's time): the idle row and the golden records of position 17 of every

@@ -11,6 +11,7 @@
 #include <map>
 #include <memory>
 #include <random>
+#include <span>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -30,6 +31,17 @@ inline float rand_float(std::mt19937_64& rng, int emin, int emax) {
   const int e = emin + static_cast<int>(rng() % static_cast<uint64_t>(emax - emin + 1));
   const float x = std::ldexp(1.0f + static_cast<float>(rng() & 0x7fffff) * 0x1p-23f, e);
   return (rng() & 1) ? -x : x;
+}
+
+// The order-adversarial host: a HostSim (a fresh random summation order in every dot
+// product) per checkpoint it is given, seeds seed, seed + 1, ...
+inline HostFactory host_sim(uint64_t seed) {
+  auto next = std::make_shared<uint64_t>(seed);
+  return [next](const io::Qwen35Weights& w) -> Forward {
+    auto hs = std::make_shared<compiler::HostSim>(w, (*next)++);
+    auto logits = std::make_shared<std::vector<float>>(static_cast<size_t>(w.config.vocab_size));
+    return [hs, logits](int64_t token, std::span<float> hidden) { hs->forward(token, *logits, hidden); };
+  };
 }
 
 // The v1 width budget (docs/npu-machine.md, "M2 ... The width budget"): at most 1,024

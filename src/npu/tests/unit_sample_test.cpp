@@ -41,6 +41,7 @@ constexpr bool kLong = kCases >= 100000;
 constexpr int kVocab = 512;
 constexpr int kBlock = 8;
 
+using unit_testing::host_sim;
 using unit_testing::rand_float;
 
 uint32_t bits(float x) { return std::bit_cast<uint32_t>(x); }
@@ -318,15 +319,6 @@ SuiteResult expect_spec_exact(const PrimitiveSpec& spec, int64_t cases, const Ho
   return r;
 }
 
-// The order-adversarial host: a HostSim per checkpoint, seeds seed, seed + 1, ...
-HostFactory host_sim(uint64_t seed) {
-  auto next = std::make_shared<uint64_t>(seed);
-  return [next](const io::Qwen35Weights& w) -> Forward {
-    auto hs = std::make_shared<compiler::HostSim>(w, (*next)++);
-    auto logits = std::make_shared<std::vector<float>>(static_cast<size_t>(w.config.vocab_size));
-    return [hs, logits](int64_t token, std::span<float> hidden) { hs->forward(token, *logits, hidden); };
-  };
-}
 
 // A spec whose cases are a fixed list (random_case draws them in order).
 void use_case_list(PrimitiveSpec& s, std::shared_ptr<std::vector<std::vector<float>>> list) {

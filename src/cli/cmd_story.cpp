@@ -36,8 +36,29 @@ struct StoryOptions {
   int steps = 256;
   std::string prompt;  // run.c's -i
   bool verify = false;
+  bool profile = false;
   int threads = 0;
 };
+
+// --profile: host cycles, wall time and computed sublayers per micro-op family, the
+// largest share of the run's forward time first.
+void print_profile(const std::vector<runner::ProfileRow>& rows) {
+  double total = 0;
+  int64_t cycles = 0;
+  for (const runner::ProfileRow& r : rows) {
+    total += r.seconds;
+    cycles += r.cycles;
+  }
+  std::fprintf(stderr, "profile: %lld host forwards, %.1f s in forward passes\n", static_cast<long long>(cycles), total);
+  std::fprintf(stderr, "profile: %-24s %10s %9s %7s %10s %14s\n", "micro-op", "cycles", "seconds", "share", "ms/cycle",
+               "sublayers/cycle");
+  for (const runner::ProfileRow& r : rows) {
+    const auto n = static_cast<double>(r.cycles);
+    std::fprintf(stderr, "profile: %-24s %10lld %9.2f %6.1f%% %10.3f %14.1f\n", r.family.c_str(),
+                 static_cast<long long>(r.cycles), r.seconds, total > 0 ? 100.0 * r.seconds / total : 0.0,
+                 1e3 * r.seconds / n, static_cast<double>(r.sublayers_run) / n);
+  }
+}
 
 // A progress line on stderr at most 4 times a second on a terminal (rewritten in place),
 // else every 10 s (one line each, for logs).
@@ -117,8 +138,10 @@ int run_story(const StoryOptions& o) {
   ro.stop_after_story_tokens = steps + 1;  // TOK.1 (BOS at position 0), then one per position
   if (checker) ro.logit_probes = m.logit_probes;  // the nested logits, read where HEAD computes them
   ro.on_cycle = [&](const runner::StreamCounts& counts, double seconds) { progress.update(counts, seconds, false); };
+  ro.profile = o.profile;
   const runner::StoryRunResult r = runner::run_story(m, model, ro, cb);
   progress.update(r.counts, r.seconds, true);
+  if (o.profile) print_profile(r.profile);  // also when the check below fails: where the time went
 
   if (checker && checker->first_difference()) fail("verify: {}", checker->first_difference()->message());
   const int64_t expected_tokens = steps + 1;
@@ -154,6 +177,8 @@ qpu::cli::Runner setup(CLI::App& app) {
   app.add_flag("--verify", o->verify,
                "compare every float crossing the machine's boundary, every nested logits vector (read inside the "
                "host's forward pass on HEAD's cycle) and every story token with run.c, bit for bit");
+  app.add_flag("--profile", o->profile,
+               "print host cycles, wall time and computed sublayers per micro-op family on stderr at the end");
   app.add_option("--threads", o->threads, "engine (OpenMP) threads; 0 = OpenMP's default (default 0)");
   return [o] { return run_story(*o); };
 }

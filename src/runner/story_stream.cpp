@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <charconv>
 #include <chrono>
+#include <memory>
 #include <set>
 #include <string_view>
 
@@ -178,9 +179,23 @@ StoryRunResult run_story(const machine::AssembledMachine& m, const engine::Model
   // One forward and the host's greedy pick (the first maximum, as torch's argmax).
   // The argmax after a prompt token other than the last is not used (the prompt forces the
   // next token), so it is neither returned nor checked.
+  // --profile: per forward its wall time and the sublayers computed (all but the skipped
+  // idle ones and the mixers that never run).
+  std::unique_ptr<CycleProfile> profile;
+  if (o.profile) profile = std::make_unique<CycleProfile>(parser.vocabulary().first_control, parser.vocabulary().control_names);
+  const int64_t computable = sublayers - static_cast<int64_t>(model.skipped_mixers().size());
   const auto forward = [&](int64_t token, bool used) {
     const bool head = read_logits && token == head_id;
-    model.forward(token, state, logits, {}, head ? tap : engine::SublayerTap{});
+    if (profile) {
+      const engine::IdleSublayerCounts before = model.skipped_sublayers();
+      const auto t = std::chrono::steady_clock::now();
+      model.forward(token, state, logits, {}, head ? tap : engine::SublayerTap{});
+      const double spent = std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+      const engine::IdleSublayerCounts after = model.skipped_sublayers();
+      profile->add(token, spent, computable - (after.mlp - before.mlp) - (after.gdn - before.gdn));
+    } else {
+      model.forward(token, state, logits, {}, head ? tap : engine::SublayerTap{});
+    }
     ++r.host_forwards;
     if (head) {
       const StreamCounts& c = parser.counts();
@@ -205,6 +220,7 @@ StoryRunResult run_story(const machine::AssembledMachine& m, const engine::Model
   }
   r.counts = parser.counts();
   r.seconds = seconds();
+  if (profile) r.profile = profile->rows();
   return r;
 }
 

@@ -24,6 +24,7 @@
 #include "engine/model.h"
 #include "machine/assembler.h"
 #include "machine/token_machine.h"
+#include "runner/cycle_profile.h"
 
 namespace qpu::runner {
 
@@ -128,6 +129,9 @@ struct StoryRunOptions {
   std::vector<machine::ValueProbe> logit_probes;
   // Called after every cycle with the counts so far (progress display).
   std::function<void(const StreamCounts&, double seconds)> on_cycle;
+  // Time every forward and count its computed sublayers per micro-op family
+  // (StoryRunResult::profile, runner/cycle_profile.h).
+  bool profile = false;
 };
 
 struct StoryRunResult {
@@ -135,6 +139,7 @@ struct StoryRunResult {
   int64_t host_forwards = 0;  // prompt + generated tokens run through the model
   int64_t ambiguous = 0;      // cycles whose winning logit is not a token signature or not unique
   double seconds = 0;         // wall time of the run (forwards, parsing, callbacks)
+  std::vector<ProfileRow> profile;  // StoryRunOptions::profile: every forward (prompt included)
   double cycles_per_second() const { return seconds > 0 ? static_cast<double>(host_forwards) / seconds : 0.0; }
 };
 

@@ -6,7 +6,10 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <map>
+#include <sstream>
 #include <string>
+#include <vector>
 
 #include "common/testing/run_command.h"
 
@@ -23,17 +26,55 @@ Result run_qpu(const std::string& args) {
                                    fs::temp_directory_path() / ("qpu-story-test-" + std::to_string(getpid()) + ".err"));
 }
 
+// --profile's rows: micro-op family -> host cycles.
+std::map<std::string, long long> profile_cycles(const std::string& err) {
+  std::map<std::string, long long> cycles;
+  std::istringstream lines(err);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind("profile: ", 0) != 0 || line.find(" host forwards, ") != std::string::npos) continue;
+    // "profile: <family, may hold one space> <cycles> <seconds> <share>% <ms> <sublayers>"
+    std::istringstream row(line.substr(9));
+    std::vector<std::string> words;
+    for (std::string w; row >> w;) words.push_back(w);
+    if (words.size() < 6 || words[0] == "micro-op") continue;
+    std::string family = words[0];
+    for (size_t i = 1; i + 5 < words.size(); ++i) family += " " + words[i];
+    cycles[family] = std::stoll(words[words.size() - 5]);
+  }
+  return cycles;
+}
+
 TEST(StoryCli, TwoStepsPrintWhatRefPrintsAndVerify) {
   const Result ref = run_qpu("ref '" + kModels + "stories260K.bin' -z '" + kModels + "tok512.bin' -t 0 -n 2");
   ASSERT_EQ(ref.status, 0) << ref.err;
   ASSERT_GT(ref.out.size(), 1u);  // two tokens' text and the final newline
-  const Result story =
-      run_qpu("story --model '" + kModels + "stories260K.bin' -z '" + kModels + "tok512.bin' -n 2 --verify --threads 1");
+  const Result story = run_qpu("story --model '" + kModels + "stories260K.bin' -z '" + kModels +
+                               "tok512.bin' -n 2 --verify --profile --threads 1");
   ASSERT_EQ(story.status, 0) << story.err;
   EXPECT_EQ(story.out, ref.out);
   // 2 positions of 5 layers x 64 elements (x after the FFN) + INC; BOS and 2 story tokens.
   EXPECT_NE(story.err.find("verify: 642 floats, 2 logits vectors and 3 tokens bit-identical to run.c"), std::string::npos) << story.err;
   EXPECT_NE(story.err.find("story: token machine for 2 nested positions: layers "), std::string::npos) << story.err;
+
+  // The profile counts what docs/npu-machine.md (M2e) says one position costs: per layer
+  // one QKV and one ATTO cycle, 25 SW chunks and 64 FFN elements sent up with 3 value
+  // tokens each; INC and its 3 parts, HEAD once; 2 positions.
+  const std::map<std::string, long long> cycles = profile_cycles(story.err);
+  const std::map<std::string, long long> want = {{"QKV.#", 10},        {"ATTO(#).#", 10}, {"SW(#).#", 250},
+                                                 {"FFN(#).#", 640},    {"FFN(#).# parts", 1920},
+                                                 {"INC", 2},           {"INC parts", 6},  {"HEAD", 2}};
+  for (const auto& [family, n] : want) {
+    ASSERT_TRUE(cycles.count(family)) << family << "\n" << story.err;
+    EXPECT_EQ(cycles.at(family), n) << family;
+  }
+  long long total = 0;
+  for (const auto& [family, n] : cycles) total += n;
+  const size_t at = story.err.find("profile: ");
+  ASSERT_NE(at, std::string::npos);
+  EXPECT_EQ(story.err.substr(at, story.err.find(" host forwards", at) - at), "profile: " + std::to_string(total));
+  // Every forward of the run, the prompt's too: the summary's host cycles.
+  EXPECT_NE(story.err.find("story: " + std::to_string(total) + " host cycles, 2 nested tokens"), std::string::npos)
+      << story.err;
 }
 
 // run.c's -i: the prompt's tokens forced by the machine, then greedy; the same bytes as

@@ -241,6 +241,17 @@ void AttentionStages::build(const std::vector<ValueId>& q, const std::vector<std
   compiler::Program& p = as_.program();
   const int H = g_.heads, hs = g_.head_size, kv_mul = g_.heads / g_.kv_heads;
 
+  // The write sides of the RAMs whose row bits several stages share read one of those
+  // stages' flags instead of the rail (compiler::GdnMemory::key_enable: 1 or +-0, and +-0
+  // only where the write flag, the wipe flag and the key bits are +-0). The position heads
+  // of the exp, prob and slow prob RAMs are keyed by exp_row_, which only EXP and PROB
+  // tokens set, with their block and wipe flags; the v RAMs by vram_row_, which QKV (with
+  // the write flags, through its address unit), WSUM and SLOW set. Before, their constants
+  // read the rail, so the ~300 GDN sublayers holding them ran on every cycle of the
+  // 256-position machine (docs/npu-machine.md, "Idle units that are really idle").
+  position_write_enable_ = either(as_, {exp_.on}, {prob_.on}, "position RAM.write_enable")[0];
+  v_write_enable_ = any_of(as_, {{qkv_on}, {wsum_on_}, {slow_on_}}, "v RAM.write_enable")[0];
+
   // SCORE: every head's 8 scaled scores and its block max (rows past POS left out).
   const size_t first = p.ops().size();
   const std::vector<ValueId> past = rows_past(p, row_, score_.group, g_.banks, pos);
@@ -493,6 +504,7 @@ void AttentionStages::build(const std::vector<ValueId>& q, const std::vector<std
         h.negated = v_neg[at(c)];
         h.key_bits = h.query_bits = vram_row_;
         h.write_flag = vaddr.bank[t];
+        h.write_enable = v_write_enable_;
         h.read_flag = wsum_on_;
         h.out = vout.back();
         vh.push_back(std::move(h));
@@ -641,6 +653,7 @@ std::vector<ValueId> AttentionStages::build_slow(const SlowInputs& in, compiler:
           h.negated = in.v_neg[at(c)];
           h.key_bits = h.query_bits = vram_row_;
           h.write_flag = in.v_write[at(t)];
+          h.write_enable = v_write_enable_;
           h.read_flag = on;
           h.out = p.values("slow.v_out" + std::to_string(t), static_cast<int>(h.data.size()));
           vt_all.insert(vt_all.end(), h.out.begin(), h.out.end());
@@ -709,6 +722,7 @@ std::vector<ValueId> AttentionStages::position_head(compiler::Program& p, const 
   h.negated = negated[t % 8];
   h.key_bits = exp_row_;
   h.write_flag = stage.block[t / 8];
+  h.write_enable = position_write_enable_;
   if (t / 8 >= stage.wipe.size() || t / 8 >= stage.block.size())
     fail("attention stages: position {} has no block flags in {}", t, ram);  // one wipe and one block flag per block
   h.wipe_flag = stage.wipe[t / 8];

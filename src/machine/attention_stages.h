@@ -170,6 +170,9 @@ class AttentionStages {
   // head.
   compiler::ValueId slow_on_ = 0;
   std::vector<compiler::ValueId> slow_k_, slow_kv_, slow_head_;
+  // What the write sides of the position heads (exp, prob, slow prob RAMs) and of the v
+  // RAMs read instead of the rail: 1 on the cycles of the stages that set their row bits.
+  compiler::ValueId position_write_enable_ = 0, v_write_enable_ = 0;
   std::vector<compiler::ValueId> lanes_;
 };
 

@@ -27,6 +27,7 @@
 
 #include "engine/model.h"
 #include "machine/token_machine.h"
+#include "runner/cycle_profile.h"
 #include "npu/tests/unit_harness.h"
 
 namespace {
@@ -39,19 +40,9 @@ int64_t argmax(const std::vector<float>& logits) {
   return std::max_element(logits.begin(), logits.end()) - logits.begin();
 }
 
-// "SCORE(3).1 lane[12]" -> "SCORE(#).# lane[#]": groups a unit's copies.
-std::string collapse(const std::string& s) {
-  std::string out;
-  for (size_t i = 0; i < s.size(); ++i) {
-    if (s[i] >= '0' && s[i] <= '9') {
-      while (i + 1 < s.size() && s[i + 1] >= '0' && s[i + 1] <= '9') ++i;
-      out += '#';
-    } else {
-      out += s[i];
-    }
-  }
-  return out;
-}
+// "SCORE(3).1 lane[12]" -> "SCORE(#).# lane[#]": groups a unit's copies (the profile's
+// micro-op families collapse names the same way).
+std::string collapse(const std::string& s) { return runner::micro_op_family(s); }
 
 // One read of a sublayer: residual dim `dim` read by op `op` as value `value` (kOne: the rail).
 struct Read {

@@ -13,6 +13,7 @@
 
 namespace qpu::runner {
 
+// Every run of digits as one '#' (also what bench/machine_live_dims groups op labels by).
 std::string micro_op_family(const std::string& control_name);
 
 struct ProfileRow {

@@ -8,6 +8,7 @@
 #include "compiler/gdn_layout.h"
 #include "npu/float_ram.h"
 #include "npu/primitives.h"
+#include "npu/rng_draw.h"
 #include "npu/unit_attention.h"
 #include "npu/unit_sample.h"
 
@@ -72,8 +73,9 @@ std::vector<std::string> SamplePart::names(const reference::Llama2Config& cfg, c
 
 SamplePart::SamplePart(Assembler& as, const reference::Llama2Config& cfg, const SampleOptions& o,
                        const std::vector<ValueId>& logits, ValueId logits_on, ValueId temperature,
-                       ValueId temperature_read, ValueId coin, ValueId coin_read)
-    : as_(as), vocab_(cfg.vocab_size), block_(o.block), temperature_read_(temperature_read), coin_read_(coin_read) {
+                       ValueId temperature_read, const SampleCoin& coin)
+    : as_(as), vocab_(cfg.vocab_size), block_(o.block), temperature_read_(temperature_read), coin_(coin) {
+  if (coin.rng == (coin.value != compiler::kNever)) fail("sample part: the coin is a register or the RNG, not both or none");
   names(cfg, o);  // the block size's check
   if (logits.size() != at(vocab_)) fail("sample part: {} logits for a vocabulary of {}", logits.size(), vocab_);
   blocks_ = vocab_ / block_;
@@ -168,6 +170,25 @@ SamplePart::SamplePart(Assembler& as, const reference::Llama2Config& cfg, const 
     one[0].read_flag = exp_.on;
     one[0].out = {max_out};
     npu::float_ram(p, npu::FloatRamWindow{o.logit_low_binade}, one, max_on_, "max RAM");
+  }
+  // RNG (on MAX's cycle): run.c's coin of this position, draw n = pos - plen + 2, into the
+  // coin RAM that CDF reads.
+  ValueId cdf_coin = coin.value;
+  if (coin.rng) {
+    const size_t first_rng = p.ops().size();
+    const ValueId draw = p.value("rng.n");  // an exact small integer (gate 128 MAX's flag)
+    p.mlp("rng.n", {Neuron{Lin{{{max_on_, kGateOn}}},
+                           Lin{{{coin.pos, 1.0f / kGateOn}, {coin.plen, -1.0f / kGateOn}, {max_on_, 2.0f / kGateOn}}},
+                           {{draw, 1.0f}}}});
+    values_.coin = npu::rng_draw(p, coin.seed_limbs, draw, coin.max_draws, max_on_).coin;
+    as.gate_clears(first_rng, p.ops().size(), max_on_);
+    cdf_coin = p.value("rng.coin_out");
+    std::vector<npu::FloatRamHead> one(1);
+    one[0].data = {values_.coin};
+    one[0].write_flag = one[0].wipe_flag = max_on_;
+    one[0].read_flag = cdf_on_;
+    one[0].out = {cdf_coin};
+    npu::float_ram(p, npu::FloatRamWindow{-25}, one, max_on_, "coin RAM");  // 0 or k 2^-24, k < 2^24
   }
 
   // EXP: run.c's x[i] = expf(x[i] - max_val) for block b, as (mant, exponent).
@@ -282,7 +303,7 @@ SamplePart::SamplePart(Assembler& as, const reference::Llama2Config& cfg, const 
   };
   const npu::SampleCdfState start{p.value("cdf.acc0"), p.value("cdf.seen0"), p.value("cdf.crossed0"),
                                   p.value("cdf.count0")};
-  const npu::SampleCdf cdf = npu::sample_cdf_row(p, at(vocab_), prob_at, coin, start, true, cdf_on_);
+  const npu::SampleCdf cdf = npu::sample_cdf_row(p, at(vocab_), prob_at, cdf_coin, start, true, cdf_on_);
   as.gate_clears(first_cdf, p.ops().size(), cdf_on_);
   values_.cdf = cdf.cdf;
   values_.lt = cdf.lt;
@@ -313,12 +334,14 @@ void SamplePart::define() {
   }
   MicroOp m = as_.step(exp_name(0));
   m.sets = {{max_on_, 1.0f}};
+  for (ValueId r : coin_.reads) m.sets.push_back({r, 1.0f});
   as_.define("MAX", std::move(m));
   MicroOp s = as_.step(prob_name(0));
   s.sets = {{sum_on_, 1.0f}};
   as_.define("SUM", std::move(s));
   MicroOp c;
-  c.sets = {{cdf_on_, 1.0f}, {coin_read_, 1.0f}};
+  c.sets = {{cdf_on_, 1.0f}};
+  if (!coin_.rng) c.sets.push_back({coin_.read, 1.0f});
   c.timing = SuccessorTiming::Computed;
   as_.define("CDF", std::move(c));
 }

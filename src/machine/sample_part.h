@@ -8,7 +8,9 @@
 //   TEMP.b  block b of the logit RAM / T (npu::sample_scale_block: fl(logit / t), the
 //           block's max) -> the scaled RAM (banked: a row per block) and the block-max
 //           RAM (a head per block);
-//   MAX     every block max (npu::sample_max_tree) -> the max RAM;
+//   MAX     every block max (npu::sample_max_tree) -> the max RAM; with SampleCoin::rng
+//           also run.c's coin of this position (npu::rng_draw: draw n = POS - PLEN + 2
+//           from the seed limbs) -> the coin RAM;
 //   EXP.b   block b of the scaled RAM and the max: expf(x - max) as (mant, exponent)
 //           (npu::sample_exp_block) -> the exp RAM (a head per block, read by SUM) and
 //           the exp row RAM (banked, read by PROB);
@@ -17,13 +19,14 @@
 //   PROB.b  block b's exps and the sum: p = e / sum as (pm, exponent)
 //           (npu::attn_probability; pm split in two columns as the attention's prob RAM)
 //           -> the prob RAM (a head per block);
-//   CDF     every probability and the coin (npu::sample_cdf_row: C's cdf += p, coin <
+//   CDF     every probability and the coin (a register, or the coin RAM) (npu::sample_cdf_row: C's cdf += p, coin <
 //           cdf, the first crossing or run.c's fallback n - 1) -> its one-hot, which the
 //           machine makes the computed successor (the story token TOK.k, as HEAD's argmax).
 //
 // Every unit keeps the idle contract: its constants are its stage's flag, its operands
 // RAM reads or registers read only on its cycles, so on every other cycle each value it
 // writes is +-0 (and its dead-value clears read the flag).
+#include <array>
 #include <string>
 #include <vector>
 
@@ -41,6 +44,20 @@ struct SampleOptions {
   int prob_low_binade = -29;     // pm in [2^-22, 4) or pm 2^30 in [2^-24, 2^8), exponents >= -151
 };
 
+// Where the coin comes from: a register the CDF micro-op reads (`value`, its read flag
+// `read`), or run.c's generator (`rng`): on MAX's cycle, the draw n = pos - plen + 2 of
+// the seed (run.c draws one coin per sampled position, the first at pos = plen - 1, plen
+// the prompt's tokens with BOS), all of them register values MAX reads (read flags
+// `reads`), exact integers: the seed's 16-bit limbs, pos, plen.
+struct SampleCoin {
+  compiler::ValueId value = compiler::kNever, read = compiler::kNever;
+  bool rng = false;
+  std::array<compiler::ValueId, 4> seed_limbs{};
+  compiler::ValueId pos = compiler::kNever, plen = compiler::kNever;
+  std::vector<compiler::ValueId> reads;
+  int max_draws = 256;  // the story's steps at most (npu::rng_draw: bit_width jumps)
+};
+
 // The values a test sees through AssembledMachine::probes on each stage's cycle.
 struct SampleValues {
   std::vector<compiler::ValueId> scaled;         // TEMP.b: logits [block b, block b + block) / t
@@ -50,6 +67,7 @@ struct SampleValues {
   compiler::ValueId sum = 0;                     // SUM: softmax's sum
   std::vector<compiler::ValueId> pm;             // PROB.b: p = pm 2^exponent (the exp's exponent)
   std::vector<compiler::ValueId> cdf, lt, onehot;  // CDF: per index, cdf tier-encoded, [coin < cdf], the pick
+  compiler::ValueId coin = 0;                    // MAX (SampleCoin::rng only): the drawn coin
 };
 
 class SamplePart {
@@ -61,12 +79,12 @@ class SamplePart {
   static std::string prob_name(int b);
 
   // Appends the units and RAMs. `logits`: the vocabulary's logits, complete on the cycle
-  // whose flag `logits_on` is 1 (HEAD's) and +-0 on every other; `temperature` and `coin`
-  // registers' values that only the TEMP and CDF micro-ops read (+0 on every other cycle:
-  // the micro-ops set `temperature_read` / `coin_read`).
+  // whose flag `logits_on` is 1 (HEAD's) and +-0 on every other; `temperature` a
+  // register's value that only the TEMP micro-ops read (+0 on every other cycle: they set
+  // `temperature_read`); the coin's registers likewise (only CDF or MAX read them).
   SamplePart(Assembler& as, const reference::Llama2Config& config, const SampleOptions& options,
              const std::vector<compiler::ValueId>& logits, compiler::ValueId logits_on, compiler::ValueId temperature,
-             compiler::ValueId temperature_read, compiler::ValueId coin, compiler::ValueId coin_read);
+             compiler::ValueId temperature_read, const SampleCoin& coin);
 
   int blocks() const { return blocks_; }
   // CDF's one-hot over the vocabulary (exactly 0 or 1, +-0 on every other cycle): the
@@ -90,7 +108,8 @@ class SamplePart {
 
   Assembler& as_;
   int vocab_ = 0, block_ = 0, blocks_ = 0, rows_ = 0;
-  compiler::ValueId temperature_read_ = 0, coin_read_ = 0;
+  compiler::ValueId temperature_read_ = 0;
+  SampleCoin coin_;
   Stage temp_, exp_, prob_;
   compiler::ValueId max_on_ = 0, sum_on_ = 0, cdf_on_ = 0;
   SampleValues values_;

@@ -39,6 +39,8 @@ struct Case {
   std::string what;
   std::vector<float> x, logits;
   float temperature = 1.0f, coin = 0.0f;
+  uint64_t seed = 0;      // run.c's -s
+  int plen = 0, pos = 0;  // the prompt's tokens (with BOS), the position
   int run_c = -1;  // run.c's token (its Sampler's for the runs' own positions, sample_mult's otherwise)
 };
 
@@ -78,55 +80,22 @@ std::vector<Case> run_c_cases(float t, uint64_t seed, const char* prompt, int st
     c.logits.assign(st.logits.begin(), st.logits.end());
     c.temperature = t;
     c.coin = coin;
+    c.seed = seed;
+    c.pos = st.pos;
     c.run_c = st.next;
     out.push_back(std::move(c));
   };
-  reference::generate(tf, tok, sampler, prompt, steps, false, cb);
+  const auto run = reference::generate(tf, tok, sampler, prompt, steps, false, cb);
+  for (Case& c : out) c.plen = static_cast<int>(run.prompt_tokens.size());
   return out;
 }
 
 uint32_t bits(float x) { return float_bits(x); }
 
-TEST(SampleMachine, RunCSampledTokensAndEveryStageBitExactOnTheEngine) {
-  const auto build_start = std::chrono::steady_clock::now();
-  const SampleMachine m = build_sample_machine(stories260k(), SampleMachineOptions{});
-  const double build_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - build_start).count();
-  testing::print_shape("sample machine", m);
-  std::printf("sample machine: built in %.1f s, %d blocks of %d\n", build_s, m.blocks, m.block);
+// Runs every case in one host session and checks the stream and every stage's values.
+void expect_run_c(const SampleMachine& m, const std::vector<Case>& cases) {
   const auto& c = m.compiled.weights.config;
-  EXPECT_LE(c.intermediate_size, 1024);
   const int n = m.vocab, B = m.block, NB = m.blocks;
-
-  std::vector<Case> cases;
-  for (auto& k : run_c_cases(1.0f, 42, "", 48, 9, 5)) cases.push_back(std::move(k));
-  for (auto& k : run_c_cases(0.8f, 7, "Lily", 48, 9, 5)) cases.push_back(std::move(k));
-  for (auto& k : run_c_cases(0.5f, 42, "Once upon", 48, 9, 4)) cases.push_back(std::move(k));
-  ASSERT_GE(cases.size(), 12u);
-  {  // coin 0 at a position whose first probability is below... any: run.c picks the first p > 0
-    Case z = cases[1];
-    z.what += ", coin 0";
-    z.coin = 0.0f;
-    z.run_c = reference::sample_mult(npu::sample_reference(z.logits, z.temperature, 0.0f).prob, 0.0f);
-    cases.push_back(std::move(z));
-  }
-  {  // the fallback: the smallest coin on run.c's 2^-24 grid at or above the final cdf (< 1)
-    bool found = false;
-    for (const Case& k : cases) {
-      const npu::SampleTrace tr = npu::sample_reference(k.logits, k.temperature, 0.0f);
-      const double grid = std::ceil(static_cast<double>(tr.cdf.back()) * 0x1p24);
-      if (grid >= 0x1p24) continue;
-      Case f = k;
-      f.what += ", coin above the final cdf";
-      f.coin = static_cast<float>(grid * 0x1p-24);
-      f.run_c = reference::sample_mult(tr.prob, f.coin);
-      EXPECT_EQ(f.run_c, n - 1);
-      cases.push_back(std::move(f));
-      found = true;
-      break;
-    }
-    ASSERT_TRUE(found) << "no case whose final cdf is below 1 - 2^-24";
-  }
-
   // The engine with a tap: the probed values of each cycle, filed by the stage that ran.
   const engine::Model model = m.model();
   engine::State state = model.new_state();
@@ -142,7 +111,7 @@ TEST(SampleMachine, RunCSampledTokensAndEveryStageBitExactOnTheEngine) {
   // Offsets into the probes (SampleMachine::value_probes' order).
   const size_t o_scaled = 0, o_bmax = o_scaled + B, o_max = o_bmax + 1, o_mant = o_max + 1, o_exp = o_mant + B,
                o_sum = o_exp + B, o_pm = o_sum + 1, o_cdf = o_pm + B, o_lt = o_cdf + n, o_hot = o_lt + n;
-  ASSERT_EQ(m.value_probes.size(), o_hot + n);
+  ASSERT_EQ(m.value_probes.size(), o_hot + n + (m.rng ? 1 : 0));
   std::map<int64_t, std::pair<char, int>> stage;  // token id -> (stage, block)
   for (int b = 0; b < NB; ++b) {
     stage[m.id(SamplePart::temp_name(b))] = {'T', b};
@@ -154,7 +123,7 @@ TEST(SampleMachine, RunCSampledTokensAndEveryStageBitExactOnTheEngine) {
   stage[m.id("CDF")] = {'C', 0};
   struct Observed {
     std::vector<float> scaled, bmax, mant, exponent, pm, cdf, lt, hot;
-    float max = -1.0f, sum = -1.0f;
+    float max = -1.0f, sum = -1.0f, coin = -1.0f;
   } got;
   auto reset = [&] {
     got = Observed{};
@@ -164,10 +133,25 @@ TEST(SampleMachine, RunCSampledTokensAndEveryStageBitExactOnTheEngine) {
   };
   double stage_seconds = 0;
   int64_t stage_cycles = 0;
+  // The idle contract: on the prompt's cycles (before HEAD) every probed value is +-0. Not
+  // checked on the other cycles: an active unit's `greater` can leave a residue below the
+  // residual's exact window in a dim its clear cannot empty exactly (docs/npu-machine.md,
+  // M3 "On the machine"), which idle values further down the same dim then show.
+  bool in_prompt = true;
+  const int64_t head_id = m.id("HEAD");
+  int64_t idle_nonzero = 0, idle_checked = 0;
   const testing::Step step = [&](int64_t token, std::span<float> logits, std::span<float> hidden) {
     const auto it = stage.find(token);
+    if (token == head_id) in_prompt = false;
     const auto start = std::chrono::steady_clock::now();
-    model.forward(token, state, logits, hidden, it == stage.end() ? engine::SublayerTap{} : tap);
+    model.forward(token, state, logits, hidden, it == stage.end() && !in_prompt ? engine::SublayerTap{} : tap);
+    if (in_prompt) {
+      for (size_t i = 0; i < seen.size(); ++i) {
+        ++idle_checked;
+        if (seen[i] != 0.0f && ++idle_nonzero <= 5)
+          ADD_FAILURE() << "probe " << i << " is " << seen[i] << " on a prompt cycle (token " << token << ")";
+      }
+    }
     if (it == stage.end()) return;
     stage_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     ++stage_cycles;
@@ -179,7 +163,7 @@ TEST(SampleMachine, RunCSampledTokensAndEveryStageBitExactOnTheEngine) {
       if (kind == 'P') got.pm[q0 + s] = seen[o_pm + s];
     }
     if (kind == 'T') got.bmax[static_cast<size_t>(b)] = seen[o_bmax];
-    if (kind == 'M') got.max = seen[o_max];
+    if (kind == 'M') got.max = seen[o_max], got.coin = m.rng ? seen[o_hot + static_cast<size_t>(n)] : -1.0f;
     if (kind == 'S') got.sum = seen[o_sum];
     if (kind == 'C')
       for (size_t q = 0; q < static_cast<size_t>(n); ++q)
@@ -197,10 +181,13 @@ TEST(SampleMachine, RunCSampledTokensAndEveryStageBitExactOnTheEngine) {
     std::vector<int64_t> prompt;
     if (first) prompt.push_back(m.id("HDR"));
     first = false;
-    for (int64_t t : m.load_and_run(k.x, k.temperature, k.coin)) prompt.push_back(t);
+    for (int64_t t : m.rng ? m.load_and_run_seeded(k.x, k.temperature, k.seed, k.plen, k.pos)
+                               : m.load_and_run(k.x, k.temperature, k.coin))
+      prompt.push_back(t);
     const auto argmax = static_cast<size_t>(reference::sample_argmax(k.logits));
     const std::vector<int64_t> want = m.expected(k.run_c, k.logits[argmax]);
     reset();
+    in_prompt = true;
     const testing::Run r = testing::run_greedy(m, prompt, step, static_cast<int64_t>(want.size()) + 4);
     EXPECT_EQ(r.ambiguous, 0);
     EXPECT_LE(r.max_nonzero_on_value_cycles, 3);
@@ -233,17 +220,79 @@ TEST(SampleMachine, RunCSampledTokensAndEveryStageBitExactOnTheEngine) {
     }
     check(got.max, tr.max, "max");
     check(got.sum, tr.sum, "sum");
+    if (m.rng) check(got.coin, k.coin, "the coin drawn from the seed");
     EXPECT_EQ(wrong, 0);
     tokens.insert(k.run_c);
     cycles += r.generate_forwards;
     seconds += r.generate_seconds;
   }
   EXPECT_GE(tokens.size(), 6u);  // different story tokens, not one lucky id
-  std::printf("sample machine: %zu cases, %zu distinct story tokens, bit-exact over %lld generated cycles, %.3f ms per "
+  EXPECT_EQ(idle_nonzero, 0) << "of " << idle_checked << " probe reads on prompt cycles";
+  EXPECT_GT(idle_checked, 100000);
+  std::printf("sample machine%s: %zu cases, %zu distinct story tokens, bit-exact over %lld generated cycles, %.3f ms per "
               "cycle; the %lld stage cycles %.3f ms each\n",
-              cases.size(), tokens.size(), static_cast<long long>(cycles),
+              m.rng ? " (coins from the seed)" : "", cases.size(), tokens.size(), static_cast<long long>(cycles),
               cycles ? 1e3 * seconds / static_cast<double>(cycles) : 0.0, static_cast<long long>(stage_cycles),
               stage_cycles ? 1e3 * stage_seconds / static_cast<double>(stage_cycles) : 0.0);
+}
+
+TEST(SampleMachine, RunCSampledTokensAndEveryStageBitExactOnTheEngine) {
+  const auto build_start = std::chrono::steady_clock::now();
+  const SampleMachine m = build_sample_machine(stories260k(), SampleMachineOptions{});
+  const double build_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - build_start).count();
+  testing::print_shape("sample machine", m);
+  std::printf("sample machine: built in %.1f s, %d blocks of %d\n", build_s, m.blocks, m.block);
+  EXPECT_LE(m.compiled.weights.config.intermediate_size, 1024);
+  const int n = m.vocab;
+
+  std::vector<Case> cases;
+  for (auto& k : run_c_cases(1.0f, 42, "", 48, 9, 5)) cases.push_back(std::move(k));
+  for (auto& k : run_c_cases(0.8f, 7, "Lily", 48, 9, 5)) cases.push_back(std::move(k));
+  for (auto& k : run_c_cases(0.5f, 42, "Once upon", 48, 9, 4)) cases.push_back(std::move(k));
+  ASSERT_GE(cases.size(), 12u);
+  {  // coin 0 at a position whose first probability is below... any: run.c picks the first p > 0
+    Case z = cases[1];
+    z.what += ", coin 0";
+    z.coin = 0.0f;
+    z.run_c = reference::sample_mult(npu::sample_reference(z.logits, z.temperature, 0.0f).prob, 0.0f);
+    cases.push_back(std::move(z));
+  }
+  {  // the fallback: the smallest coin on run.c's 2^-24 grid at or above the final cdf (< 1)
+    bool found = false;
+    for (const Case& k : cases) {
+      const npu::SampleTrace tr = npu::sample_reference(k.logits, k.temperature, 0.0f);
+      const double grid = std::ceil(static_cast<double>(tr.cdf.back()) * 0x1p24);
+      if (grid >= 0x1p24) continue;
+      Case f = k;
+      f.what += ", coin above the final cdf";
+      f.coin = static_cast<float>(grid * 0x1p-24);
+      f.run_c = reference::sample_mult(tr.prob, f.coin);
+      EXPECT_EQ(f.run_c, n - 1);
+      cases.push_back(std::move(f));
+      found = true;
+      break;
+    }
+    ASSERT_TRUE(found) << "no case whose final cdf is below 1 - 2^-24";
+  }
+  expect_run_c(m, cases);
+}
+
+// Step 4 of M3: the coin from the seed on MAX's cycle (npu::rng_draw, draw POS - PLEN + 2)
+// instead of the prompt's: run.c's sampled runs with seeds 42 and 7, every stage and the
+// drawn coin bit for bit.
+TEST(SampleMachine, CoinsFromTheSeedGiveRunCSampledTokensOnTheEngine) {
+  SampleMachineOptions o;
+  o.rng = true;
+  const SampleMachine m = build_sample_machine(stories260k(), o);
+  testing::print_shape("sample machine with the RNG", m);
+  EXPECT_LE(m.compiled.weights.config.intermediate_size, 1024);
+  std::vector<Case> cases;
+  for (auto& k : run_c_cases(1.0f, 42, "", 48, 11, 4)) cases.push_back(std::move(k));
+  for (auto& k : run_c_cases(0.8f, 7, "Lily", 48, 11, 4)) cases.push_back(std::move(k));
+  for (auto& k : run_c_cases(0.5f, 42, "Once upon", 48, 11, 3)) cases.push_back(std::move(k));
+  ASSERT_GE(cases.size(), 10u);
+  EXPECT_GT(cases[4].plen, 1);  // "Lily": a prompt after BOS, so the first draw is past position 0
+  expect_run_c(m, cases);
 }
 
 }  // namespace

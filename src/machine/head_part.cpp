@@ -60,6 +60,7 @@ HeadPart::HeadPart(Assembler& as, const reference::Llama2Checkpoint& ck, const H
   as.gate_clears(first, p.ops().size(), head_);
   onehot_ = onehot;
   if (o.argmax_successor) as.computed_successor(story_token_name(0), onehot);
+  else as.discard(onehot, head_, "head.unused_onehot");  // no reader: free its dims
 
   // The winning logit, kept for RL: one row, wiped and written by HEAD.
   logit_read_ = as.input("logit.read");

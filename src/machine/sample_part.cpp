@@ -9,6 +9,7 @@
 #include "npu/float_ram.h"
 #include "npu/primitives.h"
 #include "npu/rng_draw.h"
+#include "npu/table_lookup.h"
 #include "npu/unit_attention.h"
 #include "npu/unit_sample.h"
 
@@ -304,10 +305,16 @@ SamplePart::SamplePart(Assembler& as, const reference::Llama2Config& cfg, const 
   const npu::SampleCdfState start{p.value("cdf.acc0"), p.value("cdf.seen0"), p.value("cdf.crossed0"),
                                   p.value("cdf.count0")};
   const npu::SampleCdf cdf = npu::sample_cdf_row(p, at(vocab_), prob_at, cdf_coin, start, true, cdf_on_);
+  // The successor's one-hot from the sampled index (one sublayer, its constants CDF's flag):
+  // the row's own per-index one-hot would keep n values live from the chain's first steps
+  // down to the successor, this one only the index.
+  const size_t first_hot = p.ops().size();
+  values_.onehot = npu::one_hot(p, cdf.token, vocab_, "cdf.pick");
+  compiler::enable_constants(p, first_hot, cdf_on_);
+  as.discard(cdf.onehot, cdf_on_, "cdf.unused_onehot");
   as.gate_clears(first_cdf, p.ops().size(), cdf_on_);
   values_.cdf = cdf.cdf;
   values_.lt = cdf.lt;
-  values_.onehot = cdf.onehot;
 }
 
 void SamplePart::with_block(MicroOp& op, const Stage& s, int b, bool wipes) const {

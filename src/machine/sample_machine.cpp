@@ -121,7 +121,7 @@ SampleMachine build_sample_machine(const reference::Llama2Checkpoint& ck, const 
   HeadPart head(as, ck, o, tok, [&](ValueId) { return as.register_out(); });
   const compiler::OpRange head_ops{first_head_op, p.ops().size()};
   SamplePart sample(as, cfg, o.sample, head.logits(), head.flag(), temperature.out, temperature.read_flag, coin);
-  p.order(head_ops, compiler::OpRange{head_ops.end, p.ops().size()});  // the sampler's stages below HEAD
+  p.order(head_ops, sample.stages());  // the sampler's stages below HEAD
   as.computed_successor(story_token_name(0), sample.onehot());
   const ValueId send = as.input("send.on");
   as.send(head.lanes(), send, p.ops().size());

@@ -126,23 +126,27 @@ SamplePart::SamplePart(Assembler& as, const reference::Llama2Config& cfg, const 
   };
 
   // The logit RAM: a head per block, all written (and wiped) on the logits' cycle, block b
-  // read by TEMP.b.
-  std::vector<std::vector<ValueId>> logit_out;
-  {
-    std::vector<npu::FloatRamHead> heads;
-    for (int b = 0; b < blocks_; ++b) {
-      heads.push_back(one_row_head(p, slice(logits, b * B, B), {}, logits_on, temp_.block[at(b)], "slogit.out"));
-      logit_out.push_back(heads.back().out);
-    }
-    npu::float_ram(p, npu::FloatRamWindow{o.logit_low_binade}, heads, logits_on, "sample logit RAM");
+  // read by TEMP.b into TEMP's lanes x (one gather op per head: x += the head's out, gate
+  // 128 TEMP's flag; the other heads read +0). Each head has its own negations and
+  // gather, so the three sit right below the classifier rows of their block: the logits
+  // need not stay live down to the last block, only x does.
+  const std::vector<ValueId> x = p.values("temp.logit", B);
+  for (int b = 0; b < blocks_; ++b) {
+    const npu::FloatRamHead h = one_row_head(p, slice(logits, b * B, B), {}, logits_on, temp_.block[at(b)], "slogit.out");
+    npu::float_ram(p, npu::FloatRamWindow{o.logit_low_binade}, {h}, logits_on, "sample logit RAM " + std::to_string(b));
+    std::vector<Neuron> ns;
+    for (int s = 0; s < B; ++s)
+      ns.push_back(Neuron{Lin{{{temp_.on, kGateOn}}}, Lin{{{h.out[at(s)], 1.0f / kGateOn}}}, {{x[at(s)], 1.0f}}});
+    p.mlp("temp.logit", std::move(ns));
   }
+  as.gate_clears_of(x, temp_.on);
 
   // TEMP: run.c's logits[q] /= temperature for block b, and the block's max.
-  const size_t first_temp = p.ops().size();
-  const std::vector<ValueId> x = as.gated(logit_out, {temp_.on}, "temp.logit");
+  const size_t first_scale = p.ops().size();
+  stages_.begin = first_scale;
   const ValueId recip = npu::sample_temperature_reciprocal(p, temperature, temp_.on);
   const npu::SampleScaleBlock scaled = npu::sample_scale_block(p, x, temperature, recip, npu::kNoMax, temp_.on);
-  as.gate_clears(first_temp, p.ops().size(), temp_.on);
+  as.gate_clears(first_scale, p.ops().size(), temp_.on);
   values_.scaled = scaled.scaled;
   values_.block_max = scaled.max;
   const auto scaled_out = banked(scaled.scaled, temp_, exp_, o.logit_low_binade, "scaled RAM");
@@ -311,10 +315,13 @@ SamplePart::SamplePart(Assembler& as, const reference::Llama2Config& cfg, const 
   const size_t first_hot = p.ops().size();
   values_.onehot = npu::one_hot(p, cdf.token, vocab_, "cdf.pick");
   compiler::enable_constants(p, first_hot, cdf_on_);
-  as.discard(cdf.onehot, cdf_on_, "cdf.unused_onehot");
+  // The row's own one-hot has no reader: cleared block by block (each op right after its
+  // values, so they do not stay live down the chain).
+  for (int b = 0; b < blocks_; ++b) as.discard(slice(cdf.onehot, b * B, B), cdf_on_, "cdf.unused_onehot");
   as.gate_clears(first_cdf, p.ops().size(), cdf_on_);
   values_.cdf = cdf.cdf;
   values_.lt = cdf.lt;
+  stages_.end = p.ops().size();
 }
 
 void SamplePart::with_block(MicroOp& op, const Stage& s, int b, bool wipes) const {

@@ -91,9 +91,12 @@ class SamplePart {
   // machine passes it to Assembler::computed_successor (the story tokens TOK.k).
   const std::vector<compiler::ValueId>& onehot() const { return values_.onehot; }
   const SampleValues& values() const { return values_; }
+  // The stages' ops after the logit RAM (which sits among the classifier's blocks): a
+  // machine orders them below HEAD (Program::order).
+  compiler::OpRange stages() const { return stages_; }
 
-  // Defines TEMP.0 ... CDF; CDF's successor is computed. `first`: the micro-op that starts
-  // a sampled position (TEMP.0) is named by the machine.
+  // Defines TEMP.0 ... CDF (CDF's successor is computed). What starts a sampled position
+  // (names TEMP.0, e.g. HEAD) is the machine's.
   void define();
 
  private:
@@ -113,6 +116,7 @@ class SamplePart {
   Stage temp_, exp_, prob_;
   compiler::ValueId max_on_ = 0, sum_on_ = 0, cdf_on_ = 0;
   SampleValues values_;
+  compiler::OpRange stages_;
 };
 
 }  // namespace qpu::machine

@@ -176,26 +176,6 @@ SamplePart::SamplePart(Assembler& as, const reference::Llama2Config& cfg, const 
     one[0].out = {max_out};
     npu::float_ram(p, npu::FloatRamWindow{o.logit_low_binade}, one, max_on_, "max RAM");
   }
-  // RNG (on MAX's cycle): run.c's coin of this position, draw n = pos - plen + 2, into the
-  // coin RAM that CDF reads.
-  ValueId cdf_coin = coin.value;
-  if (coin.rng) {
-    const size_t first_rng = p.ops().size();
-    const ValueId draw = p.value("rng.n");  // an exact small integer (gate 128 MAX's flag)
-    p.mlp("rng.n", {Neuron{Lin{{{max_on_, kGateOn}}},
-                           Lin{{{coin.pos, 1.0f / kGateOn}, {coin.plen, -1.0f / kGateOn}, {max_on_, 2.0f / kGateOn}}},
-                           {{draw, 1.0f}}}});
-    values_.coin = npu::rng_draw(p, coin.seed_limbs, draw, coin.max_draws, max_on_).coin;
-    as.gate_clears(first_rng, p.ops().size(), max_on_);
-    cdf_coin = p.value("rng.coin_out");
-    std::vector<npu::FloatRamHead> one(1);
-    one[0].data = {values_.coin};
-    one[0].write_flag = one[0].wipe_flag = max_on_;
-    one[0].read_flag = cdf_on_;
-    one[0].out = {cdf_coin};
-    npu::float_ram(p, npu::FloatRamWindow{-25}, one, max_on_, "coin RAM");  // 0 or k 2^-24, k < 2^24
-  }
-
   // EXP: run.c's x[i] = expf(x[i] - max_val) for block b, as (mant, exponent).
   const size_t first_exp = p.ops().size();
   const std::vector<ValueId> sx = as.gated(scaled_out, {exp_.on}, "sexp.scaled");
@@ -252,6 +232,7 @@ SamplePart::SamplePart(Assembler& as, const reference::Llama2Config& cfg, const 
   values_.sum = npu::attn_sum_from_acc(p, acc);
   compiler::enable_constants(p, first_sum, sum_on_);
   as.gate_clears(first_sum, p.ops().size(), sum_on_);
+  const compiler::OpRange sum_ops{first_sum, p.ops().size()};
   const ValueId sum_out = p.value("ssum.out");
   {
     std::vector<npu::FloatRamHead> one(1);
@@ -260,6 +241,29 @@ SamplePart::SamplePart(Assembler& as, const reference::Llama2Config& cfg, const 
     one[0].read_flag = prob_.on;
     one[0].out = {sum_out};
     npu::float_ram(p, npu::FloatRamWindow{o.sum_low_binade}, one, sum_on_, "sum RAM");
+  }
+
+  // RNG (on MAX's cycle, built after SUM: see the order below): run.c's coin of this position, draw n = pos - plen + 2, into the
+  // coin RAM that CDF reads.
+  ValueId cdf_coin = coin.value;
+  if (coin.rng) {
+    const size_t first_rng = p.ops().size();
+    const ValueId draw = p.value("rng.n");  // an exact small integer (gate 128 MAX's flag)
+    p.mlp("rng.n", {Neuron{Lin{{{max_on_, kGateOn}}},
+                           Lin{{{coin.pos, 1.0f / kGateOn}, {coin.plen, -1.0f / kGateOn}, {max_on_, 2.0f / kGateOn}}},
+                           {{draw, 1.0f}}}});
+    values_.coin = npu::rng_draw(p, coin.seed_limbs, draw, coin.max_draws, max_on_).coin;
+    as.gate_clears(first_rng, p.ops().size(), max_on_);
+    // The draw's 38 sublayers beside the narrow stretch after the SUM chain (nothing else
+    // pins them: they read only registers), not beside the classifier or the chains.
+    p.order(sum_ops, compiler::OpRange{first_rng, p.ops().size()});
+    cdf_coin = p.value("rng.coin_out");
+    std::vector<npu::FloatRamHead> one(1);
+    one[0].data = {values_.coin};
+    one[0].write_flag = one[0].wipe_flag = max_on_;
+    one[0].read_flag = cdf_on_;
+    one[0].out = {cdf_coin};
+    npu::float_ram(p, npu::FloatRamWindow{-25}, one, max_on_, "coin RAM");  // 0 or k 2^-24, k < 2^24
   }
 
   // PROB: run.c's x[i] /= sum for block b, as (pm, exponent) with pm 2^exponent == C's

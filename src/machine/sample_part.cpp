@@ -149,7 +149,7 @@ SamplePart::SamplePart(Assembler& as, const reference::Llama2Config& cfg, const 
   as.gate_clears(first_scale, p.ops().size(), temp_.on);
   values_.scaled = scaled.scaled;
   values_.block_max = scaled.max;
-  const auto scaled_out = banked(scaled.scaled, temp_, exp_, o.logit_low_binade, "scaled RAM");
+  const auto scaled_out = banked(scaled.scaled, temp_, exp_, o.scaled_low_binade, "scaled RAM");
   std::vector<ValueId> block_max;
   {
     std::vector<npu::FloatRamHead> one(1);
@@ -160,7 +160,7 @@ SamplePart::SamplePart(Assembler& as, const reference::Llama2Config& cfg, const 
       heads.push_back(one_row_head(p, {scaled.max}, neg[0], temp_.block[at(b)], max_on_, "sbmax.out"));
       block_max.push_back(heads.back().out[0]);
     }
-    npu::float_ram(p, npu::FloatRamWindow{o.logit_low_binade}, heads, temp_.on, "block-max RAM");
+    npu::float_ram(p, npu::FloatRamWindow{o.scaled_low_binade}, heads, temp_.on, "block-max RAM");
   }
 
   // MAX: softmax's max over the block maxima (value-wise order-free: the tree is the scan).
@@ -174,7 +174,7 @@ SamplePart::SamplePart(Assembler& as, const reference::Llama2Config& cfg, const 
     one[0].write_flag = one[0].wipe_flag = max_on_;
     one[0].read_flag = exp_.on;
     one[0].out = {max_out};
-    npu::float_ram(p, npu::FloatRamWindow{o.logit_low_binade}, one, max_on_, "max RAM");
+    npu::float_ram(p, npu::FloatRamWindow{o.scaled_low_binade}, one, max_on_, "max RAM");
   }
   // EXP: run.c's x[i] = expf(x[i] - max_val) for block b, as (mant, exponent).
   const size_t first_exp = p.ops().size();

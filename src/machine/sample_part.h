@@ -38,7 +38,10 @@ namespace qpu::machine {
 
 struct SampleOptions {
   int block = 8;                 // logits per TEMP / EXP / PROB cycle (a divisor of the vocabulary)
-  int logit_low_binade = -31;    // logits and scaled logits: 0 and |x| in [2^-31, 2^6)
+  int logit_low_binade = -31;    // logits: 0 and |x| in [2^-31, 2^6) (stories260K: [2^-23, 24.6])
+  // Scaled logits, their block maxima and max: 0 and |x| in [2^-28, 2^9), i.e. for
+  // stories260K's logits every temperature in [0.05, 32].
+  int scaled_low_binade = -28;
   int exp_low_binade = -24;      // mant in [2^-23, 4) and integer exponents >= -151
   int sum_low_binade = -27;      // the softmax sum in [1, n]
   int prob_low_binade = -29;     // pm in [2^-22, 4) or pm 2^30 in [2^-24, 2^8), exponents >= -151

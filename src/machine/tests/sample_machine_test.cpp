@@ -249,7 +249,18 @@ TEST(SampleMachine, RunCSampledTokensAndEveryStageBitExactOnTheEngine) {
   for (auto& k : run_c_cases(1.0f, 42, "", 48, 9, 5)) cases.push_back(std::move(k));
   for (auto& k : run_c_cases(0.8f, 7, "Lily", 48, 9, 5)) cases.push_back(std::move(k));
   for (auto& k : run_c_cases(0.5f, 42, "Once upon", 48, 9, 4)) cases.push_back(std::move(k));
-  ASSERT_GE(cases.size(), 12u);
+  // The temperature's ends for stories260K's logits ([2^-23, 24.6]): 0.1 (scaled logits up
+  // to ~250) and 3 (down to ~2^-25).
+  for (auto& k : run_c_cases(0.1f, 1, "", 24, 11, 2)) cases.push_back(std::move(k));
+  for (auto& k : run_c_cases(3.0f, 2, "", 24, 11, 2)) cases.push_back(std::move(k));
+  ASSERT_GE(cases.size(), 16u);
+  float widest = 0.0f, narrowest = 1e9f;  // the scaled logits' range over the cases
+  for (const Case& k : cases)
+    for (float l : npu::sample_reference(k.logits, k.temperature, 0.0f).scaled)
+      if (l != 0.0f) widest = std::max(widest, std::fabs(l)), narrowest = std::min(narrowest, std::fabs(l));
+  std::printf("sample machine: scaled logits with |x| in [%a, %a]\n", static_cast<double>(narrowest),
+              static_cast<double>(widest));
+  EXPECT_GT(widest, 0x1p7f);  // above the logit RAM's window: the scaled RAMs' own matters
   {  // coin 0 at a position whose first probability is below... any: run.c picks the first p > 0
     Case z = cases[1];
     z.what += ", coin 0";

@@ -60,7 +60,6 @@ HeadPart::HeadPart(Assembler& as, const reference::Llama2Checkpoint& ck, const H
   as.gate_clears(first, p.ops().size(), head_);
   onehot_ = onehot;
   if (o.argmax_successor) as.computed_successor(story_token_name(0), onehot);
-  else as.discard(onehot, head_, "head.unused_onehot");  // no reader: free its dims
 
   // The winning logit, kept for RL: one row, wiped and written by HEAD.
   logit_read_ = as.input("logit.read");
@@ -80,12 +79,10 @@ void HeadPart::define(int first_lane, ValueId send, const HeadControl& c) {
     op.sets = {{head_, 1.0f}};
     op.sets.insert(op.sets.end(), c.head_sets.begin(), c.head_sets.end());
     op.read_register = c.x_register;
-    if (argmax_successor_) {
-      op.timing = SuccessorTiming::Computed;
-    } else {
-      if (c.next.empty()) fail("head: HEAD names no successor and computes none");
+    if (argmax_successor_ || c.next.empty())
+      op.timing = SuccessorTiming::Computed;  // the argmax's, or one the machine computes from onehot()
+    else
       op.successor = as_.control_index(c.next);
-    }
     as_.define("HEAD", std::move(op));
   }
   for (int k = 0; k < vocab_; ++k) {

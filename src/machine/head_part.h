@@ -24,8 +24,10 @@ struct HeadOptions {
   int block_rows = 86;
   int logit_low_binade = -31;  // the logit RAM holds 0 and |logit| in [2^-31, 2^6)
   // true: the argmax's one-hot (or the forced token's) is the computed successor TOK.k.
-  // false: it is only exposed (HeadPart::onehot()) and HEAD names HeadControl::next
-  // (a machine whose story token another part chooses, e.g. the sampler's CDF).
+  // false: it is only exposed (HeadPart::onehot()); HEAD names HeadControl::next, or, when
+  // that is empty, its successor is the one the machine computes (e.g. from onehot() and
+  // the sampler's, machine/sample_part.h). A machine that does not read onehot() clears
+  // it (Assembler::discard).
   bool argmax_successor = true;
 };
 
@@ -35,7 +37,8 @@ struct HeadControl {
   // TOK.k's micro-op but its write of k into TOK (HeadPart adds that): its successor(s)
   // and any flags it sets.
   std::function<MicroOp(int k)> story_token;
-  // HEAD's successor when HeadOptions::argmax_successor is false.
+  // HEAD's successor when HeadOptions::argmax_successor is false (empty: computed by the
+  // machine).
   std::string next;
 };
 

@@ -56,14 +56,16 @@ std::vector<int64_t> SampleMachine::load_and_run_seeded(const std::vector<float>
   return t;
 }
 
-std::vector<int64_t> SampleMachine::expected(int k, float logit) const {
+std::vector<int64_t> SampleMachine::expected(int k, float logit, bool sampled) const {
   std::vector<int64_t> s;
-  for (int b = 0; b < blocks; ++b) s.push_back(id(SamplePart::temp_name(b)));
-  s.push_back(id("MAX"));
-  for (int b = 0; b < blocks; ++b) s.push_back(id(SamplePart::exp_name(b)));
-  s.push_back(id("SUM"));
-  for (int b = 0; b < blocks; ++b) s.push_back(id(SamplePart::prob_name(b)));
-  s.push_back(id("CDF"));
+  for (int b = 0; sampled && b < blocks; ++b) s.push_back(id(SamplePart::temp_name(b)));
+  if (sampled) {
+    s.push_back(id("MAX"));
+    for (int b = 0; b < blocks; ++b) s.push_back(id(SamplePart::exp_name(b)));
+    s.push_back(id("SUM"));
+    for (int b = 0; b < blocks; ++b) s.push_back(id(SamplePart::prob_name(b)));
+    s.push_back(id("CDF"));
+  }
   s.push_back(story_token(k));
   s.push_back(id("RT"));
   for (int64_t v : value_tokens(static_cast<float>(k))) s.push_back(v);
@@ -122,7 +124,8 @@ SampleMachine build_sample_machine(const reference::Llama2Checkpoint& ck, const 
   const compiler::OpRange head_ops{first_head_op, p.ops().size()};
   SamplePart sample(as, cfg, o.sample, head.logits(), head.flag(), temperature.out, temperature.read_flag, coin);
   p.order(head_ops, sample.stages());  // the sampler's stages below HEAD
-  as.computed_successor(story_token_name(0), sample.onehot());
+  // TOK.0 ... TOK.(vocab - 1), TEMP.0: HEAD's argmax when T = 0, else TEMP.0; CDF's pick.
+  as.computed_successor(story_token_name(0), sample.successor(head.onehot(), head.flag(), temperature.out));
   const ValueId send = as.input("send.on");
   as.send(head.lanes(), send, p.ops().size());
 
@@ -134,7 +137,7 @@ SampleMachine build_sample_machine(const reference::Llama2Checkpoint& ck, const 
                                                 r + 1 < coin_registers.size() ? coin_registers[r + 1].first : std::string("HEAD")));
   HeadControl control;
   control.x_register = 0;
-  control.next = SamplePart::temp_name(0);
+  control.head_sets = {{temperature.read_flag, 1.0f}};  // greedy (T = 0) or sampled
   control.story_token = [&](int) { return as.step("RT"); };
   head.define(0, send, control);
   sample.define();

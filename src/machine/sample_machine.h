@@ -8,7 +8,8 @@
 // token count (with BOS) into PLEN and the position into POS, and MAX draws the coin
 // (npu::rng_draw, draw n = POS - PLEN + 2: run.c's random_f32 of that position):
 //
-//   HEAD                 rmsnorm, the classifier: the logits (the argmax is not used)
+//   HEAD                 rmsnorm, the classifier: the logits; with T = 0 (run.c's greedy)
+//                        its argmax names TOK.k at once, else TEMP.0 (SamplePart::successor)
 //   TEMP.b (b < nb)      logits / t, block b, and its max
 //   MAX                  softmax's max (and the coin from the seed, with rng)
 //   EXP.b                expf(x - max), block b
@@ -52,7 +53,8 @@ struct SampleMachine : AssembledMachine {
                                            int pos) const;
   // What the machine generates after HEAD when the sampler picks k (HEAD's argmax logit
   // `logit`): TEMP.0 ... CDF, TOK.k, RT, the parts of k, RL, the parts of the logit, DONE.
-  std::vector<int64_t> expected(int k, float logit) const;
+  // sampled false (temperature 0, run.c's greedy argmax): TOK.k directly.
+  std::vector<int64_t> expected(int k, float logit, bool sampled = true) const;
   int64_t story_token(int k) const;  // TOK.k
 };
 

@@ -144,8 +144,10 @@ SamplePart::SamplePart(Assembler& as, const reference::Llama2Config& cfg, const 
   // TEMP: run.c's logits[q] /= temperature for block b, and the block's max.
   const size_t first_scale = p.ops().size();
   stages_.begin = first_scale;
-  const ValueId recip = npu::sample_temperature_reciprocal(p, temperature, temp_.on);
-  const npu::SampleScaleBlock scaled = npu::sample_scale_block(p, x, temperature, recip, npu::kNoMax, temp_.on);
+  // T through TEMP's flag: HEAD reads the register too (greedy or sampled).
+  const ValueId temp_t = as.gated(std::vector<ValueId>{temperature}, std::vector<ValueId>{temp_.on}, "temp.t")[0];
+  const ValueId recip = npu::sample_temperature_reciprocal(p, temp_t, temp_.on);
+  const npu::SampleScaleBlock scaled = npu::sample_scale_block(p, x, temp_t, recip, npu::kNoMax, temp_.on);
   as.gate_clears(first_scale, p.ops().size(), temp_.on);
   values_.scaled = scaled.scaled;
   values_.block_max = scaled.max;
@@ -313,12 +315,10 @@ SamplePart::SamplePart(Assembler& as, const reference::Llama2Config& cfg, const 
   const npu::SampleCdfState start{p.value("cdf.acc0"), p.value("cdf.seen0"), p.value("cdf.crossed0"),
                                   p.value("cdf.count0")};
   const npu::SampleCdf cdf = npu::sample_cdf_row(p, at(vocab_), prob_at, cdf_coin, start, true, cdf_on_);
-  // The successor's one-hot from the sampled index (one sublayer, its constants CDF's flag):
-  // the row's own per-index one-hot would keep n values live from the chain's first steps
-  // down to the successor, this one only the index.
-  const size_t first_hot = p.ops().size();
-  values_.onehot = npu::one_hot(p, cdf.token, vocab_, "cdf.pick");
-  compiler::enable_constants(p, first_hot, cdf_on_);
+  // The successor's one-hot comes from the sampled index (successor(): one one-hot of
+  // HEAD's or CDF's index at the bottom): the row's own per-index one-hot would keep n
+  // values live from the chain's first steps down to the successor, the index is one.
+  token_ = cdf.token;
   // The row's own one-hot has no reader: cleared block by block (each op right after its
   // values, so they do not stay live down the chain).
   for (int b = 0; b < blocks_; ++b) as.discard(slice(cdf.onehot, b * B, B), cdf_on_, "cdf.unused_onehot");
@@ -326,6 +326,50 @@ SamplePart::SamplePart(Assembler& as, const reference::Llama2Config& cfg, const 
   values_.cdf = cdf.cdf;
   values_.lt = cdf.lt;
   stages_.end = p.ops().size();
+}
+
+std::vector<ValueId> SamplePart::successor(const std::vector<ValueId>& head_onehot, ValueId head_flag,
+                                           ValueId temperature) {
+  if (head_onehot.size() != at(vocab_)) fail("sample part: a head one-hot of {}, vocabulary {}", head_onehot.size(), vocab_);
+  compiler::Program& p = as_.program();
+  // sampled = [t > 0] on HEAD's cycle (t is 0 or in [2^-12, 2^12): greater's window).
+  const size_t first = p.ops().size();
+  const ValueId sampled = npu::greater(p, temperature, p.value("head.t_zero"));
+  compiler::enable_constants(p, first, head_flag);
+  as_.gate_clears(first, p.ops().size(), head_flag);
+  // HEAD's choice goes down to the successor as an index, not as its one-hot (n values
+  // live over every stage): pick = [HEAD and t = 0] and the chosen index when picked
+  // (both +-0 otherwise). At the bottom one one-hot of HEAD's picked index or CDF's sampled
+  // one (at most one of them nonzero; enable pick + CDF's flag), so only one set of n
+  // values is ever live there.
+  const ValueId pick = p.value("head.pick"), index = p.value("head.index");
+  {
+    const Lin greedy{{{head_flag, kGateOn}, {sampled, -kGateOn}}};  // 128 exactly when HEAD runs with t = 0
+    Lin k_sum;
+    for (size_t k = 0; k < at(vocab_); ++k) k_sum.terms.push_back({head_onehot[k], static_cast<float>(k) / kGateOn});
+    p.mlp("head.index", {Neuron{greedy, Lin{{{head_flag, 1.0f / kGateOn}}}, {{pick, 1.0f}}},
+                         Neuron{greedy, std::move(k_sum), {{index, 1.0f}}}});
+    as_.gate_own_clears({pick});
+    as_.gate_clears_of({index}, pick);
+  }
+  const size_t first_hot = p.ops().size();
+  const ValueId chosen = p.value("story.index"), enable = p.value("story.on");
+  p.mlp("story.index", {Neuron{Lin{{{pick, kGateOn}, {cdf_on_, kGateOn}}},
+                               Lin{{{index, 1.0f / kGateOn}, {token_, 1.0f / kGateOn}}}, {{chosen, 1.0f}}},
+                        Neuron{Lin{{{pick, kGateOn}, {cdf_on_, kGateOn}}},
+                               Lin{{{pick, 1.0f / kGateOn}, {cdf_on_, 1.0f / kGateOn}}}, {{enable, 1.0f}}}});
+  as_.gate_own_clears({enable});
+  as_.gate_clears_of({chosen}, enable);
+  const size_t first_one_hot = p.ops().size();
+  values_.onehot = npu::one_hot(p, chosen, vocab_, "story.hot");
+  compiler::enable_constants(p, first_one_hot, enable);
+  as_.gate_clears(first_one_hot, p.ops().size(), enable);
+  p.order(stages_, compiler::OpRange{first_hot, p.ops().size()});  // at the bottom, after CDF's index
+  std::vector<ValueId> hot = values_.onehot;
+  hot.push_back(p.value("story.temp0"));  // TEMP.0: sampled, copied
+  p.mlp("story.temp0", {Neuron{Lin{{{sampled, kGateOn}}}, Lin{{{sampled, 1.0f / kGateOn}}}, {{hot.back(), 1.0f}}}});
+  as_.gate_own_clears({hot.back()});  // exactly 0 or 1
+  return hot;
 }
 
 void SamplePart::with_block(MicroOp& op, const Stage& s, int b, bool wipes) const {

@@ -69,7 +69,7 @@ struct SampleValues {
   std::vector<compiler::ValueId> mant, exponent; // EXP.b: expf(scaled - max) = mant 2^exponent
   compiler::ValueId sum = 0;                     // SUM: softmax's sum
   std::vector<compiler::ValueId> pm;             // PROB.b: p = pm 2^exponent (the exp's exponent)
-  std::vector<compiler::ValueId> cdf, lt, onehot;  // CDF: per index, cdf tier-encoded, [coin < cdf], the pick
+  std::vector<compiler::ValueId> cdf, lt, onehot;  // CDF: per index, cdf tier-encoded, [coin < cdf], the pick (successor())
   compiler::ValueId coin = 0;                    // MAX (SampleCoin::rng only): the drawn coin
 };
 
@@ -90,10 +90,18 @@ class SamplePart {
              compiler::ValueId temperature_read, const SampleCoin& coin);
 
   int blocks() const { return blocks_; }
-  // CDF's one-hot over the vocabulary (exactly 0 or 1, +-0 on every other cycle): the
-  // machine passes it to Assembler::computed_successor (the story tokens TOK.k).
+  // The story token's one-hot over the vocabulary (after successor(): CDF's pick on its
+  // cycle, HEAD's greedy one on HEAD's, +-0 on every other).
   const std::vector<compiler::ValueId>& onehot() const { return values_.onehot; }
   const SampleValues& values() const { return values_; }
+  // run.c's choice between greedy and sampling (temperature 0 or not) as HEAD's successor:
+  // the one-hot over the control tokens TOK.0 ... TOK.(vocab - 1), TEMP.0 (consecutive
+  // names: Assembler::computed_successor from TOK.0) that is, on HEAD's cycle (flag
+  // `head_flag`), HEAD's one-hot (argmax or forced token, exactly 0/1, +-0 on other
+  // cycles) when `temperature` (T as HEAD reads it, +0 on other cycles) is 0, else TEMP.0;
+  // on CDF's cycle, CDF's one-hot. HEAD is then a Computed micro-op.
+  std::vector<compiler::ValueId> successor(const std::vector<compiler::ValueId>& head_onehot,
+                                           compiler::ValueId head_flag, compiler::ValueId temperature);
   // The stages' ops after the logit RAM (which sits among the classifier's blocks): a
   // machine orders them below HEAD (Program::order).
   compiler::OpRange stages() const { return stages_; }
@@ -120,6 +128,7 @@ class SamplePart {
   compiler::ValueId max_on_ = 0, sum_on_ = 0, cdf_on_ = 0;
   SampleValues values_;
   compiler::OpRange stages_;
+  compiler::ValueId token_ = 0;  // CDF's sampled index (an exact integer, +-0 on other cycles)
 };
 
 }  // namespace qpu::machine

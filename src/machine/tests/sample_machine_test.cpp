@@ -171,21 +171,23 @@ void expect_run_c(const SampleMachine& m, const std::vector<Case>& cases) {
   };
 
   std::set<int> tokens;
+  int greedy = 0;
   int64_t cycles = 0;
   double seconds = 0;
   bool first = true;
   for (const Case& k : cases) {
     SCOPED_TRACE(k.what);
-    const npu::SampleTrace tr = npu::sample_reference(k.logits, k.temperature, k.coin);
-    ASSERT_EQ(tr.index, k.run_c);  // the C composition is run.c's sampler
+    const bool sampled = k.temperature != 0.0f;  // run.c: temperature 0 is the greedy argmax
+    const auto argmax = static_cast<size_t>(reference::sample_argmax(k.logits));
+    const npu::SampleTrace tr = npu::sample_reference(k.logits, sampled ? k.temperature : 1.0f, k.coin);
+    ASSERT_EQ(sampled ? tr.index : static_cast<int>(argmax), k.run_c);  // the C composition is run.c's sampler
     std::vector<int64_t> prompt;
     if (first) prompt.push_back(m.id("HDR"));
     first = false;
     for (int64_t t : m.rng ? m.load_and_run_seeded(k.x, k.temperature, k.seed, k.plen, k.pos)
                                : m.load_and_run(k.x, k.temperature, k.coin))
       prompt.push_back(t);
-    const auto argmax = static_cast<size_t>(reference::sample_argmax(k.logits));
-    const std::vector<int64_t> want = m.expected(k.run_c, k.logits[argmax]);
+    const std::vector<int64_t> want = m.expected(k.run_c, k.logits[argmax], sampled);
     reset();
     in_prompt = true;
     const testing::Run r = testing::run_greedy(m, prompt, step, static_cast<int64_t>(want.size()) + 4);
@@ -196,6 +198,13 @@ void expect_run_c(const SampleMachine& m, const std::vector<Case>& cases) {
     const std::vector<int64_t>& g = r.generated;
     const size_t rt = want.size() - 9;  // RT, k, RL, the logit, DONE
     EXPECT_EQ(m.decode(g[rt + 1], g[rt + 2], g[rt + 3]), static_cast<float>(k.run_c));
+    tokens.insert(k.run_c);
+    cycles += r.generate_forwards;
+    seconds += r.generate_seconds;
+    if (!sampled) {  // HEAD named TOK.k itself: no stage ran
+      greedy += 1;
+      continue;
+    }
     // Every stage's values, bit for bit (+0 for a cdf of 0: C's cdf is never -0).
     int wrong = 0;
     auto check = [&](float have, float want_value, const std::string& what) {
@@ -222,16 +231,13 @@ void expect_run_c(const SampleMachine& m, const std::vector<Case>& cases) {
     check(got.sum, tr.sum, "sum");
     if (m.rng) check(got.coin, k.coin, "the coin drawn from the seed");
     EXPECT_EQ(wrong, 0);
-    tokens.insert(k.run_c);
-    cycles += r.generate_forwards;
-    seconds += r.generate_seconds;
   }
   EXPECT_GE(tokens.size(), 6u);  // different story tokens, not one lucky id
   EXPECT_EQ(idle_nonzero, 0) << "of " << idle_checked << " probe reads on prompt cycles";
   EXPECT_GT(idle_checked, 100000);
-  std::printf("sample machine%s: %zu cases, %zu distinct story tokens, bit-exact over %lld generated cycles, %.3f ms per "
+  std::printf("sample machine%s: %zu cases (%d greedy), %zu distinct story tokens, bit-exact over %lld generated cycles, %.3f ms per "
               "cycle; the %lld stage cycles %.3f ms each\n",
-              m.rng ? " (coins from the seed)" : "", cases.size(), tokens.size(), static_cast<long long>(cycles),
+              m.rng ? " (coins from the seed)" : "", cases.size(), greedy, tokens.size(), static_cast<long long>(cycles),
               cycles ? 1e3 * seconds / static_cast<double>(cycles) : 0.0, static_cast<long long>(stage_cycles),
               stage_cycles ? 1e3 * stage_seconds / static_cast<double>(stage_cycles) : 0.0);
 }
@@ -285,6 +291,12 @@ TEST(SampleMachine, RunCSampledTokensAndEveryStageBitExactOnTheEngine) {
     }
     ASSERT_TRUE(found) << "no case whose final cdf is below 1 - 2^-24";
   }
+  // Temperature 0: run.c's greedy argmax, HEAD's own choice (the story "Once upon a time"),
+  // between sampled cases and at the end.
+  std::vector<Case> greedy = run_c_cases(0.0f, 42, "Once upon a time", 40, 7, 4);
+  ASSERT_EQ(greedy.size(), 4u);
+  cases.insert(cases.begin() + 3, greedy.begin(), greedy.begin() + 2);
+  cases.insert(cases.end(), greedy.begin() + 2, greedy.end());
   expect_run_c(m, cases);
 }
 

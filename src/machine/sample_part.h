@@ -19,9 +19,10 @@
 //   PROB.b  block b's exps and the sum: p = e / sum as (pm, exponent)
 //           (npu::attn_probability; pm split in two columns as the attention's prob RAM)
 //           -> the prob RAM (a head per block);
-//   CDF     every probability and the coin (a register, or the coin RAM) (npu::sample_cdf_row: C's cdf += p, coin <
-//           cdf, the first crossing or run.c's fallback n - 1) -> its one-hot, which the
-//           machine makes the computed successor (the story token TOK.k, as HEAD's argmax).
+//   CDF     every probability and the coin (a register, or the coin RAM)
+//           (npu::sample_cdf_row: C's cdf += p, coin < cdf, the first crossing or run.c's
+//           fallback n - 1) -> the sampled index, whose one-hot (successor()) is the
+//           computed successor, the story token TOK.k (HEAD's argmax when t = 0).
 //
 // Every unit keeps the idle contract: its constants are its stage's flag, its operands
 // RAM reads or registers read only on its cycles, so on every other cycle each value it

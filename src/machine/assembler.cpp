@@ -368,6 +368,13 @@ void Assembler::gate_own_clears(const std::vector<ValueId>& flags) {
   for (ValueId f : flags) clear_enables_.push_back({f, f});
 }
 
+void Assembler::discard(const std::vector<ValueId>& values, ValueId enable, const std::string& label) {
+  std::vector<Neuron> ns;
+  for (ValueId v : values) ns.push_back(Neuron{Lin{{{enable, kOn}}}, Lin{{{v, -1.0f / kOn}}}, {{v, 1.0f}}});
+  p_.mlp(label, std::move(ns));
+  gate_clears_of(values, enable);
+}
+
 ValueId Assembler::input(const std::string& name) {
   const ValueId v = p_.value(name);
   inputs_.push_back(v);

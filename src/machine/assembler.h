@@ -206,6 +206,12 @@ class Assembler {
   void gate_clears_of(const std::vector<compiler::ValueId>& values, compiler::ValueId enable);
   // Each value its own enable (values exactly 0 or 1 at their last write).
   void gate_own_clears(const std::vector<compiler::ValueId>& flags);
+  // Values a unit writes that no op reads (e.g. the greedy head's one-hot where another
+  // part chooses the successor): clear_dead.h keeps an unread value's dim to the end of the
+  // program, so each gets a self-clear here (gate 128 enable, up -v/128, +1 onto v: one
+  // op), which ends its dim's use right after it. `enable`: exactly 1 or +-0, and +-0
+  // only where every value is (the unit's enable).
+  void discard(const std::vector<compiler::ValueId>& values, compiler::ValueId enable, const std::string& label);
 
   // A computed successor: control tokens first, first + 1, ... first + onehot.size() - 1
   // (consecutive names) are chosen by `onehot` (values exactly 0 or 1, at most one 1,

@@ -22,7 +22,7 @@ std::vector<std::string> HeadPart::names(const reference::Llama2Config& cfg) {
 
 HeadPart::HeadPart(Assembler& as, const reference::Llama2Checkpoint& ck, const HeadOptions& o,
                    const Assembler::Immediate& tok, const FromFlag& x, const FromFlag& forced)
-    : as_(as), vocab_(ck.config().vocab_size), tok_(tok) {
+    : as_(as), vocab_(ck.config().vocab_size), tok_(tok), argmax_successor_(o.argmax_successor) {
   if (o.block_rows < 1) fail("head: {} classifier rows per block", o.block_rows);
   compiler::Program& p = as.program();
   head_ = as.input("head.on");
@@ -58,7 +58,8 @@ HeadPart::HeadPart(Assembler& as, const reference::Llama2Checkpoint& ck, const H
     p.mlp("head.next", std::move(ns));
   }
   as.gate_clears(first, p.ops().size(), head_);
-  as.computed_successor(story_token_name(0), onehot);
+  onehot_ = onehot;
+  if (o.argmax_successor) as.computed_successor(story_token_name(0), onehot);
 
   // The winning logit, kept for RL: one row, wiped and written by HEAD.
   logit_read_ = as.input("logit.read");
@@ -78,7 +79,10 @@ void HeadPart::define(int first_lane, ValueId send, const HeadControl& c) {
     op.sets = {{head_, 1.0f}};
     op.sets.insert(op.sets.end(), c.head_sets.begin(), c.head_sets.end());
     op.read_register = c.x_register;
-    op.timing = SuccessorTiming::Computed;
+    if (argmax_successor_ || c.next.empty())
+      op.timing = SuccessorTiming::Computed;  // the argmax's, or one the machine computes from onehot()
+    else
+      op.successor = as_.control_index(c.next);
     as_.define("HEAD", std::move(op));
   }
   for (int k = 0; k < vocab_; ++k) {

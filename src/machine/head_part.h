@@ -23,6 +23,12 @@ struct HeadOptions {
   // layers; 64 rows fit too (596 layers), 103 (5 blocks) need hidden 1,152.
   int block_rows = 86;
   int logit_low_binade = -31;  // the logit RAM holds 0 and |logit| in [2^-31, 2^6)
+  // true: the argmax's one-hot (or the forced token's) is the computed successor TOK.k.
+  // false: it is only exposed (HeadPart::onehot()); HEAD names HeadControl::next, or, when
+  // that is empty, its successor is the one the machine computes (e.g. from onehot() and
+  // the sampler's, machine/sample_part.h). A machine that does not read onehot() clears
+  // it (Assembler::discard).
+  bool argmax_successor = true;
 };
 
 struct HeadControl {
@@ -31,6 +37,9 @@ struct HeadControl {
   // TOK.k's micro-op but its write of k into TOK (HeadPart adds that): its successor(s)
   // and any flags it sets.
   std::function<MicroOp(int k)> story_token;
+  // HEAD's successor when HeadOptions::argmax_successor is false (empty: computed by the
+  // machine).
+  std::string next;
 };
 
 class HeadPart {
@@ -50,6 +59,8 @@ class HeadPart {
   // The classifier's logits (run.c's logits vector), complete before the argmax reads
   // them on HEAD's cycle (AssembledMachine::probes).
   const std::vector<compiler::ValueId>& logits() const { return logits_; }
+  // The one-hot of the story token HEAD chooses (the argmax, or the forced token).
+  const std::vector<compiler::ValueId>& onehot() const { return onehot_; }
 
   // Lanes: TOK, the winning logit.
   const std::vector<compiler::ValueId>& lanes() const { return lanes_; }
@@ -61,8 +72,9 @@ class HeadPart {
   Assembler& as_;
   int vocab_ = 0;
   Assembler::Immediate tok_;
+  bool argmax_successor_ = true;
   compiler::ValueId head_ = 0, logit_read_ = 0;
-  std::vector<compiler::ValueId> lanes_, logits_;
+  std::vector<compiler::ValueId> lanes_, logits_, onehot_;
 };
 
 std::string story_token_name(int k);  // TOK.k

@@ -1,0 +1,411 @@
+#include "machine/sample_part.h"
+
+#include <algorithm>
+#include <string>
+
+#include "common/error.h"
+#include "compiler/enable.h"
+#include "compiler/gdn_layout.h"
+#include "npu/float_ram.h"
+#include "npu/primitives.h"
+#include "npu/rng_draw.h"
+#include "npu/table_lookup.h"
+#include "npu/unit_attention.h"
+#include "npu/unit_sample.h"
+
+namespace qpu::machine {
+
+using compiler::Lin;
+using compiler::Neuron;
+using compiler::ValueId;
+
+namespace {
+
+constexpr float kGateOn = 128.0f;  // silu(128) == 128: a gate of 128 flag passes a value exactly
+// pm is 0 or in [2^-54, 4): wider than a RAM window, so the prob RAM stores pm itself when
+// pm >= 2^-22 and pm 2^30 below (one of the two +-0), as the attention's prob RAM.
+constexpr float kProbSplit = 0x1p-22f, kProbSmallScale = 0x1p30f;
+
+size_t at(int i) { return static_cast<size_t>(i); }
+
+int bits_for(int n) {
+  int b = 0;
+  while ((1 << b) < n) ++b;
+  return b;
+}
+
+std::vector<ValueId> slice(const std::vector<ValueId>& v, int first, int count) {
+  return {v.begin() + first, v.begin() + first + count};
+}
+
+// One head: its data (with negations made once for all heads of that data), written and
+// wiped by `write`, read when `read`, into fresh out values.
+npu::FloatRamHead one_row_head(compiler::Program& p, const std::vector<ValueId>& data,
+                               const std::vector<ValueId>& negated, ValueId write, ValueId read,
+                               const std::string& label) {
+  npu::FloatRamHead h;
+  h.data = data;
+  h.negated = negated;
+  h.write_flag = h.wipe_flag = write;
+  h.read_flag = read;
+  h.out = p.values(label, static_cast<int>(data.size()));
+  return h;
+}
+
+}  // namespace
+
+std::string SamplePart::temp_name(int b) { return "TEMP." + std::to_string(b); }
+std::string SamplePart::exp_name(int b) { return "EXP." + std::to_string(b); }
+std::string SamplePart::prob_name(int b) { return "PROB." + std::to_string(b); }
+
+std::vector<std::string> SamplePart::names(const reference::Llama2Config& cfg, const SampleOptions& o) {
+  if (o.block < 1 || cfg.vocab_size % o.block != 0)
+    fail("sample part: blocks of {} logits do not divide the vocabulary of {}", o.block, cfg.vocab_size);
+  const int nb = cfg.vocab_size / o.block;
+  std::vector<std::string> n;
+  for (int b = 0; b < nb; ++b) n.push_back(temp_name(b));
+  n.push_back("MAX");
+  for (int b = 0; b < nb; ++b) n.push_back(exp_name(b));
+  n.push_back("SUM");
+  for (int b = 0; b < nb; ++b) n.push_back(prob_name(b));
+  n.push_back("CDF");
+  return n;
+}
+
+SamplePart::SamplePart(Assembler& as, const reference::Llama2Config& cfg, const SampleOptions& o,
+                       const std::vector<ValueId>& logits, ValueId logits_on, ValueId temperature,
+                       ValueId temperature_read, const SampleCoin& coin)
+    : as_(as), vocab_(cfg.vocab_size), block_(o.block), temperature_read_(temperature_read), coin_(coin) {
+  if (coin.rng == (coin.value != compiler::kNever)) fail("sample part: the coin is a register or the RNG, not both or none");
+  names(cfg, o);  // the block size's check
+  if (logits.size() != at(vocab_)) fail("sample part: {} logits for a vocabulary of {}", logits.size(), vocab_);
+  blocks_ = vocab_ / block_;
+  const compiler::GdnLayout layout = compiler::GdnLayout::for_dims(as.options().key_dim, as.options().value_dim);
+  if (npu::floats_per_row(layout) < 3 * block_)
+    fail("sample part: a RAM row holds {} floats, a block's probabilities need {}", npu::floats_per_row(layout), 3 * block_);
+  // Banked RAMs (written one block per cycle, read one block per cycle): rows_ blocks per
+  // head, the row a block's address bits.
+  rows_ = static_cast<int>(std::min<int64_t>(layout.rows(), blocks_));
+  const int groups = (blocks_ + rows_ - 1) / rows_, row_bits = bits_for(rows_);
+  for (auto [s, prefix] : {std::pair{&temp_, "temp"}, std::pair{&exp_, "sexp"}, std::pair{&prob_, "sprob"}}) {
+    s->on = as.input(std::string(prefix) + ".on");
+    s->block = as.inputs(std::string(prefix) + ".block", blocks_);
+    s->group = as.inputs(std::string(prefix) + ".group", groups);
+    s->row = as.inputs(std::string(prefix) + ".row", row_bits);
+  }
+  temp_.wipe = as.inputs("temp.wipe", groups);
+  exp_.wipe = as.inputs("sexp.wipe", groups);
+  max_on_ = as.input("smax.on");
+  sum_on_ = as.input("ssum.on");
+  cdf_on_ = as.input("cdf.on");
+  compiler::Program& p = as.program();
+  const int B = block_;
+
+  // A banked RAM: head g holds blocks [rows_ g, rows_ g + rows_), block b at row b mod
+  // rows_; written by stage w (its group flag and row bits; head g wiped at its row 0),
+  // read by stage r. Returns the heads' out values (one head reads at a time).
+  auto banked = [&](const std::vector<ValueId>& data, const Stage& w, const Stage& r, int low_binade,
+                    const std::string& label) {
+    std::vector<npu::FloatRamHead> heads;
+    std::vector<std::vector<ValueId>> outs;
+    for (int g = 0; g < groups; ++g) {
+      npu::FloatRamHead h;
+      h.data = data;
+      h.key_bits = w.row;
+      h.write_flag = w.group[at(g)];
+      h.wipe_flag = w.wipe[at(g)];
+      h.write_enable = w.on;  // idle, the writer's group flags and row bits are +-0
+      h.query_bits = r.row;
+      h.read_flag = r.group[at(g)];
+      h.out = p.values(label + ".out" + std::to_string(g), static_cast<int>(data.size()));
+      outs.push_back(h.out);
+      heads.push_back(std::move(h));
+    }
+    npu::float_ram(p, npu::FloatRamWindow{low_binade}, heads, w.on, label);
+    return outs;
+  };
+
+  // The logit RAM: a head per block, all written (and wiped) on the logits' cycle, block b
+  // read by TEMP.b into TEMP's lanes x (one gather op per head: x += the head's out, gate
+  // 128 TEMP's flag; the other heads read +0). Each head has its own negations and
+  // gather, so the three sit right below the classifier rows of their block: the logits
+  // need not stay live down to the last block, only x does.
+  const std::vector<ValueId> x = p.values("temp.logit", B);
+  for (int b = 0; b < blocks_; ++b) {
+    const npu::FloatRamHead h = one_row_head(p, slice(logits, b * B, B), {}, logits_on, temp_.block[at(b)], "slogit.out");
+    npu::float_ram(p, npu::FloatRamWindow{o.logit_low_binade}, {h}, logits_on, "sample logit RAM " + std::to_string(b));
+    std::vector<Neuron> ns;
+    for (int s = 0; s < B; ++s)
+      ns.push_back(Neuron{Lin{{{temp_.on, kGateOn}}}, Lin{{{h.out[at(s)], 1.0f / kGateOn}}}, {{x[at(s)], 1.0f}}});
+    p.mlp("temp.logit", std::move(ns));
+  }
+  as.gate_clears_of(x, temp_.on);
+
+  // TEMP: run.c's logits[q] /= temperature for block b, and the block's max.
+  const size_t first_scale = p.ops().size();
+  stages_.begin = first_scale;
+  // T through TEMP's flag: HEAD reads the register too (greedy or sampled).
+  const ValueId temp_t = as.gated(std::vector<ValueId>{temperature}, std::vector<ValueId>{temp_.on}, "temp.t")[0];
+  const ValueId recip = npu::sample_temperature_reciprocal(p, temp_t, temp_.on);
+  const npu::SampleScaleBlock scaled = npu::sample_scale_block(p, x, temp_t, recip, npu::kNoMax, temp_.on);
+  as.gate_clears(first_scale, p.ops().size(), temp_.on);
+  values_.scaled = scaled.scaled;
+  values_.block_max = scaled.max;
+  const auto scaled_out = banked(scaled.scaled, temp_, exp_, o.scaled_low_binade, "scaled RAM");
+  std::vector<ValueId> block_max;
+  {
+    std::vector<npu::FloatRamHead> one(1);
+    one[0].data = {scaled.max};
+    const auto neg = npu::float_ram_negations(p, one, temp_.on, "block-max RAM");
+    std::vector<npu::FloatRamHead> heads;
+    for (int b = 0; b < blocks_; ++b) {
+      heads.push_back(one_row_head(p, {scaled.max}, neg[0], temp_.block[at(b)], max_on_, "sbmax.out"));
+      block_max.push_back(heads.back().out[0]);
+    }
+    npu::float_ram(p, npu::FloatRamWindow{o.scaled_low_binade}, heads, temp_.on, "block-max RAM");
+  }
+
+  // MAX: softmax's max over the block maxima (value-wise order-free: the tree is the scan).
+  const size_t first_max = p.ops().size();
+  values_.max = npu::sample_max_tree(p, block_max, max_on_);
+  as.gate_clears(first_max, p.ops().size(), max_on_);
+  const ValueId max_out = p.value("smax.out");
+  {
+    std::vector<npu::FloatRamHead> one(1);
+    one[0].data = {values_.max};
+    one[0].write_flag = one[0].wipe_flag = max_on_;
+    one[0].read_flag = exp_.on;
+    one[0].out = {max_out};
+    npu::float_ram(p, npu::FloatRamWindow{o.scaled_low_binade}, one, max_on_, "max RAM");
+  }
+  // EXP: run.c's x[i] = expf(x[i] - max_val) for block b, as (mant, exponent).
+  const size_t first_exp = p.ops().size();
+  const std::vector<ValueId> sx = as.gated(scaled_out, {exp_.on}, "sexp.scaled");
+  const npu::SampleExpBlock e = npu::sample_exp_block(p, sx, max_out, exp_.on);
+  as.gate_clears(first_exp, p.ops().size(), exp_.on);
+  values_.mant = e.mant;
+  values_.exponent = e.exponent;
+  std::vector<ValueId> exp_data = e.mant;
+  exp_data.insert(exp_data.end(), e.exponent.begin(), e.exponent.end());
+  std::vector<npu::FloatRamHead> exp_one(1);
+  exp_one[0].data = exp_data;
+  const std::vector<ValueId> exp_neg = npu::float_ram_negations(p, exp_one, exp_.on, "exp RAM")[0];
+  // The exp row RAM (read by PROB one block per cycle): the same data, banked.
+  std::vector<std::vector<ValueId>> exp_rows;
+  {
+    std::vector<npu::FloatRamHead> heads;
+    for (int g = 0; g < groups; ++g) {
+      npu::FloatRamHead h;
+      h.data = exp_data;
+      h.negated = exp_neg;
+      h.key_bits = exp_.row;
+      h.write_flag = exp_.group[at(g)];
+      h.wipe_flag = exp_.wipe[at(g)];
+      h.write_enable = exp_.on;
+      h.query_bits = prob_.row;
+      h.read_flag = prob_.group[at(g)];
+      h.out = p.values("sexp.row_out" + std::to_string(g), 2 * B);
+      exp_rows.push_back(h.out);
+      heads.push_back(std::move(h));
+    }
+    npu::float_ram(p, npu::FloatRamWindow{o.exp_low_binade}, heads, exp_.on, "exp row RAM");
+  }
+
+  // SUM: every exp in run.c's order (sum += x[i]), block b's head of the exp RAM (a head
+  // per block, written by EXP.b) emitted where the chain first needs it.
+  const size_t first_sum = p.ops().size();
+  std::vector<std::vector<ValueId>> exp_out(at(blocks_));
+  std::vector<size_t> exp_op(at(blocks_));
+  auto exp_at = [&](size_t t) {
+    const size_t b = t / at(B), s = t % at(B);
+    if (exp_out[b].empty()) {
+      exp_op[b] = p.ops().size();
+      npu::FloatRamHead h = one_row_head(p, exp_data, exp_neg, exp_.block[b], sum_on_, "sexp.out" + std::to_string(b));
+      exp_out[b] = h.out;
+      npu::float_ram(p, npu::FloatRamWindow{o.exp_low_binade}, {h}, exp_.on, "exp RAM " + std::to_string(b));
+    }
+    const ValueId mant = p.value("ssum.mant"), exponent = p.value("ssum.exponent");
+    p.mlp("ssum.pick", {Neuron{Lin{{{sum_on_, kGateOn}}}, Lin{{{exp_out[b][s], 1.0f / kGateOn}}}, {{mant, 1.0f}}},
+                        Neuron{Lin{{{sum_on_, kGateOn}}}, Lin{{{exp_out[b][s + at(B)], 1.0f / kGateOn}}},
+                               {{exponent, 1.0f}}}});
+    return std::pair{mant, exponent};
+  };
+  const ValueId acc = npu::attn_sum_row(p, at(vocab_), exp_at, p.value("ssum.acc0"));
+  values_.sum = npu::attn_sum_from_acc(p, acc);
+  compiler::enable_constants(p, first_sum, sum_on_);
+  as.gate_clears(first_sum, p.ops().size(), sum_on_);
+  const compiler::OpRange sum_ops{first_sum, p.ops().size()};
+  const ValueId sum_out = p.value("ssum.out");
+  {
+    std::vector<npu::FloatRamHead> one(1);
+    one[0].data = {values_.sum};
+    one[0].write_flag = one[0].wipe_flag = sum_on_;
+    one[0].read_flag = prob_.on;
+    one[0].out = {sum_out};
+    npu::float_ram(p, npu::FloatRamWindow{o.sum_low_binade}, one, sum_on_, "sum RAM");
+  }
+
+  // RNG (on MAX's cycle, built after SUM: see the order below): run.c's coin of this position, draw n = pos - plen + 2, into the
+  // coin RAM that CDF reads.
+  ValueId cdf_coin = coin.value;
+  if (coin.rng) {
+    const size_t first_rng = p.ops().size();
+    const ValueId draw = p.value("rng.n");  // an exact small integer (gate 128 MAX's flag)
+    p.mlp("rng.n", {Neuron{Lin{{{max_on_, kGateOn}}},
+                           Lin{{{coin.pos, 1.0f / kGateOn}, {coin.plen, -1.0f / kGateOn}, {max_on_, 2.0f / kGateOn}}},
+                           {{draw, 1.0f}}}});
+    values_.coin = npu::rng_draw(p, coin.seed_limbs, draw, coin.max_draws, max_on_).coin;
+    as.gate_clears(first_rng, p.ops().size(), max_on_);
+    // The draw's 38 sublayers beside the narrow stretch after the SUM chain (nothing else
+    // pins them: they read only registers), not beside the classifier or the chains.
+    p.order(sum_ops, compiler::OpRange{first_rng, p.ops().size()});
+    cdf_coin = p.value("rng.coin_out");
+    std::vector<npu::FloatRamHead> one(1);
+    one[0].data = {values_.coin};
+    one[0].write_flag = one[0].wipe_flag = max_on_;
+    one[0].read_flag = cdf_on_;
+    one[0].out = {cdf_coin};
+    npu::float_ram(p, npu::FloatRamWindow{-25}, one, max_on_, "coin RAM");  // 0 or k 2^-24, k < 2^24
+  }
+
+  // PROB: run.c's x[i] /= sum for block b, as (pm, exponent) with pm 2^exponent == C's
+  // quotient (npu::attn_probability, the sum's reciprocal once per cycle).
+  const size_t first_prob = p.ops().size();
+  const std::vector<ValueId> pe = as.gated(exp_rows, {prob_.on}, "sprob.exp");
+  const ValueId recip_sum = npu::attn_sum_reciprocal(p, sum_out);
+  const ValueId split = p.value("sprob.split");
+  npu::const_acc(p, split, kProbSplit, "sprob.split");
+  const ValueId zero = p.value("sprob.zero");  // never written: +0
+  std::vector<ValueId> prob_data(at(3 * B));    // big[B], small[B], exponent[B]
+  for (int s = 0; s < B; ++s) {
+    const ValueId pm = npu::attn_probability(p, pe[at(s)], pe[at(B + s)], sum_out, recip_sum);
+    values_.pm.push_back(pm);
+    const ValueId small = npu::greater(p, split, pm);
+    const ValueId pm_scaled = p.value("sprob.scaled");
+    npu::scale_acc(p, pm_scaled, pm, kProbSmallScale, "sprob.scaled");
+    prob_data[at(s)] = npu::select(p, small, zero, pm, "sprob.big");
+    prob_data[at(B + s)] = npu::select(p, small, pm_scaled, zero, "sprob.small");
+    prob_data[at(2 * B + s)] = pe[at(B + s)];
+  }
+  compiler::enable_constants(p, first_prob, prob_.on);
+  as.gate_clears(first_prob, p.ops().size(), prob_.on);
+  std::vector<npu::FloatRamHead> prob_one(1);
+  prob_one[0].data = prob_data;
+  const std::vector<ValueId> prob_neg = npu::float_ram_negations(p, prob_one, prob_.on, "prob RAM")[0];
+
+  // CDF: sample_mult over every probability (C's cdf += p_q in index order) and the coin;
+  // block b's head of the prob RAM emitted where the chain first needs it. The state
+  // before index 0 is C's: cdf 0, nothing seen, nothing crossed, count 0.
+  const size_t first_cdf = p.ops().size();
+  std::vector<std::vector<ValueId>> prob_out(at(blocks_));
+  auto prob_at = [&](size_t t) {
+    const size_t b = t / at(B), s = t % at(B);
+    if (prob_out[b].empty()) {
+      npu::FloatRamHead h = one_row_head(p, prob_data, prob_neg, prob_.block[b], cdf_on_, "sprob.out" + std::to_string(b));
+      prob_out[b] = h.out;
+      npu::float_ram(p, npu::FloatRamWindow{o.prob_low_binade}, {h}, prob_.on, "prob RAM " + std::to_string(b));
+    }
+    const ValueId pm = p.value("cdf.pm"), exponent = p.value("cdf.exponent");
+    const Lin gate{{{cdf_on_, kGateOn}}};
+    p.mlp("cdf.pick", {Neuron{gate, Lin{{{prob_out[b][s], 1.0f / kGateOn}}}, {{pm, 1.0f}}},  // pm = big + small 2^-30
+                       Neuron{gate, Lin{{{prob_out[b][at(B) + s], 1.0f / (kGateOn * kProbSmallScale)}}}, {{pm, 1.0f}}},
+                       Neuron{gate, Lin{{{prob_out[b][at(2 * B) + s], 1.0f / kGateOn}}}, {{exponent, 1.0f}}}});
+    return std::pair{pm, exponent};
+  };
+  const npu::SampleCdfState start{p.value("cdf.acc0"), p.value("cdf.seen0"), p.value("cdf.crossed0"),
+                                  p.value("cdf.count0")};
+  const npu::SampleCdf cdf = npu::sample_cdf_row(p, at(vocab_), prob_at, cdf_coin, start, true, cdf_on_);
+  // The successor's one-hot comes from the sampled index (successor(): one one-hot of
+  // HEAD's or CDF's index at the bottom): the row's own per-index one-hot would keep n
+  // values live from the chain's first steps down to the successor, the index is one.
+  token_ = cdf.token;
+  // The row's own one-hot has no reader: cleared block by block (each op right after its
+  // values, so they do not stay live down the chain).
+  for (int b = 0; b < blocks_; ++b) as.discard(slice(cdf.onehot, b * B, B), cdf_on_, "cdf.unused_onehot");
+  as.gate_clears(first_cdf, p.ops().size(), cdf_on_);
+  values_.cdf = cdf.cdf;
+  values_.lt = cdf.lt;
+  stages_.end = p.ops().size();
+}
+
+std::vector<ValueId> SamplePart::successor(const std::vector<ValueId>& head_onehot, ValueId head_flag,
+                                           ValueId temperature) {
+  if (head_onehot.size() != at(vocab_)) fail("sample part: a head one-hot of {}, vocabulary {}", head_onehot.size(), vocab_);
+  compiler::Program& p = as_.program();
+  // sampled = [t > 0] on HEAD's cycle (t is 0 or in [2^-12, 2^12): greater's window).
+  const size_t first = p.ops().size();
+  const ValueId sampled = npu::greater(p, temperature, p.value("head.t_zero"));
+  compiler::enable_constants(p, first, head_flag);
+  as_.gate_clears(first, p.ops().size(), head_flag);
+  // HEAD's choice goes down to the successor as an index, not as its one-hot (n values
+  // live over every stage): pick = [HEAD and t = 0] and the chosen index when picked
+  // (both +-0 otherwise). At the bottom one one-hot of HEAD's picked index or CDF's sampled
+  // one (at most one of them nonzero; enable pick + CDF's flag), so only one set of n
+  // values is ever live there.
+  const ValueId pick = p.value("head.pick"), index = p.value("head.index");
+  {
+    const Lin greedy{{{head_flag, kGateOn}, {sampled, -kGateOn}}};  // 128 exactly when HEAD runs with t = 0
+    Lin k_sum;
+    for (size_t k = 0; k < at(vocab_); ++k) k_sum.terms.push_back({head_onehot[k], static_cast<float>(k) / kGateOn});
+    p.mlp("head.index", {Neuron{greedy, Lin{{{head_flag, 1.0f / kGateOn}}}, {{pick, 1.0f}}},
+                         Neuron{greedy, std::move(k_sum), {{index, 1.0f}}}});
+    as_.gate_own_clears({pick});
+    as_.gate_clears_of({index}, pick);
+  }
+  const size_t first_hot = p.ops().size();
+  const ValueId chosen = p.value("story.index"), enable = p.value("story.on");
+  p.mlp("story.index", {Neuron{Lin{{{pick, kGateOn}, {cdf_on_, kGateOn}}},
+                               Lin{{{index, 1.0f / kGateOn}, {token_, 1.0f / kGateOn}}}, {{chosen, 1.0f}}},
+                        Neuron{Lin{{{pick, kGateOn}, {cdf_on_, kGateOn}}},
+                               Lin{{{pick, 1.0f / kGateOn}, {cdf_on_, 1.0f / kGateOn}}}, {{enable, 1.0f}}}});
+  as_.gate_own_clears({enable});
+  as_.gate_clears_of({chosen}, enable);
+  const size_t first_one_hot = p.ops().size();
+  values_.onehot = npu::one_hot(p, chosen, vocab_, "story.hot");
+  compiler::enable_constants(p, first_one_hot, enable);
+  as_.gate_clears(first_one_hot, p.ops().size(), enable);
+  p.order(stages_, compiler::OpRange{first_hot, p.ops().size()});  // at the bottom, after CDF's index
+  std::vector<ValueId> hot = values_.onehot;
+  hot.push_back(p.value("story.temp0"));  // TEMP.0: sampled, copied
+  p.mlp("story.temp0", {Neuron{Lin{{{sampled, kGateOn}}}, Lin{{{sampled, 1.0f / kGateOn}}}, {{hot.back(), 1.0f}}}});
+  as_.gate_own_clears({hot.back()});  // exactly 0 or 1
+  return hot;
+}
+
+void SamplePart::with_block(MicroOp& op, const Stage& s, int b, bool wipes) const {
+  op.sets.push_back({s.on, 1.0f});
+  op.sets.push_back({s.block[at(b)], 1.0f});
+  op.sets.push_back({s.group[at(b / rows_)], 1.0f});
+  for (size_t j = 0; j < s.row.size(); ++j)
+    if (((b % rows_) >> j) & 1) op.sets.push_back({s.row[j], 1.0f});
+  if (wipes && b % rows_ == 0) op.sets.push_back({s.wipe[at(b / rows_)], 1.0f});
+}
+
+void SamplePart::define() {
+  for (int b = 0; b < blocks_; ++b) {
+    MicroOp t = as_.step(b + 1 < blocks_ ? temp_name(b + 1) : std::string("MAX"));
+    with_block(t, temp_, b, true);  // writes the scaled RAM's row b
+    t.sets.push_back({temperature_read_, 1.0f});
+    as_.define(temp_name(b), std::move(t));
+    MicroOp e = as_.step(b + 1 < blocks_ ? exp_name(b + 1) : std::string("SUM"));
+    with_block(e, exp_, b, true);  // reads the scaled RAM's row b, writes the exp row RAM's
+    as_.define(exp_name(b), std::move(e));
+    MicroOp q = as_.step(b + 1 < blocks_ ? prob_name(b + 1) : std::string("CDF"));
+    with_block(q, prob_, b, false);  // reads the exp row RAM's row b
+    as_.define(prob_name(b), std::move(q));
+  }
+  MicroOp m = as_.step(exp_name(0));
+  m.sets = {{max_on_, 1.0f}};
+  for (ValueId r : coin_.reads) m.sets.push_back({r, 1.0f});
+  as_.define("MAX", std::move(m));
+  MicroOp s = as_.step(prob_name(0));
+  s.sets = {{sum_on_, 1.0f}};
+  as_.define("SUM", std::move(s));
+  MicroOp c;
+  c.sets = {{cdf_on_, 1.0f}};
+  if (!coin_.rng) c.sets.push_back({coin_.read, 1.0f});
+  c.timing = SuccessorTiming::Computed;
+  as_.define("CDF", std::move(c));
+}
+
+}  // namespace qpu::machine

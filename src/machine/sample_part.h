@@ -1,0 +1,135 @@
+#pragma once
+// M3 (docs/npu-machine.md, "M3: sampling"): run.c's sample() on its temperature path
+// (0 < temperature, topp <= 0 or >= 1: sample_mult) as a part of a looped machine, below
+// HEAD. HEAD computes the logits on its cycle; they go down into the logit RAM, and the
+// stages run in blocks of `block` logits (nb = vocab / block cycles each), every stage
+// reading a RAM the stage before wrote (so the stages stack one below the other):
+//
+//   TEMP.b  block b of the logit RAM / T (npu::sample_scale_block: fl(logit / t), the
+//           block's max) -> the scaled RAM (banked: a row per block) and the block-max
+//           RAM (a head per block);
+//   MAX     every block max (npu::sample_max_tree) -> the max RAM; with SampleCoin::rng
+//           also run.c's coin of this position (npu::rng_draw: draw n = POS - PLEN + 2
+//           from the seed limbs) -> the coin RAM;
+//   EXP.b   block b of the scaled RAM and the max: expf(x - max) as (mant, exponent)
+//           (npu::sample_exp_block) -> the exp RAM (a head per block, read by SUM) and
+//           the exp row RAM (banked, read by PROB);
+//   SUM     every exp in run.c's order (npu::attn_sum_row; each block's head read where
+//           the chain needs it) -> the sum RAM;
+//   PROB.b  block b's exps and the sum: p = e / sum as (pm, exponent)
+//           (npu::attn_probability; pm split in two columns as the attention's prob RAM)
+//           -> the prob RAM (a head per block);
+//   CDF     every probability and the coin (a register, or the coin RAM)
+//           (npu::sample_cdf_row: C's cdf += p, coin < cdf, the first crossing or run.c's
+//           fallback n - 1) -> the sampled index, whose one-hot (successor()) is the
+//           computed successor, the story token TOK.k (HEAD's argmax when t = 0).
+//
+// Every unit keeps the idle contract: its constants are its stage's flag, its operands
+// RAM reads or registers read only on its cycles, so on every other cycle each value it
+// writes is +-0 (and its dead-value clears read the flag).
+#include <array>
+#include <string>
+#include <vector>
+
+#include "compiler/ir.h"
+#include "machine/assembler.h"
+#include "reference/llama2_checkpoint.h"
+
+namespace qpu::machine {
+
+struct SampleOptions {
+  int block = 8;                 // logits per TEMP / EXP / PROB cycle (a divisor of the vocabulary)
+  int logit_low_binade = -31;    // logits: 0 and |x| in [2^-31, 2^6) (stories260K: [2^-23, 24.6])
+  // Scaled logits, their block maxima and max: 0 and |x| in [2^-28, 2^9), i.e. for
+  // stories260K's logits every temperature in [0.05, 32].
+  int scaled_low_binade = -28;
+  int exp_low_binade = -24;      // mant in [2^-23, 4) and integer exponents >= -151
+  int sum_low_binade = -27;      // the softmax sum in [1, n]
+  int prob_low_binade = -29;     // pm in [2^-22, 4) or pm 2^30 in [2^-24, 2^8), exponents >= -151
+};
+
+// Where the coin comes from: a register the CDF micro-op reads (`value`, its read flag
+// `read`), or run.c's generator (`rng`): on MAX's cycle, the draw n = pos - plen + 2 of
+// the seed (run.c draws one coin per sampled position, the first at pos = plen - 1, plen
+// the prompt's tokens with BOS), all of them register values MAX reads (read flags
+// `reads`), exact integers: the seed's 16-bit limbs, pos, plen.
+struct SampleCoin {
+  compiler::ValueId value = compiler::kNever, read = compiler::kNever;
+  bool rng = false;
+  std::array<compiler::ValueId, 4> seed_limbs{};
+  compiler::ValueId pos = compiler::kNever, plen = compiler::kNever;
+  std::vector<compiler::ValueId> reads;
+  int max_draws = 256;  // the story's steps at most (npu::rng_draw: bit_width jumps)
+};
+
+// The values a test sees through AssembledMachine::probes on each stage's cycle.
+struct SampleValues {
+  std::vector<compiler::ValueId> scaled;         // TEMP.b: logits [block b, block b + block) / t
+  compiler::ValueId block_max = 0;               // TEMP.b: their max
+  compiler::ValueId max = 0;                     // MAX: softmax's max
+  std::vector<compiler::ValueId> mant, exponent; // EXP.b: expf(scaled - max) = mant 2^exponent
+  compiler::ValueId sum = 0;                     // SUM: softmax's sum
+  std::vector<compiler::ValueId> pm;             // PROB.b: p = pm 2^exponent (the exp's exponent)
+  std::vector<compiler::ValueId> cdf, lt, onehot;  // CDF: per index, cdf tier-encoded, [coin < cdf], the pick (successor())
+  compiler::ValueId coin = 0;                    // MAX (SampleCoin::rng only): the drawn coin
+};
+
+class SamplePart {
+ public:
+  // TEMP.b, MAX, EXP.b, SUM, PROB.b (b < nb), CDF.
+  static std::vector<std::string> names(const reference::Llama2Config& config, const SampleOptions& options);
+  static std::string temp_name(int b);
+  static std::string exp_name(int b);
+  static std::string prob_name(int b);
+
+  // Appends the units and RAMs. `logits`: the vocabulary's logits, complete on the cycle
+  // whose flag `logits_on` is 1 (HEAD's) and +-0 on every other; `temperature` a
+  // register's value that only the TEMP micro-ops read (+0 on every other cycle: they set
+  // `temperature_read`); the coin's registers likewise (only CDF or MAX read them).
+  SamplePart(Assembler& as, const reference::Llama2Config& config, const SampleOptions& options,
+             const std::vector<compiler::ValueId>& logits, compiler::ValueId logits_on, compiler::ValueId temperature,
+             compiler::ValueId temperature_read, const SampleCoin& coin);
+
+  int blocks() const { return blocks_; }
+  // The story token's one-hot over the vocabulary (after successor(): CDF's pick on its
+  // cycle, HEAD's greedy one on HEAD's, +-0 on every other).
+  const std::vector<compiler::ValueId>& onehot() const { return values_.onehot; }
+  const SampleValues& values() const { return values_; }
+  // run.c's choice between greedy and sampling (temperature 0 or not) as HEAD's successor:
+  // the one-hot over the control tokens TOK.0 ... TOK.(vocab - 1), TEMP.0 (consecutive
+  // names: Assembler::computed_successor from TOK.0) that is, on HEAD's cycle (flag
+  // `head_flag`), HEAD's one-hot (argmax or forced token, exactly 0/1, +-0 on other
+  // cycles) when `temperature` (T as HEAD reads it, +0 on other cycles) is 0, else TEMP.0;
+  // on CDF's cycle, CDF's one-hot. HEAD is then a Computed micro-op.
+  std::vector<compiler::ValueId> successor(const std::vector<compiler::ValueId>& head_onehot,
+                                           compiler::ValueId head_flag, compiler::ValueId temperature);
+  // The stages' ops after the logit RAM (which sits among the classifier's blocks): a
+  // machine orders them below HEAD (Program::order).
+  compiler::OpRange stages() const { return stages_; }
+
+  // Defines TEMP.0 ... CDF (CDF's successor is computed). What starts a sampled position
+  // (names TEMP.0, e.g. HEAD) is the machine's.
+  void define();
+
+ private:
+  struct Stage {
+    compiler::ValueId on = 0;
+    std::vector<compiler::ValueId> block;  // one flag per block (a head per block)
+    std::vector<compiler::ValueId> group;  // one flag per banked head (rows_ blocks each)
+    std::vector<compiler::ValueId> row;    // the block's row in its banked head (bits)
+    std::vector<compiler::ValueId> wipe;   // per banked head: set at its row 0
+  };
+  void with_block(MicroOp& op, const Stage& s, int b, bool wipes) const;
+
+  Assembler& as_;
+  int vocab_ = 0, block_ = 0, blocks_ = 0, rows_ = 0;
+  compiler::ValueId temperature_read_ = 0;
+  SampleCoin coin_;
+  Stage temp_, exp_, prob_;
+  compiler::ValueId max_on_ = 0, sum_on_ = 0, cdf_on_ = 0;
+  SampleValues values_;
+  compiler::OpRange stages_;
+  compiler::ValueId token_ = 0;  // CDF's sampled index (an exact integer, +-0 on other cycles)
+};
+
+}  // namespace qpu::machine

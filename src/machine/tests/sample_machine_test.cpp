@@ -1,0 +1,322 @@
+// M3 on the machine (machine/sample_machine.h): prompts load run.c's x after the last
+// nested layer, the temperature and the coin, and run HEAD; the sampler's stages follow
+// (TEMP.b, MAX, EXP.b, SUM, PROB.b, CDF) and CDF's one-hot is the computed successor, the
+// story token TOK.k. Cases: sampled positions of run.c's runs (reference::Transformer and
+// reference::Sampler on stories260K, topp 1: run.c's sample_mult path) -t 1.0 -s 42,
+// -t 0.8 -s 7 -i "Lily" and -t 0.5 -s 42 -i "Once upon", each with run.c's own coin, plus
+// coin 0 and a coin above the final cdf (run.c's fallback n - 1). At every case k must be
+// run.c's token, and every value the stages compute (seen on their cycles through
+// AssembledMachine::probes) must equal run.c's sample() bit for bit: each scaled logit and
+// block max, the max, every e, the sum, every p, every cdf, [coin < cdf] and the one-hot.
+// All cases run in one host session (every RAM refilled from case to case).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <set>
+
+#include "common/float_bits.h"
+#include "machine/sample_machine.h"
+#include "machine_runner.h"
+#include "npu/tests/unit_harness.h"
+#include "npu/unit_attention.h"
+#include "npu/unit_sample.h"
+#include "reference/generate.h"
+#include "reference/sampler.h"
+#include "reference/tokenizer.h"
+
+namespace qpu::machine {
+namespace {
+
+using K = reference::TraceKind;
+using npu::unit_testing::model_dir;
+using npu::unit_testing::stories260k;
+
+struct Case {
+  std::string what;
+  std::vector<float> x, logits;
+  float temperature = 1.0f, coin = 0.0f;
+  uint64_t seed = 0;      // run.c's -s
+  int plen = 0, pos = 0;  // the prompt's tokens (with BOS), the position
+  int run_c = -1;  // run.c's token (its Sampler's for the runs' own positions, sample_mult's otherwise)
+};
+
+// x_ffn_res of the last layer per position.
+class LastX final : public reference::TraceObserver {
+ public:
+  explicit LastX(int layer) : layer_(layer) {}
+  void record(K kind, int pos, int layer, int, std::span<const float> values) override {
+    if (kind == K::x_ffn_res && layer == layer_) x[pos].assign(values.begin(), values.end());
+  }
+  std::map<int, std::vector<float>> x;
+
+ private:
+  int layer_;
+};
+
+// Every `every`-th sampled position of run.c's run (temperature t, topp 1, seed, prompt)
+// with the coin it drew there, up to `count` of them.
+std::vector<Case> run_c_cases(float t, uint64_t seed, const char* prompt, int steps, int every, int count) {
+  const auto& ck = stories260k();
+  const auto tok = reference::Tokenizer::load(model_dir() + "tok512.bin", ck.config().vocab_size);
+  reference::Transformer tf(ck);
+  reference::Sampler sampler(ck.config().vocab_size, t, 1.0f, seed);
+  LastX last(ck.config().n_layers - 1);
+  uint64_t coins = seed;  // the same draws, one per sampled position
+  std::vector<Case> out;
+  int sampled = 0;
+  reference::GenerateCallbacks cb;
+  cb.trace = &last;
+  cb.on_step = [&](const reference::GenerateStep& st) {
+    if (st.forced) return;
+    const float coin = reference::random_f32(coins);
+    if (sampled++ % every != 0 || static_cast<int>(out.size()) >= count) return;
+    Case c;
+    c.what = "-t " + std::to_string(t) + " -s " + std::to_string(seed) + " pos " + std::to_string(st.pos);
+    c.x = last.x.at(st.pos);
+    c.logits.assign(st.logits.begin(), st.logits.end());
+    c.temperature = t;
+    c.coin = coin;
+    c.seed = seed;
+    c.pos = st.pos;
+    c.run_c = st.next;
+    out.push_back(std::move(c));
+  };
+  const auto run = reference::generate(tf, tok, sampler, prompt, steps, false, cb);
+  for (Case& c : out) c.plen = static_cast<int>(run.prompt_tokens.size());
+  return out;
+}
+
+uint32_t bits(float x) { return float_bits(x); }
+
+// Runs every case in one host session and checks the stream and every stage's values.
+void expect_run_c(const SampleMachine& m, const std::vector<Case>& cases) {
+  const auto& c = m.compiled.weights.config;
+  const int n = m.vocab, B = m.block, NB = m.blocks;
+  // The engine with a tap: the probed values of each cycle, filed by the stage that ran.
+  const engine::Model model = m.model();
+  engine::State state = model.new_state();
+  const int64_t sublayers = 2 * c.num_hidden_layers;
+  std::vector<std::vector<size_t>> probes_after(static_cast<size_t>(sublayers));
+  for (size_t i = 0; i < m.value_probes.size(); ++i)
+    probes_after[static_cast<size_t>(m.value_probes[i].after_sublayer)].push_back(i);
+  std::vector<float> seen(m.value_probes.size());
+  const engine::SublayerTap tap = [&](int64_t sublayer, std::span<const float> residual) {
+    for (size_t i : probes_after[static_cast<size_t>(sublayer)])
+      seen[i] = residual[static_cast<size_t>(m.value_probes[i].dim)];
+  };
+  // Offsets into the probes (SampleMachine::value_probes' order).
+  const size_t o_scaled = 0, o_bmax = o_scaled + B, o_max = o_bmax + 1, o_mant = o_max + 1, o_exp = o_mant + B,
+               o_sum = o_exp + B, o_pm = o_sum + 1, o_cdf = o_pm + B, o_lt = o_cdf + n, o_hot = o_lt + n;
+  ASSERT_EQ(m.value_probes.size(), o_hot + n + (m.rng ? 1 : 0));
+  std::map<int64_t, std::pair<char, int>> stage;  // token id -> (stage, block)
+  for (int b = 0; b < NB; ++b) {
+    stage[m.id(SamplePart::temp_name(b))] = {'T', b};
+    stage[m.id(SamplePart::exp_name(b))] = {'E', b};
+    stage[m.id(SamplePart::prob_name(b))] = {'P', b};
+  }
+  stage[m.id("MAX")] = {'M', 0};
+  stage[m.id("SUM")] = {'S', 0};
+  stage[m.id("CDF")] = {'C', 0};
+  struct Observed {
+    std::vector<float> scaled, bmax, mant, exponent, pm, cdf, lt, hot;
+    float max = -1.0f, sum = -1.0f, coin = -1.0f;
+  } got;
+  auto reset = [&] {
+    got = Observed{};
+    for (auto* v : {&got.scaled, &got.mant, &got.exponent, &got.pm, &got.cdf, &got.lt, &got.hot})
+      v->assign(static_cast<size_t>(n), -1.0f);
+    got.bmax.assign(static_cast<size_t>(NB), -1.0f);
+  };
+  double stage_seconds = 0;
+  int64_t stage_cycles = 0;
+  // The idle contract: on the prompt's cycles (before HEAD) every probed value is +-0. Not
+  // checked on the other cycles: an active unit's `greater` can leave a residue below the
+  // residual's exact window in a dim its clear cannot empty exactly (docs/npu-machine.md,
+  // M3 "On the machine"), which idle values further down the same dim then show.
+  bool in_prompt = true;
+  const int64_t head_id = m.id("HEAD");
+  int64_t idle_nonzero = 0, idle_checked = 0;
+  const testing::Step step = [&](int64_t token, std::span<float> logits, std::span<float> hidden) {
+    const auto it = stage.find(token);
+    if (token == head_id) in_prompt = false;
+    const auto start = std::chrono::steady_clock::now();
+    model.forward(token, state, logits, hidden, it == stage.end() && !in_prompt ? engine::SublayerTap{} : tap);
+    if (in_prompt) {
+      for (size_t i = 0; i < seen.size(); ++i) {
+        ++idle_checked;
+        if (seen[i] != 0.0f && ++idle_nonzero <= 5)
+          ADD_FAILURE() << "probe " << i << " is " << seen[i] << " on a prompt cycle (token " << token << ")";
+      }
+    }
+    if (it == stage.end()) return;
+    stage_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    ++stage_cycles;
+    const auto [kind, b] = it->second;
+    const auto q0 = static_cast<size_t>(b * B);
+    for (size_t s = 0; s < static_cast<size_t>(B); ++s) {
+      if (kind == 'T') got.scaled[q0 + s] = seen[o_scaled + s];
+      if (kind == 'E') got.mant[q0 + s] = seen[o_mant + s], got.exponent[q0 + s] = seen[o_exp + s];
+      if (kind == 'P') got.pm[q0 + s] = seen[o_pm + s];
+    }
+    if (kind == 'T') got.bmax[static_cast<size_t>(b)] = seen[o_bmax];
+    if (kind == 'M') got.max = seen[o_max], got.coin = m.rng ? seen[o_hot + static_cast<size_t>(n)] : -1.0f;
+    if (kind == 'S') got.sum = seen[o_sum];
+    if (kind == 'C')
+      for (size_t q = 0; q < static_cast<size_t>(n); ++q)
+        got.cdf[q] = seen[o_cdf + q], got.lt[q] = seen[o_lt + q], got.hot[q] = seen[o_hot + q];
+  };
+
+  std::set<int> tokens;
+  int greedy = 0;
+  int64_t cycles = 0;
+  double seconds = 0;
+  bool first = true;
+  for (const Case& k : cases) {
+    SCOPED_TRACE(k.what);
+    const bool sampled = k.temperature != 0.0f;  // run.c: temperature 0 is the greedy argmax
+    const auto argmax = static_cast<size_t>(reference::sample_argmax(k.logits));
+    const npu::SampleTrace tr = npu::sample_reference(k.logits, sampled ? k.temperature : 1.0f, k.coin);
+    ASSERT_EQ(sampled ? tr.index : static_cast<int>(argmax), k.run_c);  // the C composition is run.c's sampler
+    std::vector<int64_t> prompt;
+    if (first) prompt.push_back(m.id("HDR"));
+    first = false;
+    for (int64_t t : m.rng ? m.load_and_run_seeded(k.x, k.temperature, k.seed, k.plen, k.pos)
+                               : m.load_and_run(k.x, k.temperature, k.coin))
+      prompt.push_back(t);
+    const std::vector<int64_t> want = m.expected(k.run_c, k.logits[argmax], sampled);
+    reset();
+    in_prompt = true;
+    const testing::Run r = testing::run_greedy(m, prompt, step, static_cast<int64_t>(want.size()) + 4);
+    EXPECT_EQ(r.ambiguous, 0);
+    EXPECT_LE(r.max_nonzero_on_value_cycles, 3);
+    ASSERT_EQ(r.generated.size(), want.size());
+    for (size_t i = 0; i < want.size(); ++i) ASSERT_EQ(r.generated[i], want[i]) << "generated token " << i;
+    const std::vector<int64_t>& g = r.generated;
+    const size_t rt = want.size() - 9;  // RT, k, RL, the logit, DONE
+    EXPECT_EQ(m.decode(g[rt + 1], g[rt + 2], g[rt + 3]), static_cast<float>(k.run_c));
+    tokens.insert(k.run_c);
+    cycles += r.generate_forwards;
+    seconds += r.generate_seconds;
+    if (!sampled) {  // HEAD named TOK.k itself: no stage ran
+      greedy += 1;
+      continue;
+    }
+    // Every stage's values, bit for bit (+0 for a cdf of 0: C's cdf is never -0).
+    int wrong = 0;
+    auto check = [&](float have, float want_value, const std::string& what) {
+      if (bits(have) == bits(want_value)) return;
+      if (++wrong <= 8)
+        ADD_FAILURE() << what << ": machine " << describe_float(have) << ", run.c " << describe_float(want_value);
+    };
+    for (size_t q = 0; q < static_cast<size_t>(n); ++q) {
+      const std::string at = " " + std::to_string(q);
+      check(got.scaled[q], tr.scaled[q], "scaled" + at);
+      check(std::ldexp(got.mant[q], static_cast<int>(got.exponent[q])), tr.e[q], "e" + at);
+      check(std::ldexp(got.pm[q], static_cast<int>(got.exponent[q])), tr.prob[q], "p" + at);
+      bool high = false;
+      check(0.0f + npu::attn_sum_decode(got.cdf[q], &high), tr.cdf[q], "cdf" + at);
+      check(got.lt[q], static_cast<float>(tr.lt[q]), "coin < cdf" + at);
+      check(got.hot[q], static_cast<int>(q) == tr.index ? 1.0f : 0.0f, "one-hot" + at);
+    }
+    for (size_t b = 0; b < static_cast<size_t>(NB); ++b) {
+      float bm = tr.scaled[b * static_cast<size_t>(B)];
+      for (size_t s = 1; s < static_cast<size_t>(B); ++s) bm = std::max(bm, tr.scaled[b * static_cast<size_t>(B) + s]);
+      check(got.bmax[b], bm, "block max " + std::to_string(b));
+    }
+    check(got.max, tr.max, "max");
+    check(got.sum, tr.sum, "sum");
+    if (m.rng) check(got.coin, k.coin, "the coin drawn from the seed");
+    EXPECT_EQ(wrong, 0);
+  }
+  EXPECT_GE(tokens.size(), 6u);  // different story tokens, not one lucky id
+  EXPECT_EQ(idle_nonzero, 0) << "of " << idle_checked << " probe reads on prompt cycles";
+  EXPECT_GT(idle_checked, 100000);
+  std::printf("sample machine%s: %zu cases (%d greedy), %zu distinct story tokens, bit-exact over %lld generated cycles, %.3f ms per "
+              "cycle; the %lld stage cycles %.3f ms each\n",
+              m.rng ? " (coins from the seed)" : "", cases.size(), greedy, tokens.size(), static_cast<long long>(cycles),
+              cycles ? 1e3 * seconds / static_cast<double>(cycles) : 0.0, static_cast<long long>(stage_cycles),
+              stage_cycles ? 1e3 * stage_seconds / static_cast<double>(stage_cycles) : 0.0);
+}
+
+TEST(SampleMachine, RunCSampledTokensAndEveryStageBitExactOnTheEngine) {
+  const auto build_start = std::chrono::steady_clock::now();
+  const SampleMachine m = build_sample_machine(stories260k(), SampleMachineOptions{});
+  const double build_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - build_start).count();
+  testing::print_shape("sample machine", m);
+  std::printf("sample machine: built in %.1f s, %d blocks of %d\n", build_s, m.blocks, m.block);
+  EXPECT_LE(m.compiled.weights.config.intermediate_size, 1024);
+  const int n = m.vocab;
+
+  std::vector<Case> cases;
+  for (auto& k : run_c_cases(1.0f, 42, "", 48, 9, 5)) cases.push_back(std::move(k));
+  for (auto& k : run_c_cases(0.8f, 7, "Lily", 48, 9, 5)) cases.push_back(std::move(k));
+  for (auto& k : run_c_cases(0.5f, 42, "Once upon", 48, 9, 4)) cases.push_back(std::move(k));
+  // The temperature's ends for stories260K's logits ([2^-23, 24.6]): 0.1 (scaled logits up
+  // to ~250) and 3 (down to ~2^-25).
+  for (auto& k : run_c_cases(0.1f, 1, "", 24, 11, 2)) cases.push_back(std::move(k));
+  for (auto& k : run_c_cases(3.0f, 2, "", 24, 11, 2)) cases.push_back(std::move(k));
+  ASSERT_GE(cases.size(), 16u);
+  float widest = 0.0f, narrowest = 1e9f;  // the scaled logits' range over the cases
+  for (const Case& k : cases)
+    for (float l : npu::sample_reference(k.logits, k.temperature, 0.0f).scaled)
+      if (l != 0.0f) widest = std::max(widest, std::fabs(l)), narrowest = std::min(narrowest, std::fabs(l));
+  std::printf("sample machine: scaled logits with |x| in [%a, %a]\n", static_cast<double>(narrowest),
+              static_cast<double>(widest));
+  EXPECT_GT(widest, 0x1p7f);  // above the logit RAM's window: the scaled RAMs' own matters
+  {  // coin 0 at a position whose first probability is below... any: run.c picks the first p > 0
+    Case z = cases[1];
+    z.what += ", coin 0";
+    z.coin = 0.0f;
+    z.run_c = reference::sample_mult(npu::sample_reference(z.logits, z.temperature, 0.0f).prob, 0.0f);
+    cases.push_back(std::move(z));
+  }
+  {  // the fallback: the smallest coin on run.c's 2^-24 grid at or above the final cdf (< 1)
+    bool found = false;
+    for (const Case& k : cases) {
+      const npu::SampleTrace tr = npu::sample_reference(k.logits, k.temperature, 0.0f);
+      const double grid = std::ceil(static_cast<double>(tr.cdf.back()) * 0x1p24);
+      if (grid >= 0x1p24) continue;
+      Case f = k;
+      f.what += ", coin above the final cdf";
+      f.coin = static_cast<float>(grid * 0x1p-24);
+      f.run_c = reference::sample_mult(tr.prob, f.coin);
+      EXPECT_EQ(f.run_c, n - 1);
+      cases.push_back(std::move(f));
+      found = true;
+      break;
+    }
+    ASSERT_TRUE(found) << "no case whose final cdf is below 1 - 2^-24";
+  }
+  // Temperature 0: run.c's greedy argmax, HEAD's own choice (the story "Once upon a time"),
+  // between sampled cases and at the end.
+  std::vector<Case> greedy = run_c_cases(0.0f, 42, "Once upon a time", 40, 7, 4);
+  ASSERT_EQ(greedy.size(), 4u);
+  cases.insert(cases.begin() + 3, greedy.begin(), greedy.begin() + 2);
+  cases.insert(cases.end(), greedy.begin() + 2, greedy.end());
+  expect_run_c(m, cases);
+}
+
+// Step 4 of M3: the coin from the seed on MAX's cycle (npu::rng_draw, draw POS - PLEN + 2)
+// instead of the prompt's: run.c's sampled runs with seeds 42 and 7, every stage and the
+// drawn coin bit for bit.
+TEST(SampleMachine, CoinsFromTheSeedGiveRunCSampledTokensOnTheEngine) {
+  SampleMachineOptions o;
+  o.rng = true;
+  const SampleMachine m = build_sample_machine(stories260k(), o);
+  testing::print_shape("sample machine with the RNG", m);
+  EXPECT_LE(m.compiled.weights.config.intermediate_size, 1024);
+  std::vector<Case> cases;
+  for (auto& k : run_c_cases(1.0f, 42, "", 48, 11, 4)) cases.push_back(std::move(k));
+  for (auto& k : run_c_cases(0.8f, 7, "Lily", 48, 11, 4)) cases.push_back(std::move(k));
+  for (auto& k : run_c_cases(0.5f, 42, "Once upon", 48, 11, 3)) cases.push_back(std::move(k));
+  ASSERT_GE(cases.size(), 10u);
+  EXPECT_GT(cases[4].plen, 1);  // "Lily": a prompt after BOS, so the first draw is past position 0
+  expect_run_c(m, cases);
+}
+
+}  // namespace
+}  // namespace qpu::machine

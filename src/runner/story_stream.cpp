@@ -176,14 +176,14 @@ StoryRunResult run_story(const machine::AssembledMachine& m, const engine::Model
   bool stop_for_logits = false;
   const auto start = std::chrono::steady_clock::now();
   const auto seconds = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
-  // One forward and the host's greedy pick (the first maximum, as torch's argmax).
-  // The argmax after a prompt token other than the last is not used (the prompt forces the
-  // next token), so it is neither returned nor checked.
   // --profile: per forward its wall time and the sublayers computed (all but the skipped
   // idle ones and the mixers that never run).
   std::unique_ptr<CycleProfile> profile;
   if (o.profile) profile = std::make_unique<CycleProfile>(parser.vocabulary().first_control, parser.vocabulary().control_names);
   const int64_t computable = sublayers - static_cast<int64_t>(model.skipped_mixers().size());
+  // One forward and the host's greedy pick (the first maximum, as torch's argmax).
+  // The argmax after a prompt token other than the last is not used (the prompt forces the
+  // next token), so it is neither returned nor checked.
   const auto forward = [&](int64_t token, bool used) {
     const bool head = read_logits && token == head_id;
     if (profile) {

@@ -52,6 +52,20 @@ npu::FloatRamHead one_row_head(compiler::Program& p, const std::vector<ValueId>&
   return h;
 }
 
+
+// A one-row float RAM: `value` wiped and written on the cycles of `on` (its enable too), read
+// on those of `read` into a new value `out_name`, which it returns.
+ValueId one_row_ram(compiler::Program& p, ValueId value, ValueId on, ValueId read, int low_binade,
+                    const std::string& out_name, const std::string& label) {
+  const ValueId out = p.value(out_name);
+  std::vector<npu::FloatRamHead> one(1);
+  one[0].data = {value};
+  one[0].write_flag = one[0].wipe_flag = on;
+  one[0].read_flag = read;
+  one[0].out = {out};
+  npu::float_ram(p, npu::FloatRamWindow{low_binade}, one, on, label);
+  return out;
+}
 }  // namespace
 
 std::string SamplePart::temp_name(int b) { return "TEMP." + std::to_string(b); }
@@ -169,15 +183,7 @@ SamplePart::SamplePart(Assembler& as, const reference::Llama2Config& cfg, const 
   const size_t first_max = p.ops().size();
   values_.max = npu::sample_max_tree(p, block_max, max_on_);
   as.gate_clears(first_max, p.ops().size(), max_on_);
-  const ValueId max_out = p.value("smax.out");
-  {
-    std::vector<npu::FloatRamHead> one(1);
-    one[0].data = {values_.max};
-    one[0].write_flag = one[0].wipe_flag = max_on_;
-    one[0].read_flag = exp_.on;
-    one[0].out = {max_out};
-    npu::float_ram(p, npu::FloatRamWindow{o.scaled_low_binade}, one, max_on_, "max RAM");
-  }
+  const ValueId max_out = one_row_ram(p, values_.max, max_on_, exp_.on, o.scaled_low_binade, "smax.out", "max RAM");
   // EXP: run.c's x[i] = expf(x[i] - max_val) for block b, as (mant, exponent).
   const size_t first_exp = p.ops().size();
   const std::vector<ValueId> sx = as.gated(scaled_out, {exp_.on}, "sexp.scaled");
@@ -235,15 +241,7 @@ SamplePart::SamplePart(Assembler& as, const reference::Llama2Config& cfg, const 
   compiler::enable_constants(p, first_sum, sum_on_);
   as.gate_clears(first_sum, p.ops().size(), sum_on_);
   const compiler::OpRange sum_ops{first_sum, p.ops().size()};
-  const ValueId sum_out = p.value("ssum.out");
-  {
-    std::vector<npu::FloatRamHead> one(1);
-    one[0].data = {values_.sum};
-    one[0].write_flag = one[0].wipe_flag = sum_on_;
-    one[0].read_flag = prob_.on;
-    one[0].out = {sum_out};
-    npu::float_ram(p, npu::FloatRamWindow{o.sum_low_binade}, one, sum_on_, "sum RAM");
-  }
+  const ValueId sum_out = one_row_ram(p, values_.sum, sum_on_, prob_.on, o.sum_low_binade, "ssum.out", "sum RAM");
 
   // RNG (on MAX's cycle, built after SUM: see the order below): run.c's coin of this position, draw n = pos - plen + 2, into the
   // coin RAM that CDF reads.

@@ -52,19 +52,13 @@ npu::FloatRamHead one_row_head(compiler::Program& p, const std::vector<ValueId>&
   return h;
 }
 
-
-// A one-row float RAM: `value` wiped and written on the cycles of `on` (its enable too), read
-// on those of `read` into a new value `out_name`, which it returns.
+// A one-row float RAM of one value (one_row_head, its own negation), `on` its enable too;
+// returns the value it reads.
 ValueId one_row_ram(compiler::Program& p, ValueId value, ValueId on, ValueId read, int low_binade,
                     const std::string& out_name, const std::string& label) {
-  const ValueId out = p.value(out_name);
-  std::vector<npu::FloatRamHead> one(1);
-  one[0].data = {value};
-  one[0].write_flag = one[0].wipe_flag = on;
-  one[0].read_flag = read;
-  one[0].out = {out};
-  npu::float_ram(p, npu::FloatRamWindow{low_binade}, one, on, label);
-  return out;
+  const npu::FloatRamHead h = one_row_head(p, {value}, {}, on, read, out_name);
+  npu::float_ram(p, npu::FloatRamWindow{low_binade}, {h}, on, label);
+  return h.out[0];
 }
 }  // namespace
 

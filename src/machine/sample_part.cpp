@@ -111,21 +111,23 @@ SamplePart::SamplePart(Assembler& as, const reference::Llama2Config& cfg, const 
 
   // A banked RAM: head g holds blocks [rows_ g, rows_ g + rows_), block b at row b mod
   // rows_; written by stage w (its group flag and row bits; head g wiped at its row 0),
-  // read by stage r. Returns the heads' out values (one head reads at a time).
-  auto banked = [&](const std::vector<ValueId>& data, const Stage& w, const Stage& r, int low_binade,
-                    const std::string& label) {
+  // read by stage r. `negated`: the data's negations when made already (empty: the RAM
+  // makes them). Returns the heads' out values (one head reads at a time).
+  auto banked = [&](const std::vector<ValueId>& data, const std::vector<ValueId>& negated, const Stage& w,
+                    const Stage& r, int low_binade, const std::string& out_label, const std::string& label) {
     std::vector<npu::FloatRamHead> heads;
     std::vector<std::vector<ValueId>> outs;
     for (int g = 0; g < groups; ++g) {
       npu::FloatRamHead h;
       h.data = data;
+      h.negated = negated;
       h.key_bits = w.row;
       h.write_flag = w.group[at(g)];
       h.wipe_flag = w.wipe[at(g)];
       h.write_enable = w.on;  // idle, the writer's group flags and row bits are +-0
       h.query_bits = r.row;
       h.read_flag = r.group[at(g)];
-      h.out = p.values(label + ".out" + std::to_string(g), static_cast<int>(data.size()));
+      h.out = p.values(out_label + std::to_string(g), static_cast<int>(data.size()));
       outs.push_back(h.out);
       heads.push_back(std::move(h));
     }
@@ -159,7 +161,7 @@ SamplePart::SamplePart(Assembler& as, const reference::Llama2Config& cfg, const 
   as.gate_clears(first_scale, p.ops().size(), temp_.on);
   values_.scaled = scaled.scaled;
   values_.block_max = scaled.max;
-  const auto scaled_out = banked(scaled.scaled, temp_, exp_, o.scaled_low_binade, "scaled RAM");
+  const auto scaled_out = banked(scaled.scaled, {}, temp_, exp_, o.scaled_low_binade, "scaled RAM.out", "scaled RAM");
   std::vector<ValueId> block_max;
   {
     std::vector<npu::FloatRamHead> one(1);
@@ -191,25 +193,8 @@ SamplePart::SamplePart(Assembler& as, const reference::Llama2Config& cfg, const 
   exp_one[0].data = exp_data;
   const std::vector<ValueId> exp_neg = npu::float_ram_negations(p, exp_one, exp_.on, "exp RAM")[0];
   // The exp row RAM (read by PROB one block per cycle): the same data, banked.
-  std::vector<std::vector<ValueId>> exp_rows;
-  {
-    std::vector<npu::FloatRamHead> heads;
-    for (int g = 0; g < groups; ++g) {
-      npu::FloatRamHead h;
-      h.data = exp_data;
-      h.negated = exp_neg;
-      h.key_bits = exp_.row;
-      h.write_flag = exp_.group[at(g)];
-      h.wipe_flag = exp_.wipe[at(g)];
-      h.write_enable = exp_.on;
-      h.query_bits = prob_.row;
-      h.read_flag = prob_.group[at(g)];
-      h.out = p.values("sexp.row_out" + std::to_string(g), 2 * B);
-      exp_rows.push_back(h.out);
-      heads.push_back(std::move(h));
-    }
-    npu::float_ram(p, npu::FloatRamWindow{o.exp_low_binade}, heads, exp_.on, "exp row RAM");
-  }
+  const std::vector<std::vector<ValueId>> exp_rows =
+      banked(exp_data, exp_neg, exp_, prob_, o.exp_low_binade, "sexp.row_out", "exp row RAM");
 
   // SUM: every exp in run.c's order (sum += x[i]), block b's head of the exp RAM (a head
   // per block, written by EXP.b) emitted where the chain first needs it.
@@ -251,13 +236,7 @@ SamplePart::SamplePart(Assembler& as, const reference::Llama2Config& cfg, const 
     // The draw's 38 sublayers beside the narrow stretch after the SUM chain (nothing else
     // pins them: they read only registers), not beside the classifier or the chains.
     p.order(sum_ops, compiler::OpRange{first_rng, p.ops().size()});
-    cdf_coin = p.value("rng.coin_out");
-    std::vector<npu::FloatRamHead> one(1);
-    one[0].data = {values_.coin};
-    one[0].write_flag = one[0].wipe_flag = max_on_;
-    one[0].read_flag = cdf_on_;
-    one[0].out = {cdf_coin};
-    npu::float_ram(p, npu::FloatRamWindow{-25}, one, max_on_, "coin RAM");  // 0 or k 2^-24, k < 2^24
+    cdf_coin = one_row_ram(p, values_.coin, max_on_, cdf_on_, -25, "rng.coin_out", "coin RAM");  // 0 or k 2^-24, k < 2^24
   }
 
   // PROB: run.c's x[i] /= sum for block b, as (pm, exponent) with pm 2^exponent == C's

@@ -112,13 +112,12 @@ SampleMachine build_sample_machine(const reference::Llama2Checkpoint& ck, const 
     coin.plen = coin_registers.back().second.out;
     coin_registers.push_back({"WPOS", as.scalar_register("POS")});
     coin.pos = coin_registers.back().second.out;
+    for (const auto& r : coin_registers) coin.reads.push_back(r.second.read_flag);  // MAX reads them all
   } else {
     coin_registers.push_back({"WC", as.scalar_register("COIN")});
     coin.value = coin_registers.back().second.out;
     coin.read = coin_registers.back().second.read_flag;
   }
-  for (const auto& r : coin_registers)
-    if (o.rng) coin.reads.push_back(r.second.read_flag);
   const size_t first_head_op = p.ops().size();
   HeadPart head(as, ck, o, tok, [&](ValueId) { return as.register_out(); });
   const compiler::OpRange head_ops{first_head_op, p.ops().size()};

@@ -6,8 +6,10 @@
 // and the op labels that read them (compiler::Program, Schedule, Allocation), or the
 // constant rail (a kOne term: the emitter reads rail_dims[0], live on every cycle).
 //
-//   machine_live_dims [positions=16] [steps=1] [cycles=0: all]
+//   machine_live_dims [positions=16] [steps=1] [cycles=0: all] [family]
 //
+// With a micro-op family (runner::micro_op_family, e.g. 'EXP(#).#.#'), only the cycles
+// whose input is a control token of that family are counted (the run is the same).
 // Prints per cycle the sublayers run and skipped, then the reads that keep sublayers
 // awake, grouped by (op label, value name) with their digits collapsed to '#': for each
 // group, how many sublayers it woke and on what share of their runs; and the sublayers
@@ -57,6 +59,7 @@ int main(int argc, char** argv) {
   const int positions = argc > 1 ? std::atoi(argv[1]) : 16;
   const int steps = argc > 2 ? std::atoi(argv[2]) : 1;
   const long max_cycles = argc > 3 ? std::atol(argv[3]) : 0;
+  const std::string family = argc > 4 ? argv[4] : "";
   omp_set_num_threads(1);
   const auto start = std::chrono::steady_clock::now();
   machine::TokenMachineOptions o;
@@ -119,6 +122,7 @@ int main(int argc, char** argv) {
   };
   std::vector<Stats> stats(static_cast<size_t>(2 * layers));
   std::vector<int> zero_inputs(static_cast<size_t>(layers), 3);  // a fresh state's history is +0
+  bool counted = true;  // this cycle's input is of `family` (or no family was given)
   const auto before_sublayer = [&](int64_t s, std::span<const float> x) {
     const int64_t l = s / 2;
     const bool mlp = s % 2 == 1;
@@ -137,6 +141,7 @@ int main(int argc, char** argv) {
       skipped = idle && z >= 3;
       z = idle ? std::min(z + 1, 3) : 0;
     }
+    if (!counted) return;
     if (skipped) {
       ++st.skips;
       return;
@@ -158,19 +163,23 @@ int main(int argc, char** argv) {
   // The greedy run: the prompt, then the argmax fed back until DONE (or max_cycles).
   engine::State state = model.new_state();
   std::vector<float> logits(static_cast<size_t>(c.vocab_size));
-  long cycles = 0;
+  long cycles = 0, all_cycles = 0;
   int64_t next = -1;
+  const int64_t first_control = m.id(m.control_names.front());
   const int64_t hidden = c.hidden_size;
   const auto forward = [&](int64_t t) {
+    counted = family.empty() ||
+              (t >= first_control && runner::micro_op_family(m.control_names[static_cast<size_t>(t - first_control)]) == family);
     // Sublayer 0 reads the token's embedding row.
     before_sublayer(0, std::span<const float>(m.compiled.weights.embed_tokens).subspan(static_cast<size_t>(t * hidden),
                                                                                        static_cast<size_t>(hidden)));
     model.forward(t, state, logits, {}, tap);
-    ++cycles;
+    ++all_cycles;
+    if (counted) ++cycles;
   };
   for (int64_t t : m.prompt({1}, steps)) forward(t);
   next = argmax(logits);
-  while (next != m.done() && (max_cycles == 0 || cycles < max_cycles)) {
+  while (next != m.done() && (max_cycles == 0 || all_cycles < max_cycles)) {
     forward(next);
     next = argmax(logits);
   }
@@ -188,7 +197,11 @@ int main(int argc, char** argv) {
               static_cast<double>(gdn_skips) / n, static_cast<double>(gdn_drain) / n, static_cast<double>(mlp_runs) / n,
               static_cast<double>(mlp_skips) / n, static_cast<double>(mlp_none) / n);
   const engine::IdleSublayerCounts engine_skips = model.skipped_sublayers();
-  std::printf("the engine's own counts: GDN skipped %.1f, MLPs skipped %.1f per cycle%s\n",
+  if (!family.empty())
+    std::printf("counted: the %ld cycles of %s among %ld (the engine's own counts cover all of them)\n", cycles,
+                family.c_str(), all_cycles);
+  else
+    std::printf("the engine's own counts: GDN skipped %.1f, MLPs skipped %.1f per cycle%s\n",
               static_cast<double>(engine_skips.gdn) / n, static_cast<double>(engine_skips.mlp) / n,
               engine_skips.gdn == gdn_skips && engine_skips.mlp == mlp_skips ? " (the same)" : " (DIFFERENT: the read "
               "dims above are not the engine's)");

@@ -202,7 +202,7 @@ AttentionStages::AttentionStages(Assembler& as, const AttentionGeometry& g) : as
   score_.wipe = as.inputs("score.wipe", g.groups());
   exp_.wipe = as.inputs("exp.wipe", g.blocks());
   exp_head_group_ = as.inputs("exp.heads", g.exp_groups());
-  exp_row_ = as.inputs("exp.row", AttentionGeometry::bits_for(g.exp_groups()));
+  exp_.row = as.inputs("exp.row", AttentionGeometry::bits_for(g.exp_groups()));
   exp_query_ = as.inputs("exp.query", AttentionGeometry::bits_for(g.exp_groups()));
   sum_on_ = as.input("sum.on");
   sum_wipe_ = as.inputs("sum.wipe", g.exp_heads);
@@ -210,6 +210,7 @@ AttentionStages::AttentionStages(Assembler& as, const AttentionGeometry& g) : as
   prob_.on = as.input("prob.on");
   prob_.block = as.inputs("prob.block", g.blocks());
   prob_.wipe = as.inputs("prob.wipe", g.blocks());
+  prob_.row = as.inputs("prob.row", AttentionGeometry::bits_for(g.exp_groups()));
   prob_back_ = as.input("prob.read_back");
   wsum_on_ = as.input("wsum.on");
   xb_back_ = as.input("xb.read");
@@ -241,15 +242,16 @@ void AttentionStages::build(const std::vector<ValueId>& q, const std::vector<std
   compiler::Program& p = as_.program();
   const int H = g_.heads, hs = g_.head_size, kv_mul = g_.heads / g_.kv_heads;
 
-  // The write sides of the RAMs whose row bits several stages share read one of those
-  // stages' flags instead of the rail (compiler::GdnMemory::key_enable: 1 or +-0, and +-0
-  // only where the write flag, the wipe flag and the key bits are +-0). The position heads
-  // of the exp, prob and slow prob RAMs are keyed by exp_row_, which only EXP and PROB
-  // tokens set, with their block and wipe flags; the v RAMs by vram_row_, which QKV (with
-  // the write flags, through its address unit), WSUM and SLOW set. Before, their constants
-  // read the rail, so the ~300 GDN sublayers holding them ran on every cycle of the
-  // 256-position machine (docs/npu-machine.md, "Idle units that are really idle").
-  position_write_enable_ = either(as_, {exp_.on}, {prob_.on}, "position RAM.write_enable")[0];
+  // The write sides of the RAMs read a stage's flag instead of the rail
+  // (compiler::GdnMemory::key_enable: 1 or +-0, and +-0 only where the write flag, the wipe
+  // flag and the key bits are +-0). The exp RAM's position heads are keyed by exp_.row,
+  // which only EXP tokens set, with their block and wipe flags: they read EXP's flag; the
+  // prob and slow prob RAMs' by prob_.row, PROB's (each stage its own row bits, so that
+  // neither stage wakes the other's ~100 heads, as one shared enable did); the v RAMs by
+  // vram_row_, which QKV (with the write flags, through its address unit), WSUM and SLOW
+  // set. Before, their constants read the rail, so the ~300 GDN sublayers holding them ran
+  // on every cycle of the 256-position machine (docs/npu-machine.md, "Idle units that are
+  // really idle").
   v_write_enable_ = any_of(as_, {{qkv_on}, {wsum_on_}, {slow_on_}}, "v RAM.write_enable")[0];
 
   // SCORE: every head's 8 scaled scores and its block max (rows past POS left out).
@@ -720,9 +722,9 @@ std::vector<ValueId> AttentionStages::position_head(compiler::Program& p, const 
   npu::FloatRamHead h;
   h.data = data[t % 8];
   h.negated = negated[t % 8];
-  h.key_bits = exp_row_;
+  h.key_bits = stage.row;
   h.write_flag = stage.block[t / 8];
-  h.write_enable = position_write_enable_;
+  h.write_enable = stage.on;
   if (t / 8 >= stage.wipe.size() || t / 8 >= stage.block.size())
     fail("attention stages: position {} has no block flags in {}", t, ram);  // one wipe and one block flag per block
   h.wipe_flag = stage.wipe[t / 8];
@@ -764,7 +766,7 @@ void AttentionStages::define(int first_lane, ValueId send, ValueId q_read, Value
                   {exp_.block[at(b)], 1.0f}, {exp_head_group_[at(hg)], 1.0f}};
         if (hg == 0) e.sets.push_back({exp_.wipe[at(b)], 1.0f});
         with_row(e, r);
-        with_bits(e, exp_row_, hg);
+        with_bits(e, exp_.row, hg);
         as_.define(block_name("EXP", l, b) + "." + std::to_string(hg), std::move(e));
       }
     }
@@ -783,7 +785,7 @@ void AttentionStages::define(int first_lane, ValueId send, ValueId q_read, Value
         op.sets = {{prob_.on, 1.0f}, {prob_.block[at(b)], 1.0f}, {sum_back_, 1.0f}, {pos_read, 1.0f}};  // POS: the loop's branch
         if (hg == 0) op.sets.push_back({prob_.wipe[at(b)], 1.0f});
         with_bits(op, exp_query_, hg);
-        with_bits(op, exp_row_, hg);
+        with_bits(op, prob_.row, hg);
         as_.define(block_name("PROB", l, b) + "." + std::to_string(hg), std::move(op));
       }
     for (int h = 0; h < H; ++h) {

@@ -121,9 +121,10 @@ class AttentionStages {
 
  private:
   struct Inputs;
-  // The exp or prob RAM's head of position t (one row per head group: written at exp_row_
-  // when the stage's block flag of t's block is set, wiped with its wipe flag, read at
-  // exp_query_ when `read` is set); data[s] and negated[s] for slot s = t mod 8. Returns
+  // The exp or prob RAM's head of position t (one row per head group: written at the
+  // stage's row bits when its block flag of t's block is set, with the stage's flag as
+  // the write side's enable, wiped with its wipe flag, read at exp_query_ when `read` is
+  // set); data[s] and negated[s] for slot s = t mod 8. Returns
   // its out values.
   std::vector<compiler::ValueId> position_head(compiler::Program& p, const std::string& ram, size_t t,
                                                const std::vector<std::vector<compiler::ValueId>>& data,
@@ -149,12 +150,12 @@ class AttentionStages {
     compiler::ValueId on = 0;            // the stage's enable (any of its tokens)
     std::vector<compiler::ValueId> group, block;
     std::vector<compiler::ValueId> wipe;  // score: one per bank group; exp and prob: one per block
+    std::vector<compiler::ValueId> row;   // exp and prob: the row bits (a head group) their heads are written at
   };
   std::vector<compiler::ValueId> row_;   // row bits of a stage token's block (shared)
   std::vector<compiler::ValueId> cache_group_;  // [layer * groups + group]: SCORE's cache banks
   Inputs score_, exp_;  // exp_.group: the score RAM's bank group EXP reads; exp_.block: the exp heads written
   std::vector<compiler::ValueId> exp_head_group_;  // the head group an EXP token computes
-  std::vector<compiler::ValueId> exp_row_;         // ... as the row bits of the exp RAM it writes
   std::vector<compiler::ValueId> exp_query_;       // the exp RAM row SUM and RE/RX read (a head group)
   std::vector<compiler::ValueId> sum_k_;           // the head of its group SUM adds up
   compiler::ValueId max_on_ = 0, score_back_ = 0, max_back_ = 0, exp_back_ = 0;
@@ -170,9 +171,9 @@ class AttentionStages {
   // head.
   compiler::ValueId slow_on_ = 0;
   std::vector<compiler::ValueId> slow_k_, slow_kv_, slow_head_;
-  // What the write sides of the position heads (exp, prob, slow prob RAMs) and of the v
-  // RAMs read instead of the rail: 1 on the cycles of the stages that set their row bits.
-  compiler::ValueId position_write_enable_ = 0, v_write_enable_ = 0;
+  // What the write sides of the v RAMs read instead of the rail: 1 on the cycles of the
+  // stages that set their row bits (the position heads read their stage's flag).
+  compiler::ValueId v_write_enable_ = 0;
   std::vector<compiler::ValueId> lanes_;
 };
 

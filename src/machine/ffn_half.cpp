@@ -3,6 +3,8 @@
 #include <algorithm>
 
 #include "common/error.h"
+#include "compiler/gdn_layout.h"
+#include "machine/wide_float_ram.h"
 #include "npu/block_ffn.h"
 #include "npu/float_ram.h"
 
@@ -70,12 +72,21 @@ FfnHalf::FfnHalf(Assembler& as, const reference::Llama2Checkpoint& ck, const Ffn
   npu::float_ram(p, npu::FloatRamWindow{o.product_low_binade}, heads, unit.enable, "ffn product RAM");
   as.gate_clears_of(prod, ram_read_);  // +0 unless FFN reads the RAM
 
-  // FFN(l).i: w2 over the products + x, lane i sent up.
+  // FFN(l).0: w2 over the products + x, every lane at once, written down into the out
+  // RAM; FFN(l).i (i = 0 too) reads lane i back from it and sends it up. The out block
+  // (~150 sublayers) so runs once per layer, not dim times: the other FFN(l).i cycles are
+  // a RAM read. The RAM is as wide as the uplink (machine/wide_float_ram.h): every float
+  // the uplink can send, it holds bit for bit.
   out_layer_ = as.inputs("ffn.layer", layers_);
   const npu::FfnOut out = npu::ffn_out_block(p, ck, x, prod, out_layer_);
+  out_store_ = as.input("ffn.out_store");
+  out_read_ = as.input("ffn.out_read");
+  const compiler::GdnLayout layout = compiler::GdnLayout::for_dims(as.options().key_dim, as.options().value_dim);
+  const WideFloatRam ram = wide_float_ram(p, out.x_out, out.enable, out_store_, out_read_,
+                                          static_cast<int>(npu::floats_per_row(layout)), "ffn out RAM");
   out_ops_ = compiler::OpRange{out.first_op, p.ops().size()};
-  as.gate_clears(out.first_op, p.ops().size(), out.enable);
-  lanes_ = out.x_out;
+  as.gate_clears(out.first_op, ram.tiers_end, out.enable);  // not the memories: their out is read on other cycles
+  lanes_ = ram.out;
 }
 
 void FfnHalf::define(int first_lane, ValueId send, const FfnControl& c) {
@@ -89,9 +100,12 @@ void FfnHalf::define(int first_lane, ValueId send, const FfnControl& c) {
     }
     for (int i = 0; i < dim_; ++i) {
       MicroOp op = as_.write(c.writes(l), i, i + 1 < dim_ ? ffn_name(l, i + 1) : c.after_ffn(l));
-      op.sets = {{out_layer_[at(l)], 1.0f}, {ram_read_, 1.0f}, {send, 1.0f}, as_.lane_flag(first_lane + i)};
-      op.sets.insert(op.sets.end(), c.x_sets.begin(), c.x_sets.end());
-      op.read_register = c.reads(l);
+      op.sets = {{out_read_, 1.0f}, {send, 1.0f}, as_.lane_flag(first_lane + i)};
+      if (i == 0) {  // the out block: x, the products, w2; every lane into the out RAM
+        op.sets.insert(op.sets.end(), {{out_layer_[at(l)], 1.0f}, {ram_read_, 1.0f}, {out_store_, 1.0f}});
+        op.sets.insert(op.sets.end(), c.x_sets.begin(), c.x_sets.end());
+        op.read_register = c.reads(l);
+      }
       as_.define(ffn_name(l, i), std::move(op));
     }
   }

@@ -8,8 +8,10 @@
 //  * SW(l).c, c < chunks (1 cycle each, sends nothing): rmsnorm(x) -> the chunk's rows of
 //    w1 and w3 -> silu * on its `lanes` lanes (npu::ffn_chunk_unit), the products written
 //    down into the product RAM (npu/float_ram.h: head c, wiped and written at once);
-//  * FFN(l).i, i < dim (4 cycles each): every product read back from the RAM -> w2 -> + x
-//    (npu::ffn_out_block), lane i sent up and written into element i of a register.
+//  * FFN(l).i, i < dim (4 cycles each): lane i read from the out RAM, sent up and written
+//    into element i of a register; FFN(l).0 first computes every lane: every product read
+//    back from the product RAM -> w2 -> + x (npu::ffn_out_block) -> the out RAM (as wide
+//    as the uplink, machine/wide_float_ram.h), so the out block runs once per layer.
 //
 // x is what the machine gives the constructor: the register the micro-op reads
 // (Assembler::register_out, the FFN machine) or a RAM's out values read on SW and FFN
@@ -56,7 +58,8 @@ class FfnHalf {
           const std::vector<compiler::ValueId>& x = {});
 
   int chunks() const { return chunks_; }
-  // The out block's ops (for Program::order) and its lanes (x_out, dim values).
+  // The out block's and the out RAM's ops (for Program::order) and the lanes FFN sends
+  // (x_out as the out RAM reads it back, dim values).
   compiler::OpRange out_ops() const { return out_ops_; }
   const std::vector<compiler::ValueId>& lanes() const { return lanes_; }
 
@@ -68,7 +71,7 @@ class FfnHalf {
   Assembler& as_;
   int dim_ = 0, layers_ = 0, chunks_ = 0;
   std::vector<compiler::ValueId> sw_layer_, sw_chunk_, ram_write_, out_layer_;
-  compiler::ValueId ram_read_ = 0;
+  compiler::ValueId ram_read_ = 0, out_store_ = 0, out_read_ = 0;
   compiler::OpRange out_ops_{};
   std::vector<compiler::ValueId> lanes_;
 };

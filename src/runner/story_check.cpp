@@ -116,7 +116,7 @@ bool StoryChecker::check(const StoryTokenEvent& e) {
   if (first_) return false;
   ++tokens_;
   const int expected = e.position == 0 ? reference::kBosToken : reference(e.position - 1).next;
-  const std::string what = e.position == 0 ? "the first story token (BOS)"
+  const std::string what = e.position == 0                      ? "the first story token (BOS)"
                            : reference(e.position - 1).sampled ? "the story token (run.c's sampled next token)"
                                                                : "the story token (greedy next token)";
   if (e.token != expected) return differ(e.position, what, fmt::format("token {}", e.token), fmt::format("token {}", expected));

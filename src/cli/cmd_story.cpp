@@ -127,6 +127,9 @@ int run_story(const StoryOptions& o) {
                sampled ? "sampling " : "", steps, static_cast<long long>(c.num_hidden_layers), static_cast<long long>(c.hidden_size),
                static_cast<long long>(c.intermediate_size), static_cast<long long>(c.vocab_size), built, since(t1));
 
+  if (sampled)  // the seed too: with -s absent it is the clock's, and a run is only reproducible with it
+    std::fprintf(stderr, "story: run.c's sampling on the machine: temperature %s, topp %s, seed %llu\n",
+                 o.temperature.c_str(), o.topp.c_str(), static_cast<unsigned long long>(sampling.seed));
   std::unique_ptr<runner::StoryChecker> checker;
   if (o.verify)
     checker = std::make_unique<runner::StoryChecker>(

@@ -5,12 +5,8 @@
 // Differences from run.c, all on input run.c would accept silently: a temperature
 // below 0, a topp outside [0, 1], negative steps or a flag value that is not a number
 // are errors here (run.c clamps them or reads them as 0).
-#include <cerrno>
-#include <cmath>
 #include <cstdint>
 #include <cstdio>
-#include <cstdlib>
-#include <ctime>
 #include <fstream>
 #include <optional>
 #include <string>
@@ -19,6 +15,7 @@
 #include <fmt/format.h>
 
 #include "cli/command_registry.h"
+#include "cli/run_c_flags.h"
 #include "common/error.h"
 #include "reference/generate.h"
 #include "reference/llama2_checkpoint.h"
@@ -43,34 +40,6 @@ struct RefOptions {
   std::string dump_tokens;
   std::string trace;
 };
-
-// The whole string must be a number (run.c's atof/atoi would read "abc" as 0).
-void require_number(const char* flag, const std::string& text, const char* end) {
-  while (*end == ' ' || *end == '\t') end++;
-  if (text.empty() || end == text.c_str() || *end != '\0')
-    qpu::fail("flag {}: '{}' is not a number", flag, text);
-}
-
-// run.c: temperature = atof(arg), stored in a float (strtod, then one rounding to float).
-float parse_atof_float(const char* flag, const std::string& text) {
-  char* end = nullptr;
-  const double value = std::strtod(text.c_str(), &end);
-  require_number(flag, text, end);
-  const auto f = static_cast<float>(value);
-  if (!std::isfinite(f)) qpu::fail("flag {}: '{}' is not a finite float", flag, text);
-  return f;
-}
-
-// run.c: atoi(arg), which glibc computes as (int) strtol(arg).
-int parse_atoi(const char* flag, const std::string& text) {
-  char* end = nullptr;
-  errno = 0;
-  const long value = std::strtol(text.c_str(), &end, 10);
-  require_number(flag, text, end);
-  if (errno == ERANGE || value < INT32_MIN || value > INT32_MAX)
-    qpu::fail("flag {}: '{}' does not fit in an int", flag, text);
-  return static_cast<int>(value);
-}
 
 class Dump {
  public:
@@ -97,17 +66,11 @@ class Dump {
 };
 
 int run_ref(const RefOptions& o) {
-  const float temperature = parse_atof_float("-t", o.temperature);
-  const float topp = parse_atof_float("-p", o.topp);
-  const int steps_flag = parse_atoi("-n", o.steps);
-  if (temperature < 0.0f) qpu::fail("flag -t: temperature {} must not be negative", o.temperature);
-  if (topp < 0.0f || topp > 1.0f) qpu::fail("flag -p: topp {} must be in [0, 1]", o.topp);
+  const qpu::cli::RunCSampling sampling = qpu::cli::parse_run_c_sampling(o.temperature, o.topp, o.seed);
+  const float temperature = sampling.temperature, topp = sampling.topp;
+  const uint64_t seed = sampling.seed;
+  const int steps_flag = qpu::cli::parse_atoi("-n", o.steps);
   if (steps_flag < 0) qpu::fail("flag -n: steps {} must not be negative", o.steps);
-  // run.c: unsigned long long rng_seed = atoi(arg); if (rng_seed <= 0) rng_seed = time(NULL).
-  // The int is sign-extended, so a negative seed is a large valid state, and only 0 means
-  // "use the clock".
-  uint64_t seed = o.seed ? static_cast<uint64_t>(static_cast<int64_t>(parse_atoi("-s", *o.seed))) : 0;
-  if (seed == 0) seed = static_cast<unsigned int>(std::time(nullptr));
 
   const Llama2Checkpoint checkpoint = load_llama2_checkpoint(o.checkpoint);
   const Tokenizer tokenizer = Tokenizer::load(o.tokenizer, checkpoint.config().vocab_size);

@@ -1,11 +1,13 @@
-// `qpu story --model stories260K.bin -z tok512.bin [-n steps] [-i prompt] [--verify] [--threads T]`:
-// the whole nested model running inside the host (docs/story-cli.md). Builds the token
-// machine (machine/token_machine.h) for the run in memory, runs it on the engine from
-// HDR with the host's greedy argmax fed back, and prints the story tokens the stream
-// carries exactly as `qpu ref -t 0` prints them (run.c's decode and safe printing, the
-// final newline; a BOS ends the story). With --verify every crossing float, every nested
-// logits vector (read from the host's residual on HEAD's cycle) and every story token is
-// compared with run.c (runner/story_check.h); the first difference is an error.
+// `qpu story --model stories260K.bin -z tok512.bin [-n steps] [-i prompt] [-t temp] [-p topp] [-s seed]
+// [--verify] [--threads T]`: the whole nested model running inside the host
+// (docs/story-cli.md). Builds the token machine (machine/token_machine.h) for the run in
+// memory (with the sampler below HEAD when -t > 0), runs it on the engine from HDR with
+// the host's greedy argmax fed back, and prints the story tokens the stream carries
+// exactly as `qpu ref` with the same -t, -p, -s prints them (run.c's decode and safe
+// printing, the final newline; a BOS ends the story). With --verify every crossing float,
+// every nested logits vector (read from the host's residual on HEAD's cycle) and every
+// story token is compared with run.c (runner/story_check.h); the first difference is an
+// error. The machine samples run.c's sample_mult only: 0 < -p < 1 (top-p) is an error.
 #include <omp.h>
 #include <unistd.h>
 
@@ -13,12 +15,14 @@
 #include <chrono>
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include <fmt/format.h>
 
 #include "cli/command_registry.h"
+#include "cli/run_c_flags.h"
 #include "common/error.h"
 #include "reference/generate.h"
 #include "reference/llama2_checkpoint.h"
@@ -35,6 +39,11 @@ struct StoryOptions {
   std::string tokenizer = "tokenizer.bin";  // run.c's default
   int steps = 256;
   std::string prompt;  // run.c's -i
+  // run.c's -t, -p, -s as `qpu ref` reads them, but -t defaults to 0 (greedy): `qpu story`
+  // was greedy before it could sample, and -p's default 0.9 (top-p) is not on the machine.
+  std::string temperature = "0";
+  std::string topp = "0.9";
+  std::optional<std::string> seed;
   bool verify = false;
   bool profile = false;
   int threads = 0;
@@ -83,6 +92,16 @@ class Progress {
 int run_story(const StoryOptions& o) {
   if (o.threads < 0) fail("flag --threads: {} must not be negative", o.threads);
   if (o.threads > 0) omp_set_num_threads(o.threads);
+  const cli::RunCSampling sampling = cli::parse_run_c_sampling(o.temperature, o.topp, o.seed);
+  const bool sampled = sampling.temperature > 0.0f;  // run.c: temperature 0 is the argmax, -p unused
+  if (sampled && sampling.topp > 0.0f && sampling.topp < 1.0f)
+    fail("flag -p: top-p sampling ({} in (0, 1)) is not on the machine yet; pass -p 1 (or -p 0) for run.c's "
+         "sampling over the whole distribution",
+         o.topp);
+  if (sampled && !(sampling.temperature >= machine::TokenMachine::kMinTemperature &&
+                   sampling.temperature <= machine::TokenMachine::kMaxTemperature))
+    fail("flag -t: the machine's sampler holds temperatures in [{}, {}] (or 0), not {}",
+         machine::TokenMachine::kMinTemperature, machine::TokenMachine::kMaxTemperature, o.temperature);
   const reference::Llama2Checkpoint checkpoint = reference::load_llama2_checkpoint(o.checkpoint);
   const reference::Tokenizer tokenizer = reference::Tokenizer::load(o.tokenizer, checkpoint.config().vocab_size);
   const int steps = reference::run_c_steps(o.steps, checkpoint.config().seq_len);
@@ -95,20 +114,27 @@ int run_story(const StoryOptions& o) {
   const auto t0 = Clock::now();
   const auto since = [](Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); };
   // The prompt RAM holds a token at its own position: the machine covers the prompt too.
-  const machine::TokenMachine m = machine::build_token_machine(
-      checkpoint, runner::token_machine_options(std::max(steps, static_cast<int>(prompt.size()))));
+  machine::TokenMachineOptions options = runner::token_machine_options(std::max(steps, static_cast<int>(prompt.size())));
+  options.sampling = sampled;
+  const machine::TokenMachine m = machine::build_token_machine(checkpoint, options);
   const double built = since(t0);
   const auto t1 = Clock::now();
   const engine::Model model = m.model();
   const auto& c = m.compiled.weights.config;
   std::fprintf(stderr,
-               "story: token machine for %d nested positions: layers %lld, hidden %lld, intermediate %lld, vocab %lld "
+               "story: %stoken machine for %d nested positions: layers %lld, hidden %lld, intermediate %lld, vocab %lld "
                "(built in %.1f s, engine model in %.1f s)\n",
-               steps, static_cast<long long>(c.num_hidden_layers), static_cast<long long>(c.hidden_size),
+               sampled ? "sampling " : "", steps, static_cast<long long>(c.num_hidden_layers), static_cast<long long>(c.hidden_size),
                static_cast<long long>(c.intermediate_size), static_cast<long long>(c.vocab_size), built, since(t1));
 
+  if (sampled)  // the seed too: with -s absent it is the clock's, and a run is only reproducible with it
+    std::fprintf(stderr, "story: run.c's sampling on the machine: temperature %s, topp %s, seed %llu\n",
+                 o.temperature.c_str(), o.topp.c_str(), static_cast<unsigned long long>(sampling.seed));
   std::unique_ptr<runner::StoryChecker> checker;
-  if (o.verify) checker = std::make_unique<runner::StoryChecker>(checkpoint, prompt);
+  if (o.verify)
+    checker = std::make_unique<runner::StoryChecker>(
+        checkpoint, prompt,
+        reference::Sampler(checkpoint.config().vocab_size, sampling.temperature, sampling.topp, sampling.seed));
   int previous = reference::kBosToken;
   bool bos_stop = false;
   runner::StreamCallbacks cb;
@@ -134,7 +160,7 @@ int run_story(const StoryOptions& o) {
   runner::StoryRunOptions ro;
   // The host prompt: HDR, the step count, the nested prompt's tokens for the prompt RAM;
   // the machine ends with DONE after the last step. The story-token limit is a backstop.
-  ro.prompt = m.prompt(prompt, steps);
+  ro.prompt = m.prompt(prompt, steps, sampling.temperature, sampling.seed);
   ro.stop_after_story_tokens = steps + 1;  // TOK.1 (BOS at position 0), then one per position
   if (checker) ro.logit_probes = m.logit_probes;  // the nested logits, read where HEAD computes them
   ro.on_cycle = [&](const runner::StreamCounts& counts, double seconds) { progress.update(counts, seconds, false); };
@@ -168,12 +194,19 @@ qpu::cli::Runner setup(CLI::App& app) {
   auto o = std::make_shared<StoryOptions>();
   app.footer(
       "The checkpoint is compiled into one Qwen3.5 token machine whose host forward passes, greedy argmax fed back, "
-      "run the nested model. Greedy only for now: -t, -p and -s are not accepted yet. The prompt (-i) is encoded "
+      "run the nested model. With -t > 0 the machine samples as run.c's sample_mult (its coins drawn from -s "
+      "inside the machine); top-p (0 < -p < 1) is not on the machine yet. The prompt (-i) is encoded "
       "by the CLI with run.c's BPE; the machine forces its tokens as run.c does.");
   app.add_option("--model", o->checkpoint, "llama2.c checkpoint (version 0), e.g. stories260K.bin")->required();
   app.add_option("-z", o->tokenizer, "tokenizer.bin-format tokenizer (default: tokenizer.bin)");
   app.add_option("-n", o->steps, "nested positions to run; 0 or > seq_len = seq_len (default 256)");
   app.add_option("-i", o->prompt, "prompt text (run.c's -i; default: none, the story starts from BOS)");
+  app.add_option("-t", o->temperature,
+                 "temperature: 0 = greedy (default 0), else in [0.05, 32], sampled on the machine as run.c");
+  app.add_option("-p", o->topp,
+                 "top-p as run.c (default 0.9); the machine samples the whole distribution only: with -t > 0 pass "
+                 "-p 1 (or -p 0)");
+  app.add_option("-s", o->seed, "random seed as run.c's and qpu ref's; 0 or absent = current time");
   app.add_flag("--verify", o->verify,
                "compare every float crossing the machine's boundary, every nested logits vector (read inside the "
                "host's forward pass on HEAD's cycle) and every story token with run.c, bit for bit");
@@ -183,7 +216,7 @@ qpu::cli::Runner setup(CLI::App& app) {
   return [o] { return run_story(*o); };
 }
 
-qpu::cli::Registration reg{"story", "Run a llama2.c model as a machine inside the host's forward passes (greedy)",
+qpu::cli::Registration reg{"story", "Run a llama2.c model as a machine inside the host's forward passes",
                            setup};
 
 }  // namespace

@@ -222,14 +222,16 @@ SamplePart::SamplePart(Assembler& as, const reference::Llama2Config& cfg, const 
   const compiler::OpRange sum_ops{first_sum, p.ops().size()};
   const ValueId sum_out = one_row_ram(p, values_.sum, sum_on_, prob_.on, o.sum_low_binade, "ssum.out", "sum RAM");
 
-  // RNG (on MAX's cycle, built after SUM: see the order below): run.c's coin of this position, draw n = pos - plen + 2, into the
-  // coin RAM that CDF reads.
+  // RNG (on MAX's cycle, built after SUM: see the order below): run.c's coin of this position, draw n = pos - plen +
+  // draw_offset, into the coin RAM that CDF reads.
   ValueId cdf_coin = coin.value;
   if (coin.rng) {
     const size_t first_rng = p.ops().size();
     const ValueId draw = p.value("rng.n");  // an exact small integer (gate 128 MAX's flag)
     p.mlp("rng.n", {Neuron{Lin{{{max_on_, kGateOn}}},
-                           Lin{{{coin.pos, 1.0f / kGateOn}, {coin.plen, -1.0f / kGateOn}, {max_on_, 2.0f / kGateOn}}},
+                           Lin{{{coin.pos, 1.0f / kGateOn},
+                                {coin.plen, -1.0f / kGateOn},
+                                {max_on_, static_cast<float>(coin.draw_offset) / kGateOn}}},
                            {{draw, 1.0f}}}});
     values_.coin = npu::rng_draw(p, coin.seed_limbs, draw, coin.max_draws, max_on_).coin;
     as.gate_clears(first_rng, p.ops().size(), max_on_);

@@ -49,10 +49,12 @@ struct SampleOptions {
 };
 
 // Where the coin comes from: a register the CDF micro-op reads (`value`, its read flag
-// `read`), or run.c's generator (`rng`): on MAX's cycle, the draw n = pos - plen + 2 of
-// the seed (run.c draws one coin per sampled position, the first at pos = plen - 1, plen
-// the prompt's tokens with BOS), all of them register values MAX reads (read flags
-// `reads`), exact integers: the seed's 16-bit limbs, pos, plen.
+// `read`), or run.c's generator (`rng`): on MAX's cycle, the draw n = pos - plen +
+// draw_offset of the seed (run.c draws one coin per sampled position, the first at run.c's
+// pos = plen - 1, plen the prompt's tokens with BOS: offset 2 when `pos` is run.c's pos, 1
+// when it is run.c's pos + 1 as in the token machine, whose INC runs before HEAD), all of
+// them register values MAX reads (read flags `reads`), exact integers: the seed's 16-bit
+// limbs, pos, plen.
 struct SampleCoin {
   compiler::ValueId value = compiler::kNever, read = compiler::kNever;
   bool rng = false;
@@ -60,6 +62,7 @@ struct SampleCoin {
   compiler::ValueId pos = compiler::kNever, plen = compiler::kNever;
   std::vector<compiler::ValueId> reads;
   int max_draws = 256;  // the story's steps at most (npu::rng_draw: bit_width jumps)
+  int draw_offset = 2;  // n = pos - plen + draw_offset (above)
 };
 
 // The values a test sees through AssembledMachine::probes on each stage's cycle.

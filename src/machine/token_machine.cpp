@@ -1,6 +1,7 @@
 #include "machine/token_machine.h"
 
 #include <algorithm>
+#include <optional>
 #include <string>
 
 #include "common/error.h"
@@ -36,16 +37,28 @@ TokenMachine build_token_machine(const reference::Llama2Checkpoint& ck, const To
   TokenMachineOptions o = options;
   o.attention = true;
   o.atto_writes_down = true;
+  o.argmax_successor = !o.sampling;  // sampling: SamplePart::successor chooses TOK.k or TEMP.0
+  // The sampler's registers (T, SEED.j, PLEN) and their writes, in the prompt's order.
+  const std::vector<std::string> sample_writes = {"WT", "WS.0", "WS.1", "WS.2", "WS.3", "WPLEN"};
   std::vector<std::string> names = {"HDR", "NOP", "DONE", "INC", "WSTEPS", "WPOS", "WF", "PST"};
+  if (o.sampling) names.insert(names.end(), sample_writes.begin(), sample_writes.end());
   for (const std::string& n : AttentionHalf::names(cfg, o)) names.push_back(n);
   for (const std::string& n : FfnHalf::names(cfg, o)) names.push_back(n);
   for (const std::string& n : HeadPart::names(cfg)) names.push_back(n);
+  // Right after TOK.(vocab - 1): TEMP.0 is the last entry of the computed successor.
+  if (o.sampling)
+    for (const std::string& n : SamplePart::names(cfg, o.sample)) names.push_back(n);
   Assembler as(streamed_options(o, dim), names, "DONE");
   compiler::Program& p = as.program();
   const Assembler::Scalar pos = as.scalar_register("POS");
   const Assembler::Immediate tok = as.immediate_register("TOK");
   const Assembler::Scalar steps = as.scalar_register("STEPS");    // run.c's steps (-n)
   const Assembler::Scalar forced = as.scalar_register("FORCED");  // a prompt token + 1, on its way to the prompt RAM
+  // Sampling: T (HEAD and TEMP read it), then what MAX reads for the coin: SEED.0-3, PLEN.
+  std::vector<Assembler::Scalar> sample_registers;
+  if (o.sampling)
+    for (const char* r : {"T", "SEED.0", "SEED.1", "SEED.2", "SEED.3", "PLEN"})
+      sample_registers.push_back(as.scalar_register(r));
 
   // Layer 0's x is the embedding of TOK (no crossing): QKV.0 and ATTO(0).0 set `emb` and
   // read TOK; the other layers' micro-ops read X0. Either way the units get x through one
@@ -63,6 +76,7 @@ TokenMachine build_token_machine(const reference::Llama2Checkpoint& ck, const To
   // the address POS holds, read by HEAD at POS (= the position whose token HEAD chooses:
   // INC ran before it). Banked like the KV cache (npu/kv_address.h).
   const ValueId store_prompt = as.input("prompt.store");
+  ValueId forced_token = compiler::kNever;  // the prompt RAM's read: t + 1 on a forced position, else 0
   auto prompt_ram = [&](ValueId head_on) {
     const int positions = o.positions(cfg);
     const int banks = std::min(o.kv_banks, positions);
@@ -89,12 +103,39 @@ TokenMachine build_token_machine(const reference::Llama2Checkpoint& ck, const To
       h.out = {out};
       npu::float_ram(p, npu::FloatRamWindow{-20}, {h}, store_prompt, "prompt RAM bank " + std::to_string(b));  // k + 1 <= 2^16
     }
+    forced_token = out;
     return std::vector<ValueId>{out};
   };
   HeadPart head(as, ck, o, tok, [&](ValueId on) { return as.gated(as.register_out(), {on}, "head.x"); }, prompt_ram);
   const compiler::OpRange head_ops{ffn_ops.end, p.ops().size()};
   p.order(attention_ops, ffn_ops);
   p.order(ffn_ops, head_ops);
+  std::optional<SamplePart> sample;
+  if (o.sampling) {
+    const Assembler::Scalar& t = sample_registers[0];
+    // run.c draws no coin for a prompt token: the sampler sees T only where nothing is
+    // forced. One neuron: gate 128 (head - forced) is 128 exactly when HEAD runs on an
+    // unforced position, <= -128 on a forced one (forced = t + 1 >= 1: silu gives +-0) and
+    // +0 on every other cycle; up T / 128 (exact: T >= 2^-5).
+    const ValueId t_free = p.value("head.t_free");
+    p.mlp("head.t_free", {Neuron{Lin{{{head.flag(), 128.0f}, {forced_token, -128.0f}}}, Lin{{{t.out, 1.0f / 128.0f}}},
+                                 {{t_free, 1.0f}}}});
+    as.gate_clears_of({t_free}, head.flag());
+    SampleCoin coin;
+    coin.rng = true;
+    for (size_t j = 0; j < 4; ++j) coin.seed_limbs[j] = sample_registers[j + 1].out;
+    coin.plen = sample_registers[5].out;
+    coin.pos = pos.out;
+    for (size_t r = 1; r < sample_registers.size(); ++r) coin.reads.push_back(sample_registers[r].read_flag);
+    coin.reads.push_back(pos.read_flag);
+    coin.max_draws = o.positions(cfg);  // n <= the story's positions
+    coin.draw_offset = 1;               // POS = run.c's pos + 1 (INC ran before HEAD)
+    sample.emplace(as, cfg, o.sample, head.logits(), head.flag(), t.out, t.read_flag, coin);
+    p.order(head_ops, sample->stages());  // the sampler's stages below HEAD
+    // TOK.0 ... TOK.(vocab - 1), TEMP.0: HEAD's one-hot (argmax or forced) when T = 0 or
+    // forced, else TEMP.0; on CDF's cycle CDF's pick.
+    as.computed_successor(story_token_name(0), sample->successor(head.onehot(), head.flag(), t_free));
+  }
 
   // The story token's branch: TOK.k for k != BOS goes on to QKV.0 while POS < STEPS (run.c's
   // `while (pos < steps)`), else to DONE; TOK.1 (BOS) goes on only at position 0 (run.c
@@ -130,6 +171,8 @@ TokenMachine build_token_machine(const reference::Llama2Checkpoint& ck, const To
   as.define("WSTEPS", as.write(0, steps.element, story_token_name(1)));
   as.define("WPOS", as.write(0, pos.element, story_token_name(1)));
   as.define("WF", as.write(0, forced.element, "PST"));
+  for (size_t r = 0; r < sample_registers.size(); ++r)
+    as.define(sample_writes[r], as.write(0, sample_registers[r].element, story_token_name(1)));
   {
     MicroOp op = as.step("NOP");
     op.sets = {{store_prompt, 1.0f}, {forced.read_flag, 1.0f}, {pos.read_flag, 1.0f}};
@@ -161,6 +204,7 @@ TokenMachine build_token_machine(const reference::Llama2Checkpoint& ck, const To
   HeadControl hc;
   hc.x_register = kX0;
   hc.head_sets = {{pos.read_flag, 1.0f}};  // the prompt RAM's read address
+  if (o.sampling) hc.head_sets.push_back({sample_registers[0].read_flag, 1.0f});  // T: greedy or sampled
   hc.story_token = [&](int k) {
     MicroOp op = as.branch_step("QKV.0", "DONE");  // the conditions above
     op.sets = {{k == 1 ? tok_bos : tok_next, 1.0f}, {pos.read_flag, 1.0f}};
@@ -168,6 +212,7 @@ TokenMachine build_token_machine(const reference::Llama2Checkpoint& ck, const To
     return op;
   };
   head.define(head_lane, send, hc);
+  if (sample) sample->define();
 
   TokenMachine m;
   static_cast<AssembledMachine&>(m) = as.finish();
@@ -178,28 +223,39 @@ TokenMachine build_token_machine(const reference::Llama2Checkpoint& ck, const To
   m.heads = attention.heads();
   m.exp_groups = attention.exp_groups();
   m.max_positions = o.positions(cfg);
+  m.sample_blocks = sample ? sample->blocks() : 0;
   m.logit_probes = m.probes(head.logits());
   return m;
 }
 
-std::vector<int64_t> TokenMachine::prompt(const std::vector<int>& nested, int steps) const {
+std::vector<int64_t> TokenMachine::prompt(const std::vector<int>& nested, int steps, float temperature,
+                                          uint64_t seed) const {
   if (steps < 1 || steps > max_positions) fail("token machine: {} steps outside [1, {}]", steps, max_positions);
+  if (temperature != 0.0f && sample_blocks == 0) fail("token machine: temperature {} on a greedy machine", temperature);
+  if (temperature != 0.0f && !(temperature >= kMinTemperature && temperature <= kMaxTemperature))
+    fail("token machine: temperature {} outside 0 and [{}, {}] (the sampler's windows)", temperature, kMinTemperature,
+         kMaxTemperature);
   if (nested.empty() || nested[0] != 1) fail("token machine: a nested prompt starts with BOS (1)");
   if (nested.size() > static_cast<size_t>(max_positions))
     fail("token machine: a prompt of {} tokens, the machine holds {} positions", nested.size(), max_positions);
   std::vector<int64_t> t = {id("HDR")};
-  auto write = [&](const char* op, int v) {
+  auto write = [&](const std::string& op, float v) {
     t.push_back(id(op));
-    for (int64_t x : value_tokens(static_cast<float>(v))) t.push_back(x);
+    for (int64_t x : value_tokens(v)) t.push_back(x);
   };
-  write("WSTEPS", steps);
+  write("WSTEPS", static_cast<float>(steps));
   for (size_t j = 1; j < nested.size(); ++j) {
     if (nested[j] < 0 || nested[j] >= vocab) fail("token machine: prompt token {} outside [0, {})", nested[j], vocab);
-    write("WPOS", static_cast<int>(j));
-    write("WF", nested[j] + 1);
+    write("WPOS", static_cast<float>(j));
+    write("WF", static_cast<float>(nested[j] + 1));
     t.push_back(id("PST"));
   }
-  write("WPOS", 0);
+  if (sample_blocks > 0) {
+    write("WT", temperature);
+    for (int j = 0; j < 4; ++j) write("WS." + std::to_string(j), static_cast<float>((seed >> (16 * j)) & 0xffff));
+    write("WPLEN", static_cast<float>(nested.size()));
+  }
+  write("WPOS", 0.0f);
   return t;
 }
 
@@ -233,6 +289,15 @@ std::vector<int64_t> TokenMachine::expected_position(const PositionRecord& r) co
   }
   for (int64_t t : value_tokens(static_cast<float>(r.pos + 1))) s.push_back(t);
   emit("HEAD");
+  if (r.sampled) {
+    if (sample_blocks == 0) fail("token machine: a sampled record on a greedy machine");
+    for (int b = 0; b < sample_blocks; ++b) emit(SamplePart::temp_name(b));
+    emit("MAX");
+    for (int b = 0; b < sample_blocks; ++b) emit(SamplePart::exp_name(b));
+    emit("SUM");
+    for (int b = 0; b < sample_blocks; ++b) emit(SamplePart::prob_name(b));
+    emit("CDF");
+  }
   emit(story_token_name(r.next));
   return s;
 }

@@ -31,21 +31,36 @@
 // host prompt writes them, TokenMachine::prompt): HEAD takes position p's token from
 // there instead of the argmax while the prompt lasts (run.c's forced prompt tokens).
 //
+// Sampling (TokenMachineOptions::sampling; docs/npu-machine.md, "M3: sampling"): run.c's
+// temperature path with topp <= 0 or >= 1 (sample_mult). The prompt also writes T, the
+// seed's four 16-bit limbs SEED.0-3 and PLEN (the nested prompt's tokens with BOS); HEAD
+// reads T, and names TOK.k at once when T = 0 or the prompt RAM forces the token (run.c
+// draws no coin there), else TEMP.0: the sampler's stages (machine/sample_part.h) run
+// below HEAD, MAX draws run.c's coin n = POS - PLEN + 1 (POS is run.c's pos + 1 on HEAD's
+// and the stages' cycles) from the seed, and CDF's pick names TOK.k.
+//
 // Stack (top to bottom): register file, POS, TOK -> the embedding lookup -> the attention
 // half (machine/attention_half.h) -> the FFN half (machine/ffn_half.h) -> HEAD
-// (machine/head_part.h) -> uplink. The three parts are ordered one below the other
-// (Program::order): side by side their working values would not fit the width budget.
+// (machine/head_part.h) -> [the sampler's stages] -> uplink. The parts are ordered one
+// below the other (Program::order): side by side their working values would not fit the
+// width budget.
 #include <cstdint>
 #include <vector>
 
 #include "machine/attention_half.h"
 #include "machine/ffn_half.h"
 #include "machine/head_part.h"
+#include "machine/sample_part.h"
 #include "reference/llama2_checkpoint.h"
 
 namespace qpu::machine {
 
-struct TokenMachineOptions : HostOptions, AttentionOptions, FfnOptions, HeadOptions {};
+struct TokenMachineOptions : HostOptions, AttentionOptions, FfnOptions, HeadOptions {
+  // run.c's temperature sampling below HEAD (above); off: the greedy machine (HEAD's argmax
+  // or the forced token names TOK.k).
+  bool sampling = false;
+  SampleOptions sample;
+};
 
 // run.c's values at one position that the machine's stream shows: x after the
 // attention and after the FFN of every layer, and the next token.
@@ -53,12 +68,14 @@ struct PositionRecord {
   int pos = 0;
   std::vector<std::vector<float>> x_att_res, x_ffn_res;  // [layer][dim]
   int next = 0;
+  bool sampled = false;  // next is run.c's sample() (temperature > 0, not a prompt token)
 };
 
 struct TokenMachine : AssembledMachine {
   int dim = 0, layers = 0, vocab = 0, chunks = 0, heads = 0, exp_groups = 0;
 
   int max_positions = 0;
+  int sample_blocks = 0;  // the sampler's nb (TEMP.b, EXP.b, PROB.b); 0: a greedy machine
 
   // Where HEAD's classifier leaves run.c's logits on HEAD's cycle, per vocabulary entry
   // (verification only: they never leave the forward pass; runner/story_stream.h).
@@ -66,15 +83,22 @@ struct TokenMachine : AssembledMachine {
 
   // The host prompt of a run of `steps` nested positions (run.c's -n; 1 .. max_positions):
   // HDR, WSTEPS and the parts of steps, then per nested prompt token t_j after BOS
-  // (j >= 1) WPOS j, WF t_j + 1 and PST (the prompt RAM), then WPOS 0. `nested_prompt`:
-  // run.c's prompt tokens, BOS first (BOS alone: no prompt). Throws for a prompt that
-  // does not start with BOS, a token outside the vocabulary, or one past max_positions.
-  std::vector<int64_t> prompt(const std::vector<int>& nested_prompt, int steps) const;
+  // (j >= 1) WPOS j, WF t_j + 1 and PST (the prompt RAM), on a sampling machine WT, WS.0-3
+  // and WPLEN with their parts, then WPOS 0. `nested_prompt`: run.c's prompt tokens, BOS
+  // first (BOS alone: no prompt); `temperature` and `seed`: run.c's (the seed as run.c's
+  // rng state). Throws for a prompt that does not start with BOS, a token outside the
+  // vocabulary, one past max_positions, a temperature other than 0 on a greedy machine, or
+  // one outside 0 and [kMinTemperature, kMaxTemperature] (the sampler's windows).
+  std::vector<int64_t> prompt(const std::vector<int>& nested_prompt, int steps, float temperature = 0.0f,
+                              uint64_t seed = 0) const;
+  // The temperatures the sampler's windows hold for stories260K's logits (SampleOptions).
+  static constexpr float kMinTemperature = 0.05f, kMaxTemperature = 32.0f;
 
   // What the machine generates for one nested position, from the token after the
   // position's TOK (QKV.0) through the next TOK: every control token and the value
   // tokens of every float it sends up (x after the FFN of every layer, POS + 1; x after
-  // the attention stays below, record.x_att_res is only size-checked).
+  // the attention stays below, record.x_att_res is only size-checked); a sampled record
+  // (sampling machine only) has TEMP.0 ... CDF between HEAD and TOK.k.
   std::vector<int64_t> expected_position(const PositionRecord& record) const;
 };
 

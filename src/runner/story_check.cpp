@@ -44,8 +44,12 @@ std::string Difference::message() const {
   return fmt::format("nested position {}: {}: machine {}, run.c {}", position, what, machine, run_c);
 }
 
-StoryChecker::StoryChecker(const reference::Llama2Checkpoint& checkpoint, std::vector<int> prompt)
-    : checkpoint_(checkpoint), transformer_(checkpoint), prompt_(std::move(prompt)) {
+StoryChecker::StoryChecker(const reference::Llama2Checkpoint& checkpoint, std::vector<int> prompt,
+                           std::optional<reference::Sampler> sampler)
+    : checkpoint_(checkpoint),
+      transformer_(checkpoint),
+      sampler_(sampler ? std::move(*sampler) : reference::Sampler(checkpoint.config().vocab_size, 0.0f, 1.0f, 0)),
+      prompt_(std::move(prompt)) {
   if (!prompt_.empty() && prompt_[0] != reference::kBosToken) fail("story check: a prompt starts with BOS");
 }
 
@@ -60,10 +64,17 @@ ReferencePosition& StoryChecker::reference(int pos) {
     const std::span<float> logits = transformer_.forward(r.token, static_cast<int>(positions_.size()));
     transformer_.set_trace(nullptr);
     r.logits.assign(logits.begin(), logits.end());
-    // run.c's prompt token while there is one, else sample_argmax: the first maximum.
+    // run.c's prompt token while there is one (no coin drawn), else sample(): at
+    // temperature 0 sample_argmax (the first maximum), else one coin, on a copy (it
+    // works in place; r.logits stay forward's).
     const size_t at = positions_.size() + 1;
-    r.next = at < prompt_.size() ? prompt_[at]
-                                 : static_cast<int>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+    if (at < prompt_.size()) {
+      r.next = prompt_[at];
+    } else {
+      std::vector<float> scratch = r.logits;
+      r.next = sampler_.sample(scratch);
+      r.sampled = sampler_.temperature() > 0.0f;
+    }
     if (r.x_ffn_res.size() != static_cast<size_t>(cfg.n_layers))
       fail("story check: run.c's trace gave {} layers, the checkpoint has {}", r.x_ffn_res.size(), cfg.n_layers);
     positions_.push_back(std::move(r));
@@ -105,7 +116,9 @@ bool StoryChecker::check(const StoryTokenEvent& e) {
   if (first_) return false;
   ++tokens_;
   const int expected = e.position == 0 ? reference::kBosToken : reference(e.position - 1).next;
-  const std::string what = e.position == 0 ? "the first story token (BOS)" : "the story token (greedy next token)";
+  const std::string what = e.position == 0                      ? "the first story token (BOS)"
+                           : reference(e.position - 1).sampled ? "the story token (run.c's sampled next token)"
+                                                               : "the story token (greedy next token)";
   if (e.token != expected) return differ(e.position, what, fmt::format("token {}", e.token), fmt::format("token {}", expected));
   if (e.position > 0) {
     // Every crossing float of the position just finished came out (none skipped).

@@ -1,12 +1,14 @@
 #pragma once
 // The reference side of `qpu story --verify`: run.c's forward (reference::Transformer, bit
-// for bit) run greedily from BOS, one position at a time as the machine's stream needs it,
+// for bit) and sampler (reference::Sampler: greedy at temperature 0) run from BOS, one
+// position at a time as the machine's stream needs it,
 // and every crossing float and story token of the stream compared with it:
 //
 //   FFN(l).i  at position p   run.c's x after the FFN of layer l (x_ffn_res), element i
 //   INC       at position p   p + 1
 //   story token j             j = 0: BOS; else run.c's next token at position j - 1 (the
-//                             prompt's while it lasts, else the greedy one)
+//                             prompt's while it lasts, else its sampler's: the greedy
+//                             one at temperature 0)
 //   logits at position p      run.c's logits vector at p, every entry (read from the host's
 //                             residual on HEAD's cycle: StoryRunOptions::logit_probes)
 //
@@ -24,6 +26,7 @@
 #include <vector>
 
 #include "reference/llama2_checkpoint.h"
+#include "reference/sampler.h"
 #include "reference/transformer.h"
 #include "runner/story_stream.h"
 
@@ -34,7 +37,8 @@ struct ReferencePosition {
   int token = 0;  // the token run.c's forward got at this position
   std::vector<std::vector<float>> x_ffn_res;  // [layer][dim]
   std::vector<float> logits;                  // run.c's forward's output
-  int next = 0;   // run.c's next token (a prompt token, else the first maximum of the logits)
+  int next = 0;   // run.c's next token (a prompt token, else its sampler's: at temperature 0 the first maximum)
+  bool sampled = false;  // next is the sampler's with temperature > 0 (a coin was drawn)
 };
 
 struct Difference {
@@ -49,8 +53,10 @@ class StoryChecker {
  public:
   // Keeps a reference: the checkpoint must outlive the checker. `prompt`: run.c's prompt
   // tokens (BOS first; empty or BOS alone: none): the next token at position p is
-  // prompt[p + 1] while there is one (run.c forces them), else the greedy one.
-  explicit StoryChecker(const reference::Llama2Checkpoint& checkpoint, std::vector<int> prompt = {});
+  // prompt[p + 1] while there is one (run.c forces them), else `sampler`'s (run.c's
+  // sample(), one coin per sampled position; none: greedy).
+  explicit StoryChecker(const reference::Llama2Checkpoint& checkpoint, std::vector<int> prompt = {},
+                        std::optional<reference::Sampler> sampler = std::nullopt);
 
   // Compare one event; false when it differs or cannot be compared (the difference is
   // then first_difference(), if it is the first). Once a difference is found, later
@@ -65,7 +71,7 @@ class StoryChecker {
   int64_t logit_vectors_compared() const { return logit_vectors_; }
 
   // run.c's record of position `pos`, running positions up to it first (from BOS, each
-  // next token run.c's greedy one). Mutable so that a test can corrupt a value and see
+  // next token run.c's: the prompt's, else the sampler's). Mutable so that a test can corrupt a value and see
   // the checker report it. Throws qpu::Error past the checkpoint's seq_len.
   ReferencePosition& reference(int pos);
 
@@ -74,6 +80,7 @@ class StoryChecker {
 
   const reference::Llama2Checkpoint& checkpoint_;
   reference::Transformer transformer_;
+  reference::Sampler sampler_;
   std::vector<int> prompt_;
   std::vector<ReferencePosition> positions_;
   std::map<int, int64_t> crossings_seen_;  // per position, for the completeness check

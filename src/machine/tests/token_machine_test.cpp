@@ -8,7 +8,10 @@
 // float sent up (x after the FFN of every layer, POS + 1) bit for bit, and TOK.k with k =
 // run.c's next token (the prompt's while it lasts, else greedy). x after the attention
 // no longer crosses (ATTO(l).0 writes it into the X1 RAM); every FFN float depends on it
-// bit for bit.
+// bit for bit. The sampling machine (TokenMachineOptions::sampling) runs run.c's
+// temperature sampling (topp 1: sample_mult) below HEAD with the coin drawn from the seed:
+// on sampled positions the stream also has TEMP.0 ... CDF, and TOK.k is run.c's sampled
+// token (reference::Sampler, and reference::generate's story).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -20,6 +23,8 @@
 #include "machine/token_machine.h"
 #include "machine_runner.h"
 #include "npu/tests/unit_harness.h"
+#include "reference/generate.h"
+#include "reference/sampler.h"
 #include "reference/tokenizer.h"
 #include "reference/transformer.h"
 
@@ -43,11 +48,20 @@ class Residuals final : public reference::TraceObserver {
   std::map<std::pair<int, int>, std::pair<std::vector<float>, std::vector<float>>> records_;
 };
 
+// run.c's sampler settings (-t, -s; topp 1: sample_mult). Temperature 0: greedy.
+struct Sampling {
+  float temperature = 0.0f;
+  uint64_t seed = 0;
+};
+
 // run.c's run from `prompt` (BOS first): the records of positions 0 .. positions - 1,
-// the next token forced to the prompt's while it lasts, else greedy.
-std::vector<PositionRecord> run_c(const std::vector<int>& prompt, int positions, int* forced_differs = nullptr) {
+// the next token forced to the prompt's while it lasts, else run.c's sample() (greedy at
+// temperature 0: the first maximum).
+std::vector<PositionRecord> run_c(const std::vector<int>& prompt, int positions, int* forced_differs = nullptr,
+                                  Sampling sampling = {}) {
   const auto& ck = stories260k();
   reference::Transformer tf(ck);
+  reference::Sampler sampler(ck.config().vocab_size, sampling.temperature, 1.0f, sampling.seed);
   Residuals res;
   tf.set_trace(&res);
   std::vector<PositionRecord> out;
@@ -58,7 +72,9 @@ std::vector<PositionRecord> run_c(const std::vector<int>& prompt, int positions,
     r.pos = pos;
     const int argmax = static_cast<int>(std::max_element(logits.begin(), logits.end()) - logits.begin());  // the first maximum
     const bool forced = pos + 1 < static_cast<int>(prompt.size());
-    r.next = forced ? prompt[static_cast<size_t>(pos + 1)] : argmax;
+    r.sampled = !forced && sampling.temperature > 0.0f;
+    std::vector<float> scratch(logits.begin(), logits.end());  // sample() works in place
+    r.next = forced ? prompt[static_cast<size_t>(pos + 1)] : sampler.sample(scratch);
     if (forced_differs && forced && r.next != argmax) ++*forced_differs;
     for (int l = 0; l < ck.config().n_layers; ++l) {
       r.x_att_res.push_back(res.at(pos, l).first);
@@ -71,24 +87,42 @@ std::vector<PositionRecord> run_c(const std::vector<int>& prompt, int positions,
   return out;
 }
 
+TokenMachine build(bool sampling) {
+  TokenMachineOptions o;
+  o.max_positions = 16;  // two blocks of 8 positions
+  o.sampling = sampling;
+  const auto start = std::chrono::steady_clock::now();
+  TokenMachine built = build_token_machine(stories260k(), o);
+  testing::print_shape(sampling ? "sampling token machine" : "token machine", built);
+  std::printf("built in %.1f s\n", std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  return built;
+}
+
 const TokenMachine& machine() {
-  static const TokenMachine m = [] {
-    TokenMachineOptions o;
-    o.max_positions = 16;  // two blocks of 8 positions
-    const auto start = std::chrono::steady_clock::now();
-    TokenMachine built = build_token_machine(stories260k(), o);
-    testing::print_shape("token machine", built);
-    std::printf("built in %.1f s\n", std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-    return built;
-  }();
+  static const TokenMachine m = build(false);
   return m;
 }
 
+const TokenMachine& sampling_machine() {
+  static const TokenMachine m = build(true);
+  return m;
+}
+
+// One engine model per machine, shared by its tests (building it takes most of a test's
+// setup); each call of the hosts is a fresh host on it.
+const testing::Hosts& hosts(const TokenMachine& m) {
+  static std::map<const TokenMachine*, testing::Hosts> made;
+  auto it = made.find(&m);
+  if (it == made.end()) it = made.emplace(&m, testing::engine_hosts(m.model())).first;
+  return it->second;
+}
+
 // Runs the machine from its prompt for `steps` positions; every generated token must be
-// what run.c implies, through the last story token and DONE.
-void expect_story(const std::vector<int>& prompt, int steps) {
-  const TokenMachine& m = machine();
-  const std::vector<PositionRecord> records = run_c(prompt, steps);
+// what run.c implies, through the last story token and DONE. `records`: run.c's records.
+void expect_story(const std::vector<int>& prompt, int steps, const TokenMachine& m = machine(), Sampling sampling = {},
+                  std::vector<PositionRecord>* records_out = nullptr) {
+  const std::vector<PositionRecord> records = run_c(prompt, steps, nullptr, sampling);
+  if (records_out) *records_out = records;
   std::vector<int64_t> expected = {m.id("TOK.1")};
   std::vector<size_t> ends;
   for (const PositionRecord& r : records) {
@@ -97,8 +131,8 @@ void expect_story(const std::vector<int>& prompt, int steps) {
   }
   const int positions = static_cast<int>(records.size());
   expected.push_back(m.done());
-  auto hosts = testing::engine_hosts(m.model());
-  const testing::Run run = testing::run_greedy(m, m.prompt(prompt, steps), hosts(), static_cast<int64_t>(expected.size()) + 4);
+  const testing::Run run = testing::run_greedy(m, m.prompt(prompt, steps, sampling.temperature, sampling.seed), hosts(m)(),
+                                               static_cast<int64_t>(expected.size()) + 4);
   EXPECT_EQ(run.ambiguous, 0);
   EXPECT_LE(run.max_nonzero_on_value_cycles, 3);
   ASSERT_EQ(run.generated.size(), expected.size());
@@ -139,6 +173,69 @@ TEST(TokenMachine, PromptTokensForcedThenGreedyOnTheEngine) {
   run_c(prompt, steps, &differs);
   EXPECT_GT(differs, 0);  // the forced tokens are not the argmax: the test sees the prompt RAM at work
   expect_story(prompt, steps);
+}
+
+}  // namespace
+}  // namespace qpu::machine
+
+namespace qpu::machine {
+namespace {
+
+// run.c's story for (prompt text, steps, temperature, seed, topp 1) through
+// reference::generate: its tokens after BOS (a final BOS included).
+std::vector<int> generated_story(const std::string& text, int steps, Sampling sampling) {
+  const auto& ck = stories260k();
+  const auto tok = reference::Tokenizer::load(npu::unit_testing::model_dir() + "tok512.bin", ck.config().vocab_size);
+  reference::Transformer tf(ck);
+  reference::Sampler sampler(ck.config().vocab_size, sampling.temperature, 1.0f, sampling.seed);
+  const reference::GenerateResult g = reference::generate(tf, tok, sampler, text, steps);
+  return {g.tokens.begin() + 1, g.tokens.end()};
+}
+
+// A sampled story on the sampling machine: every host token as run.c implies (the stages'
+// tokens on sampled positions), and the story tokens = reference::generate's.
+void expect_sampled_story(const std::string& text, int steps, Sampling sampling) {
+  const auto tok = reference::Tokenizer::load(npu::unit_testing::model_dir() + "tok512.bin", 512);
+  const std::vector<int> prompt = tok.encode(text, true, false);
+  std::vector<PositionRecord> records;
+  expect_story(prompt, steps, sampling_machine(), sampling, &records);
+  std::vector<int> story;
+  int sampled = 0;
+  for (const PositionRecord& r : records) {
+    story.push_back(r.next);
+    sampled += r.sampled ? 1 : 0;
+  }
+  // Every position after the prompt drew its coin on the machine.
+  EXPECT_EQ(sampled, static_cast<int>(records.size() - (prompt.size() - 1)));
+  EXPECT_EQ(story, generated_story(text, steps, sampling));
+  // run.c's coins pick other tokens than the argmax here: the test sees the coins.
+  std::vector<int> greedy;
+  for (const PositionRecord& r : run_c(prompt, steps)) greedy.push_back(r.next);
+  EXPECT_NE(story, greedy);
+}
+
+// run.c -t 1.0 -s 42 -p 1 from BOS: every position sampled, the coin of draw n = pos + 1
+// (the story leaves the greedy one at position 8: "big", not "little"; the attention's
+// second block of 8 positions).
+TEST(TokenMachineSampling, RunCSampledStoryFromBosBitExactOnTheEngine) { expect_sampled_story("", 10, {1.0f, 42}); }
+
+// run.c -t 0.8 -s 7 -p 1 -i "Lily": the prompt's tokens forced (no coin drawn), then sampled
+// from draw 1 on.
+TEST(TokenMachineSampling, RunCSampledStoryAfterAPromptBitExactOnTheEngine) {
+  expect_sampled_story("Lily", 7, {0.8f, 7});
+}
+
+// Temperature 0 on the sampling machine: HEAD's argmax names TOK.k at once (no stage runs),
+// the greedy machine's story token for token.
+TEST(TokenMachineSampling, TemperatureZeroIsTheGreedyStory) {
+  std::vector<PositionRecord> records;
+  expect_story({1}, 6, sampling_machine(), {0.0f, 42}, &records);
+  const std::vector<PositionRecord> greedy = run_c({1}, 6);
+  ASSERT_EQ(records.size(), greedy.size());
+  for (size_t i = 0; i < records.size(); ++i) {
+    EXPECT_FALSE(records[i].sampled);
+    EXPECT_EQ(records[i].next, greedy[i].next) << "position " << i;
+  }
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 // or wrong float) must be reported at its own position, layer and element.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <bit>
 #include <cstdint>
 #include <random>
@@ -288,6 +289,53 @@ TEST(StoryChecker, PromptTokensAreRunCsNextTokensWhileTheyLast) {
   }
   EXPECT_GT(forced_differs, 0);
   EXPECT_THROW(StoryChecker(ck, {403}), Error);  // a prompt starts with BOS
+}
+
+// With run.c's sampler the checker's next tokens are run.c's sampled run (reference::
+// generate with the same -t, -p, -s), prompt tokens forced without a coin, `sampled` set
+// exactly on the sampled positions; a story token that is the greedy one where run.c
+// sampled another is a difference.
+TEST(StoryChecker, SampledNextTokensAreRunCsSampledRun) {
+  const auto& ck = stories260k();
+  const reference::Tokenizer tok = reference::Tokenizer::load(
+      std::string(QPU_SHARED_DIR) + "/models/stories260K/tok512.bin", ck.config().vocab_size);
+  struct Run {
+    const char* prompt;
+    float t, topp;
+    uint64_t seed;
+  };
+  const int steps = 24;
+  for (const Run& r : {Run{"", 1.0f, 1.0f, 42}, Run{"Lily", 0.8f, 1.0f, 7}, Run{"Once upon", 1.0f, 0.9f, 9}}) {
+    reference::Transformer tf(ck);
+    reference::Sampler sampler(ck.config().vocab_size, r.t, r.topp, r.seed);
+    const auto run_c = reference::generate(tf, tok, sampler, r.prompt, steps, false, {});
+    StoryChecker checker(ck, run_c.prompt_tokens, reference::Sampler(ck.config().vocab_size, r.t, r.topp, r.seed));
+    StoryChecker greedy(ck, run_c.prompt_tokens);
+    int differs = 0;
+    for (int p = 0; p < run_c.positions; ++p) {
+      EXPECT_EQ(checker.reference(p).token, run_c.tokens[static_cast<size_t>(p)]) << r.prompt << " " << p;
+      EXPECT_EQ(checker.reference(p).next, run_c.tokens[static_cast<size_t>(p) + 1]) << r.prompt << " " << p;
+      EXPECT_EQ(checker.reference(p).sampled, p + 1 >= static_cast<int>(run_c.prompt_tokens.size())) << p;
+      differs += greedy.reference(p).next != checker.reference(p).next ? 1 : 0;
+    }
+    ASSERT_GT(differs, 0) << r.prompt;  // the runs leave the greedy story
+    // The first position where run.c's sample differs from the argmax (same history):
+    // the greedy token there is reported as the difference.
+    for (int p = 0; p < run_c.positions; ++p) {
+      const ReferencePosition& at = checker.reference(p);
+      const int argmax = static_cast<int>(std::max_element(at.logits.begin(), at.logits.end()) - at.logits.begin());
+      if (!at.sampled || argmax == at.next) continue;
+      StoryChecker fresh(ck, run_c.prompt_tokens, reference::Sampler(ck.config().vocab_size, r.t, r.topp, r.seed));
+      StoryTokenEvent e;
+      e.position = p + 1;
+      e.token = argmax;
+      fresh.reference(p);
+      EXPECT_FALSE(fresh.check(e));
+      ASSERT_TRUE(fresh.first_difference().has_value());
+      EXPECT_EQ(fresh.first_difference()->what, "the story token (run.c's sampled next token)");
+      break;
+    }
+  }
 }
 
 }  // namespace

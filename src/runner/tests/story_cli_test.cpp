@@ -1,6 +1,7 @@
 // `qpu story` as a user runs it: `-n 2 --verify` on stories260K must print exactly the
 // bytes `qpu ref -t 0 -n 2` prints (run as a process too, not hard-coded), report the
-// verification, and bad flags or files must be errors with exit code 1.
+// verification, and bad flags or files must be errors with exit code 1. Sampled
+// (`-t 1.0 -s 42 -p 1`): the bytes of `qpu ref` with the same flags; top-p is an error.
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -89,6 +90,42 @@ TEST(StoryCli, PromptPrintsWhatRefPrintsAndVerifies) {
   EXPECT_NE(story.err.find("verify: 1284 floats, 4 logits vectors and 5 tokens bit-identical to run.c"), std::string::npos) << story.err;
 }
 
+// run.c's sampling (-t 1.0 -s 42, topp 1: sample_mult) on the machine: the same bytes as
+// `qpu ref` with the same flags, every float, logits vector and token verified (the story
+// tokens against run.c's sampler, its coins drawn on the machine from the seed).
+TEST(StoryCli, SampledStoryPrintsWhatRefPrintsAndVerifies) {
+  const std::string files = "'" + kModels + "stories260K.bin' -z '" + kModels + "tok512.bin'";
+  // 9 positions: seed 42's coin leaves the greedy story at position 8 ("a big", not "a little").
+  const Result ref = run_qpu("ref " + files + " -t 1.0 -s 42 -p 1 -n 9");
+  ASSERT_EQ(ref.status, 0) << ref.err;
+  const Result greedy = run_qpu("ref " + files + " -t 0 -n 9");
+  ASSERT_EQ(greedy.status, 0) << greedy.err;
+  EXPECT_NE(ref.out, greedy.out);  // the sampled story is not the greedy one: the test sees sampling
+  const Result story = run_qpu("story --model " + files + " -t 1.0 -s 42 -p 1 -n 9 --verify --threads 1");
+  ASSERT_EQ(story.status, 0) << story.err;
+  EXPECT_EQ(story.out, ref.out);
+  EXPECT_NE(story.err.find("story: sampling token machine for 9 nested positions"), std::string::npos) << story.err;
+  EXPECT_NE(story.err.find("verify: 2889 floats, 9 logits vectors and 10 tokens bit-identical to run.c"),
+            std::string::npos)
+      << story.err;
+}
+
+// Top-p (0 < p < 1, run.c's default 0.9) is not on the machine: a clear error before any
+// build; at -t 0 run.c ignores -p.
+TEST(StoryCli, TopPIsAnErrorThatSaysSo) {
+  const std::string model = "--model '" + kModels + "stories260K.bin' -z '" + kModels + "tok512.bin'";
+  for (const char* flags : {" -t 1.0 -p 0.9", " -t 0.8", " -t 1.0 -p 0.5 -s 7"}) {
+    const Result r = run_qpu("story " + model + " -n 2" + flags);
+    EXPECT_EQ(r.status, 1) << flags;
+    EXPECT_NE(r.err.find("top-p sampling"), std::string::npos) << flags << ": " << r.err;
+    EXPECT_NE(r.err.find("pass -p 1"), std::string::npos) << flags << ": " << r.err;
+    EXPECT_TRUE(r.out.empty()) << flags;
+  }
+  const Result r = run_qpu("story " + model + " -n 2 -t 100 -p 1");  // outside the sampler's windows
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.err.find("temperatures in"), std::string::npos) << r.err;
+}
+
 TEST(StoryCli, BadFlagsAndFilesAreErrors) {
   const std::string model = "--model '" + kModels + "stories260K.bin' -z '" + kModels + "tok512.bin'";
   Result r = run_qpu("story --model /nonexistent/model.bin -z '" + kModels + "tok512.bin' -n 2");
@@ -102,7 +139,7 @@ TEST(StoryCli, BadFlagsAndFilesAreErrors) {
   EXPECT_NE(r.err.find("qpu: "), std::string::npos) << r.err;
   r = run_qpu("story " + model + " -n abc");
   EXPECT_NE(r.status, 0);
-  r = run_qpu("story " + model + " -n 2 -t 0.5");  // sampling is not accepted yet
+  r = run_qpu("story " + model + " -n 2 -t 0.5");  // with -p's default 0.9: top-p, not on the machine
   EXPECT_NE(r.status, 0);
   r = run_qpu("story " + model + " -n 2 --threads -1");
   EXPECT_EQ(r.status, 1);

@@ -1,11 +1,11 @@
 // Where a token machine's cycle goes, for a machine shape the CLI does not offer
 // (docs/npu-machine.md, "Where a 256-position cycle goes"): builds the token machine of
-// stories260K for P positions with the attention's head groups as given, prints its
+// stories260K for P positions with the attention's head groups and the FFN's chunk lanes as given, prints its
 // shape, runs a greedy story from BOS for at most C host cycles on one engine thread with
 // every crossing float, logits vector and story token checked against run.c
 // (runner::StoryChecker, as `qpu story --verify`), and prints `qpu story --profile`'s table.
 //
-//   story_profile [positions=16] [steps=positions] [cycles=0: all] [exp_heads=2] [threads=1]
+//   story_profile [positions=16] [steps=positions] [cycles=0: all] [exp_heads=2] [threads=1] [lanes=7]
 //
 // A measurement, not a test: it exits non-zero on the first difference from run.c.
 #include <omp.h>
@@ -26,19 +26,21 @@ int main(int argc, char** argv) {
   const long max_cycles = argc > 3 ? std::atol(argv[3]) : 0;
   const int exp_heads = argc > 4 ? std::atoi(argv[4]) : 2;
   const int threads = argc > 5 ? std::atoi(argv[5]) : 1;
+  const int lanes = argc > 6 ? std::atoi(argv[6]) : machine::FfnOptions{}.lanes;
   omp_set_num_threads(threads);
   try {
     const reference::Llama2Checkpoint ck = reference::load_llama2_checkpoint(QPU_SHARED_DIR "/models/stories260K/stories260K.bin");
     machine::TokenMachineOptions o = runner::token_machine_options(positions);
     o.exp_heads = exp_heads;
+    o.lanes = lanes;
     using Clock = std::chrono::steady_clock;
     const auto t0 = Clock::now();
     const machine::TokenMachine m = machine::build_token_machine(ck, o);
     const auto t1 = Clock::now();
     const engine::Model model = m.model();
     const auto& c = m.compiled.weights.config;
-    std::printf("machine: %d positions, exp_heads %d: layers %lld, hidden %lld, intermediate %lld (built %.1f s, model %.1f s)\n",
-                m.max_positions, exp_heads, static_cast<long long>(c.num_hidden_layers),
+    std::printf("machine: %d positions, exp_heads %d, lanes %d: layers %lld, hidden %lld, intermediate %lld (built %.1f s, model %.1f s)\n",
+                m.max_positions, exp_heads, lanes, static_cast<long long>(c.num_hidden_layers),
                 static_cast<long long>(c.hidden_size), static_cast<long long>(c.intermediate_size),
                 std::chrono::duration<double>(t1 - t0).count(),
                 std::chrono::duration<double>(Clock::now() - t1).count());

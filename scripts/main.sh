@@ -10,7 +10,7 @@
 #      prints the story's first steps, every crossing float, every nested logits vector
 #      and every story token checked against run.c bit for bit, and the text compared
 #      with `qpu ref` byte for byte.
-#      (A 256-step run takes well over an hour here: 1 h 51 min measured; QPU_STORY_STEPS sets the steps.)
+#      (A 256-step run takes about an hour here: 57.6 min measured; QPU_STORY_STEPS sets the steps.)
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 ensure_apt_packages
 ensure_venv

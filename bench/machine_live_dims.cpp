@@ -6,10 +6,12 @@
 // and the op labels that read them (compiler::Program, Schedule, Allocation), or the
 // constant rail (a kOne term: the emitter reads rail_dims[0], live on every cycle).
 //
-//   machine_live_dims [positions=16] [steps=1] [cycles=0: all] [family]
+//   machine_live_dims [positions=16] [steps=1] [cycles=0: all] [family] [from=0]
 //
 // With a micro-op family (runner::micro_op_family, e.g. 'EXP(#).#.#'), only the cycles
-// whose input is a control token of that family are counted (the run is the same).
+// whose input is a control token of that family are counted (the run is the same). With
+// `from`, the cycles before cycle `from` run untapped and uncounted (late positions
+// without the tap's cost on the way there).
 // Prints per cycle the sublayers run and skipped, then the reads that keep sublayers
 // awake, grouped by (op label, value name) with their digits collapsed to '#': for each
 // group, how many sublayers it woke and on what share of their runs; and the sublayers
@@ -60,6 +62,7 @@ int main(int argc, char** argv) {
   const int steps = argc > 2 ? std::atoi(argv[2]) : 1;
   const long max_cycles = argc > 3 ? std::atol(argv[3]) : 0;
   const std::string family = argc > 4 ? argv[4] : "";
+  const long from = argc > 5 ? std::atol(argv[5]) : 0;
   omp_set_num_threads(1);
   const auto start = std::chrono::steady_clock::now();
   machine::TokenMachineOptions o;
@@ -168,12 +171,14 @@ int main(int argc, char** argv) {
   const int64_t first_control = m.id(m.control_names.front());
   const int64_t hidden = c.hidden_size;
   const auto forward = [&](int64_t t) {
-    counted = family.empty() ||
-              (t >= first_control && runner::micro_op_family(m.control_names[static_cast<size_t>(t - first_control)]) == family);
+    counted = all_cycles >= from &&
+              (family.empty() || (t >= first_control &&
+                                  runner::micro_op_family(m.control_names[static_cast<size_t>(t - first_control)]) == family));
     // Sublayer 0 reads the token's embedding row.
     before_sublayer(0, std::span<const float>(m.compiled.weights.embed_tokens).subspan(static_cast<size_t>(t * hidden),
                                                                                        static_cast<size_t>(hidden)));
-    model.forward(t, state, logits, {}, tap);
+    // The tap starts 3 cycles early: a GDN's conv history (zero_inputs) needs the last 3.
+    model.forward(t, state, logits, {}, all_cycles + 3 >= from ? tap : engine::SublayerTap{});
     ++all_cycles;
     if (counted) ++cycles;
   };
@@ -197,9 +202,9 @@ int main(int argc, char** argv) {
               static_cast<double>(gdn_skips) / n, static_cast<double>(gdn_drain) / n, static_cast<double>(mlp_runs) / n,
               static_cast<double>(mlp_skips) / n, static_cast<double>(mlp_none) / n);
   const engine::IdleSublayerCounts engine_skips = model.skipped_sublayers();
-  if (!family.empty())
+  if (!family.empty() || from > 0)
     std::printf("counted: the %ld cycles of %s among %ld (the engine's own counts cover all of them)\n", cycles,
-                family.c_str(), all_cycles);
+                family.empty() ? "any family" : family.c_str(), all_cycles);
   else
     std::printf("the engine's own counts: GDN skipped %.1f, MLPs skipped %.1f per cycle%s\n",
               static_cast<double>(engine_skips.gdn) / n, static_cast<double>(engine_skips.mlp) / n,

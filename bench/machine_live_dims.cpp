@@ -265,5 +265,24 @@ int main(int argc, char** argv) {
     }
   std::printf("\nsublayers that run on some cycles (< 90%%): %lld, %.1f runs per cycle\n", static_cast<long long>(some),
               static_cast<double>(some_runs) / n);
+  // What wakes them: per (op label | value), the runs per cycle on which it was live
+  // (a run with several live reads counts under each), the 30 largest.
+  std::map<std::string, std::pair<int64_t, std::set<size_t>>> why;  // key -> (live runs, sublayers)
+  for (size_t s = 0; s < stats.size(); ++s) {
+    const Stats& st = stats[s];
+    if (st.runs == 0 || st.runs >= cycles * 9 / 10) continue;
+    for (const auto& [read, count] : st.live) {
+      const std::string key = std::string(s % 2 ? "MLP " : "GDN ") + collapse(ops[read.first].label) + " | " +
+                              (read.second == kOne ? std::string("<rail: constant>") : collapse(program.name(read.second)));
+      why[key].first += count;
+      why[key].second.insert(s);
+    }
+  }
+  std::vector<std::pair<int64_t, std::string>> by_runs;
+  for (const auto& [k, v] : why) by_runs.push_back({v.first, k});
+  std::sort(by_runs.rbegin(), by_runs.rend());
+  for (size_t i = 0; i < std::min<size_t>(30, by_runs.size()); ++i)
+    std::printf("  %7.1f runs per cycle live, %5zu sublayers  %s\n", static_cast<double>(by_runs[i].first) / n,
+                why[by_runs[i].second].second.size(), by_runs[i].second.c_str());
   return 0;
 }

@@ -253,6 +253,15 @@ void AttentionStages::build(const std::vector<ValueId>& q, const std::vector<std
   // on every cycle of the 256-position machine (docs/npu-machine.md, "Idle units that are
   // really idle").
   v_write_enable_ = any_of(as_, {{qkv_on}, {wsum_on_}, {slow_on_}}, "v RAM.write_enable")[0];
+  // POS is read on every attention cycle (SCORE to SLOW: the rows past POS, the loops'
+  // branches), and the chains' per-position flags [t > POS] (sum.past, wsum.past,
+  // slow.past: one neuron per position, spread over ~150 MLP sublayers of the 256-position
+  // machine) read it: with the register's value they ran on every such cycle once POS > 0,
+  // 541 instead of 164 MLP sublayers on a late EXP cycle. Each chain reads its own copy of
+  // POS, gated by its stage's flag (exact: POS is an integer below 2^20), so it runs on
+  // its stage's cycles only.
+  const ValueId sum_pos = as_.gated(std::vector<ValueId>{pos}, {sum_on_}, "sum.pos")[0];
+  const ValueId wsum_pos = as_.gated(std::vector<ValueId>{pos}, {wsum_on_}, "wsum.pos")[0];  // SLOW's: build_slow
 
   // SCORE: every head's 8 scaled scores and its block max (rows past POS left out).
   const size_t first = p.ops().size();
@@ -395,7 +404,7 @@ void AttentionStages::build(const std::vector<ValueId>& q, const std::vector<std
   auto exp_at = [&](size_t t) {
     exp_op[t] = p.ops().size();
     exp_out[t] = position_head(p, "exp", t, exps, negated, exp_, exp_read_flag[t], g_.exp_low_binade);
-    const ValueId after = npu::attn_int_positive(p, Lin{{{kOne, static_cast<float>(t)}, {pos, -1.0f}}}, "sum.past");
+    const ValueId after = npu::attn_int_positive(p, Lin{{{kOne, static_cast<float>(t)}, {sum_pos, -1.0f}}}, "sum.past");
     ValueId pair[2];
     for (int part = 0; part < 2; ++part) {
       pair[part] = p.value(part == 0 ? "sum.mant" : "sum.exponent");
@@ -512,7 +521,7 @@ void AttentionStages::build(const std::vector<ValueId>& q, const std::vector<std
         vh.push_back(std::move(h));
       }
       npu::float_ram(p, npu::FloatRamWindow{g_.v_low_binade}, vh, qkv_on, "v RAM " + std::to_string(t));
-      const ValueId after = npu::attn_int_positive(p, Lin{{{kOne, static_cast<float>(t)}, {pos, -1.0f}}}, "wsum.past");
+      const ValueId after = npu::attn_int_positive(p, Lin{{{kOne, static_cast<float>(t)}, {wsum_pos, -1.0f}}}, "wsum.past");
       const ValueId pm = p.value("wsum.pm"), ex = p.value("wsum.exponent");
       std::vector<Neuron> ns;
       for (int k = 0; k < E; ++k) {
@@ -618,7 +627,8 @@ void AttentionStages::build(const std::vector<ValueId>& q, const std::vector<std
 std::vector<ValueId> AttentionStages::build_slow(const SlowInputs& in, compiler::OpRange previous) {
   compiler::Program& p = as_.program();
   const int hs = g_.head_size, E = g_.exp_heads, B = g_.blocks(), P = g_.positions;
-  const ValueId pos = in.pos, on = slow_on_;
+  const ValueId on = slow_on_;
+  const ValueId pos = as_.gated(std::vector<ValueId>{in.pos}, {on}, "slow.pos")[0];  // as sum.pos in build()
   const int per = g_.row_floats / hs, chunks = static_cast<int>(in.v_data.size());
   const size_t first = p.ops().size();
   const ValueId zero = p.value("slow.zero");  // never written: +0 (block 0 starts from C's xb = 0)

@@ -191,6 +191,7 @@ AttentionStages::AttentionStages(Assembler& as, const AttentionGeometry& g) : as
   if (g.wave_heads < 1) fail("attention stages: {} heads per wave", g.wave_heads);
   row_ = as.inputs("attn.row", g.row_bits);
   cache_group_ = as.inputs("score.cache", g.layers * g.groups());
+  for (int l = 0; l < g.layers; ++l) cache_row_.push_back(as.inputs("score.cache_row" + std::to_string(l), g.row_bits));
   if (g.exp_heads < 1 || g.heads % g.exp_heads != 0) fail("attention stages: {} heads per EXP cycle", g.exp_heads);
   for (auto [in, prefix] : {std::pair{&score_, "score"}, std::pair{&exp_, "exp"}}) {
     in->on = as.input(std::string(prefix) + ".on");
@@ -233,7 +234,10 @@ AttentionStages::AttentionStages(Assembler& as, const AttentionGeometry& g) : as
 void AttentionStages::cache_read(int layer, std::vector<ValueId>& row_bits, std::vector<ValueId>& bank_flags) {
   std::vector<ValueId> by_bank;
   for (int bank = 0; bank < g_.banks; ++bank) by_bank.push_back(cache_group_[at(layer * g_.groups() + bank / 8)]);
-  row_bits = either(as_, row_bits, row_, "kv.read_bits");
+  // The row bits of layer l's cache alone, which only SCORE(l) sets: the shared row bits
+  // (attn.row, which EXP sets too) woke every layer's cache heads (41 GDN sublayers of the
+  // 256-position machine) on every SCORE and EXP cycle of a block past row 0.
+  row_bits = either(as_, row_bits, cache_row_[at(layer)], "kv.read_bits");
   bank_flags = either(as_, bank_flags, by_bank, "kv.read_flag");
 }
 
@@ -765,6 +769,7 @@ void AttentionStages::define(int first_lane, ValueId send, ValueId q_read, Value
                  {score_.block[at(b)], 1.0f}};
       if (r == 0) op.sets.push_back({score_.wipe[at(g)], 1.0f});
       with_row(op, r);
+      with_bits(op, cache_row_[at(l)], r);
       as_.define(block_name("SCORE", l, b), std::move(op));
 
       for (int hg = 0; hg < g_.exp_groups(); ++hg) {

@@ -154,6 +154,7 @@ class AttentionStages {
   };
   std::vector<compiler::ValueId> row_;   // row bits of a stage token's block (shared)
   std::vector<compiler::ValueId> cache_group_;  // [layer * groups + group]: SCORE's cache banks
+  std::vector<std::vector<compiler::ValueId>> cache_row_;  // [layer]: SCORE's cache row bits
   Inputs score_, exp_;  // exp_.group: the score RAM's bank group EXP reads; exp_.block: the exp heads written
   std::vector<compiler::ValueId> exp_head_group_;  // the head group an EXP token computes
   std::vector<compiler::ValueId> exp_query_;       // the exp RAM row SUM and RE/RX read (a head group)

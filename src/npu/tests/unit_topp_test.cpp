@@ -185,6 +185,17 @@ const std::vector<Case>& cases() {
       for (int j = 0; j < kept; ++j) p[rng() % kVocab] = level[rng() % 3] * (i % 2 ? 1.0f : 0.25f);
       out.push_back(raw_case("raw", p, static_cast<float>(90 + rng() % 9) / 100.0f, random_coin(rng), rng));
     }
+    // p exactly at the cutoff (kept: run.c's >=) and one ulp either side.
+    for (float topp : {0.9f, 0.75f}) {
+      const float cutoff = (1.0f - topp) / static_cast<float>(kVocab - 1);
+      std::vector<float> p(kVocab, 1e-9f);
+      for (int j = 0; j < 40; ++j) p[static_cast<size_t>(rng() % kVocab)] = 0.01f;
+      p[3] = cutoff;
+      p[200] = std::nextafter(cutoff, 0.0f);
+      p[201] = std::nextafter(cutoff, 1.0f);
+      p[511] = cutoff;
+      out.push_back(raw_case("at the cutoff", p, topp, random_coin(rng), rng));
+    }
     return out;
   }();
   return all;
@@ -233,7 +244,7 @@ void expect_exact(const UnitHarness& h, const Rows& rows, const char* name, int6
 }
 
 TEST(ToppCases, CoverEveryBranch) {
-  int one = 0, many = 0, ties = 0, no_cross = 0, fallback_pick = 0, low_exp = 0;
+  int one = 0, many = 0, ties = 0, no_cross = 0, fallback_pick = 0, low_exp = 0, at_cutoff = 0;
   size_t n0_max = 0;
   for (const Case& c : cases()) {
     const size_t n0 = c.trace.kept.size();
@@ -244,16 +255,18 @@ TEST(ToppCases, CoverEveryBranch) {
     no_cross += c.trace.cumulative.back() <= c.topp;
     fallback_pick += c.trace.r >= c.trace.cumulative_prob;  // only with coin 1 - 2^-24 rounding up, if ever
     for (float e : c.exponent) low_exp += e < static_cast<float>(kToppExpMin);
+    for (float p : c.prob) at_cutoff += p == c.trace.cutoff;
   }
   std::printf("%zu cases: n0 max %zu, %d with one kept, %d with > 88 kept, %d tied neighbours, %d never over topp, "
-              "%d r >= cumulative, %d exponents below %d\n",
-              cases().size(), n0_max, one, many, ties, no_cross, fallback_pick, low_exp, kToppExpMin);
+              "%d r >= cumulative, %d exponents below %d, %d p == cutoff\n",
+              cases().size(), n0_max, one, many, ties, no_cross, fallback_pick, low_exp, kToppExpMin, at_cutoff);
   EXPECT_EQ(n0_max, static_cast<size_t>(kToppSlots));
   EXPECT_GT(one, 0);
   EXPECT_GT(many, 2);
   EXPECT_GT(ties, 100);
   EXPECT_GT(no_cross, 2);
   EXPECT_GT(low_exp, 1000);
+  EXPECT_GT(at_cutoff, 0);
 }
 
 TEST(ToppCutoff, EngineMatchesC) {

@@ -427,25 +427,43 @@ TEST(ToppPick, EngineMatchesTraceEveryBlock) {
     return o;
   });
   Rows rows;
-  for (const Case& c : cases()) {
-    const int pick = c.trace.pick_rank;
+  int fallbacks = 0;
+  for (const Case& c : cases())
+    for (const bool fallback : {false, true}) {
+    // run.c's fallback (no r < cdf up to last_idx: probindex[last_idx]) cannot happen with
+    // r = coin * cumulative_prob, coin < 1; the unit's contract is on floats, so it also
+    // runs with r = cumulative_prob, picked by run.c's second loop.
+    const float r = fallback ? c.trace.cumulative_prob : c.trace.r;
+    int pick = c.trace.last_idx;
+    for (int i = 0; i <= c.trace.last_idx; ++i)
+      if (r < c.cum[static_cast<size_t>(i)]) {
+        pick = i;
+        break;
+      }
+    if (!fallback) {
+      EXPECT_EQ(pick, c.trace.pick_rank) << c.what;
+    } else {
+      fallbacks += pick == c.trace.last_idx;
+    }
+    const float token = c.sorted_q[static_cast<size_t>(pick)];
     auto lt = [&](int k) { return k >= pick ? 1.0f : 0.0f; };
     for (int b = 0; b < kSlotBlocks; ++b) {
       const int base = b * kBlock;
       std::vector<float> in(c.cum.begin() + base, c.cum.begin() + base + kBlock);
       in.insert(in.end(), c.sorted_q.begin() + base, c.sorted_q.begin() + base + kBlock);
       const float crossed_in = b == 0 ? 0.0f : lt(base - 1);
-      in.insert(in.end(), {static_cast<float>(base), static_cast<float>(c.trace.last_idx), c.trace.r, crossed_in,
-                           crossed_in != 0.0f ? static_cast<float>(c.trace.pick) : 0.0f, 1.0f});
+      in.insert(in.end(), {static_cast<float>(base), static_cast<float>(c.trace.last_idx), r, crossed_in,
+                           crossed_in != 0.0f ? token : 0.0f, 1.0f});
       std::vector<float> out;
       for (int k = 0; k < kBlock; ++k) out.push_back(lt(base + k));
       for (int k = 0; k < kBlock; ++k) out.push_back(base + k == pick ? 1.0f : 0.0f);
       const bool crossed = lt(base + kBlock - 1) != 0.0f;
-      out.insert(out.end(), {crossed ? 1.0f : 0.0f, crossed ? static_cast<float>(c.trace.pick) : 0.0f});
+      out.insert(out.end(), {crossed ? 1.0f : 0.0f, crossed ? token : 0.0f});
       rows.add(in, out);
     }
   }
-  expect_exact(h, rows, "PICK block of 8", 32);
+  EXPECT_GT(fallbacks, 10);
+  expect_exact(h, rows, "PICK block of 8 (r = run.c's, and r = cumulative_prob: the fallback)", 32);
 }
 
 // The idle contract: enable 0 and every input 0 -> every value of the unit +-0 after

@@ -8,6 +8,7 @@
 // (ties, one kept entry, up to kToppSlots kept) and raw probability vectors (ties, sums
 // that never exceed topp: run.c's last_idx = n0 - 1), with stale RAM rows past n0.
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <cmath>
 #include <cstdio>
@@ -243,6 +244,70 @@ void expect_exact(const UnitHarness& h, const Rows& rows, const char* name, int6
               static_cast<long long>(h.hidden()), static_cast<long long>(h.neurons()));
 }
 
+// The units as the tests run them (inputs and outputs in these orders).
+constexpr int kRankSlots = 16;
+constexpr int in_base = kBlock, in_slots = kBlock + 1, in_sbase = in_slots + kRankSlots, in_n0 = in_sbase + 1,
+              in_rank = in_n0 + 1, in_enable = in_rank + kBlock;
+
+UnitHarness cutoff_unit() {
+  return make_unit(2, [](Program& p, const std::vector<ValueId>& in) {
+    return std::vector<ValueId>{topp_cutoff(p, in[0], kVocab, in[1])};
+  });
+}
+
+UnitHarness keep_unit() {
+  return make_unit(2 * kBlock + 3, [](Program& p, const std::vector<ValueId>& in) {
+    const ToppKeepBlock b = topp_keep_block(p, slice(in, 0, kBlock), slice(in, kBlock, kBlock), in[2 * kBlock],
+                                            in[2 * kBlock + 1], in[2 * kBlock + 2]);
+    std::vector<ValueId> o = b.prob;
+    o.insert(o.end(), b.keep.begin(), b.keep.end());
+    o.insert(o.end(), b.slot.begin(), b.slot.end());
+    o.push_back(b.count);
+    return o;
+  });
+}
+
+UnitHarness rank_unit() {
+  return make_unit(in_enable + 1, [](Program& p, const std::vector<ValueId>& in) {
+    const ToppRankBlock b = topp_rank_block(p, slice(in, 0, kBlock), in[in_base], slice(in, in_slots, kRankSlots),
+                                            in[in_sbase], in[in_n0], slice(in, in_rank, kBlock), in[in_enable]);
+    std::vector<ValueId> o = b.rank;
+    o.insert(o.end(), b.valid.begin(), b.valid.end());
+    return o;
+  });
+}
+
+UnitHarness nucleus_unit() {
+  return make_unit(kBlock + 8, [](Program& p, const std::vector<ValueId>& in) {
+    const ToppNucleusState st{in[kBlock + 3], in[kBlock + 4], in[kBlock + 5], in[kBlock + 6]};
+    const ToppNucleusBlock b = topp_nucleus_block(p, slice(in, 0, kBlock), in[kBlock], in[kBlock + 1], in[kBlock + 2], st,
+                                                  in[kBlock + 7]);
+    std::vector<ValueId> o = b.cum;
+    o.insert(o.end(), b.lt.begin(), b.lt.end());
+    o.insert(o.end(), b.onehot.begin(), b.onehot.end());
+    o.insert(o.end(), {b.out.cum, b.out.crossed, b.out.count, b.out.selected});
+    return o;
+  });
+}
+
+UnitHarness r_unit() {
+  return make_unit(3, [](Program& p, const std::vector<ValueId>& in) {
+    return std::vector<ValueId>{topp_r(p, in[0], in[1], in[2])};
+  });
+}
+
+UnitHarness pick_unit() {
+  return make_unit(2 * kBlock + 6, [](Program& p, const std::vector<ValueId>& in) {
+    const auto at = [&](int i) { return in[static_cast<size_t>(2 * kBlock + i)]; };
+    const ToppPickBlock b =
+        topp_pick_block(p, slice(in, 0, kBlock), slice(in, kBlock, kBlock), at(0), at(1), at(2), at(3), at(4), at(5));
+    std::vector<ValueId> o = b.lt;
+    o.insert(o.end(), b.onehot.begin(), b.onehot.end());
+    o.insert(o.end(), {b.crossed, b.token});
+    return o;
+  });
+}
+
 TEST(ToppCases, CoverEveryBranch) {
   int one = 0, many = 0, ties = 0, no_cross = 0, fallback_pick = 0, low_exp = 0, at_cutoff = 0;
   size_t n0_max = 0;
@@ -270,9 +335,7 @@ TEST(ToppCases, CoverEveryBranch) {
 }
 
 TEST(ToppCutoff, EngineMatchesC) {
-  const UnitHarness h = make_unit(2, [](Program& p, const std::vector<ValueId>& in) {
-    return std::vector<ValueId>{topp_cutoff(p, in[0], kVocab, in[1])};
-  });
+  const UnitHarness h = cutoff_unit();
   Rows rows;
   for (const Case& c : cases()) rows.add({c.topp, 1.0f}, {c.trace.cutoff});
   std::mt19937_64 rng(3);
@@ -284,15 +347,7 @@ TEST(ToppCutoff, EngineMatchesC) {
 }
 
 TEST(ToppKeep, EngineMatchesTraceEveryBlock) {
-  const UnitHarness h = make_unit(2 * kBlock + 3, [](Program& p, const std::vector<ValueId>& in) {
-    const ToppKeepBlock b = topp_keep_block(p, slice(in, 0, kBlock), slice(in, kBlock, kBlock), in[2 * kBlock],
-                                            in[2 * kBlock + 1], in[2 * kBlock + 2]);
-    std::vector<ValueId> o = b.prob;
-    o.insert(o.end(), b.keep.begin(), b.keep.end());
-    o.insert(o.end(), b.slot.begin(), b.slot.end());
-    o.push_back(b.count);
-    return o;
-  });
+  const UnitHarness h = keep_unit();
   Rows rows;
   for (const Case& c : cases()) {
     std::vector<char> kept(kVocab, 0);
@@ -324,18 +379,9 @@ TEST(ToppKeep, EngineMatchesTraceEveryBlock) {
 // RANK of a block of 8 against a block of kRankSlots slots, every pair of blocks up to the
 // case's n0 (and one all-stale pair): the partial ranks cross from slot block to slot
 // block; after the last one each is the trace's rank.
-constexpr int kRankSlots = 16;
 
 TEST(ToppRank, EngineMatchesTraceEveryBlock) {
-  constexpr int in_base = kBlock, in_slots = kBlock + 1, in_sbase = in_slots + kRankSlots, in_n0 = in_sbase + 1,
-                in_rank = in_n0 + 1, in_enable = in_rank + kBlock;
-  const UnitHarness h = make_unit(in_enable + 1, [](Program& p, const std::vector<ValueId>& in) {
-    const ToppRankBlock b = topp_rank_block(p, slice(in, 0, kBlock), in[in_base], slice(in, in_slots, kRankSlots),
-                                            in[in_sbase], in[in_n0], slice(in, in_rank, kBlock), in[in_enable]);
-    std::vector<ValueId> o = b.rank;
-    o.insert(o.end(), b.valid.begin(), b.valid.end());
-    return o;
-  });
+  const UnitHarness h = rank_unit();
   Rows rows;
   for (const Case& c : cases()) {
     const int n0 = static_cast<int>(c.trace.kept.size());
@@ -374,16 +420,7 @@ TEST(ToppRank, EngineMatchesTraceEveryBlock) {
 }
 
 TEST(ToppNucleus, EngineMatchesTraceEveryBlock) {
-  const UnitHarness h = make_unit(kBlock + 8, [](Program& p, const std::vector<ValueId>& in) {
-    const ToppNucleusState st{in[kBlock + 3], in[kBlock + 4], in[kBlock + 5], in[kBlock + 6]};
-    const ToppNucleusBlock b = topp_nucleus_block(p, slice(in, 0, kBlock), in[kBlock], in[kBlock + 1], in[kBlock + 2], st,
-                                                  in[kBlock + 7]);
-    std::vector<ValueId> o = b.cum;
-    o.insert(o.end(), b.lt.begin(), b.lt.end());
-    o.insert(o.end(), b.onehot.begin(), b.onehot.end());
-    o.insert(o.end(), {b.out.cum, b.out.crossed, b.out.count, b.out.selected});
-    return o;
-  });
+  const UnitHarness h = nucleus_unit();
   Rows rows;
   for (const Case& c : cases()) {
     const int n0 = static_cast<int>(c.trace.kept.size()), last = c.trace.last_idx;
@@ -408,24 +445,14 @@ TEST(ToppNucleus, EngineMatchesTraceEveryBlock) {
 }
 
 TEST(ToppR, EngineMatchesTrace) {
-  const UnitHarness h = make_unit(3, [](Program& p, const std::vector<ValueId>& in) {
-    return std::vector<ValueId>{topp_r(p, in[0], in[1], in[2])};
-  });
+  const UnitHarness h = r_unit();
   Rows rows;
   for (const Case& c : cases()) rows.add({c.trace.cumulative_prob, c.coin, 1.0f}, {c.trace.r});
   expect_exact(h, rows, "R", 32);
 }
 
 TEST(ToppPick, EngineMatchesTraceEveryBlock) {
-  const UnitHarness h = make_unit(2 * kBlock + 6, [](Program& p, const std::vector<ValueId>& in) {
-    const auto at = [&](int i) { return in[static_cast<size_t>(2 * kBlock + i)]; };
-    const ToppPickBlock b =
-        topp_pick_block(p, slice(in, 0, kBlock), slice(in, kBlock, kBlock), at(0), at(1), at(2), at(3), at(4), at(5));
-    std::vector<ValueId> o = b.lt;
-    o.insert(o.end(), b.onehot.begin(), b.onehot.end());
-    o.insert(o.end(), {b.crossed, b.token});
-    return o;
-  });
+  const UnitHarness h = pick_unit();
   Rows rows;
   int fallbacks = 0;
   for (const Case& c : cases())
@@ -464,6 +491,136 @@ TEST(ToppPick, EngineMatchesTraceEveryBlock) {
   }
   EXPECT_GT(fallbacks, 10);
   expect_exact(h, rows, "PICK block of 8 (r = run.c's, and r = cumulative_prob: the fallback)", 32);
+}
+
+// The units chained as the machine would chain them, every value from the engine: the
+// CUTOFF unit's cutoff into KEEP (the count crossing from block to block), KEEP's slots
+// writing a host-side kept RAM (dirty rows past n0), RANK's partial ranks crossing slot
+// blocks (the blocks a machine runs: ceil(n0 / 8) x ceil(n0 / 16)), its ranks writing the
+// sorted RAM (dirty past n0), NUCLEUS's state block to block, R, PICK's: the last block's
+// token is the trace's pick (for run.c's -p 0.9 runs: run.c's token) in every case.
+TEST(ToppChain, EngineUnitsChainedGiveRunCPick) {
+  const std::vector<Case>& cs = cases();
+  const size_t n = cs.size();
+  std::mt19937_64 rng(9);
+  auto dirty = [&] {
+    std::vector<float> v(kToppSlots);
+    for (float& x : v) x = std::ldexp(1.0f + static_cast<float>(rng() % 1024) / 1024.0f, -1 - static_cast<int>(rng() % 20));
+    return v;
+  };
+  auto at = [](const std::vector<float>& out, size_t row, size_t width, size_t i) { return out[row * width + i]; };
+
+  std::vector<float> in;
+  for (const Case& c : cs) in.insert(in.end(), {c.topp, 1.0f});
+  const std::vector<float> cutoff = cutoff_unit().outputs(in);
+
+  const UnitHarness keep = keep_unit();
+  std::vector<float> count(n, 0.0f);
+  std::vector<std::vector<float>> slot_p(n), slot_q(n);
+  for (size_t c = 0; c < n; ++c) slot_p[c] = dirty(), slot_q[c] = dirty();
+  for (int b = 0; b < kVocab / kBlock; ++b) {
+    in.clear();
+    for (size_t c = 0; c < n; ++c) {
+      in.insert(in.end(), cs[c].pm.begin() + b * kBlock, cs[c].pm.begin() + (b + 1) * kBlock);
+      in.insert(in.end(), cs[c].exponent.begin() + b * kBlock, cs[c].exponent.begin() + (b + 1) * kBlock);
+      in.insert(in.end(), {cutoff[c], count[c], 1.0f});
+    }
+    const std::vector<float> out = keep.outputs(in);
+    constexpr size_t w = 3 * kBlock + 1;
+    for (size_t c = 0; c < n; ++c) {
+      for (size_t r = 0; r < kBlock; ++r) {
+        if (at(out, c, w, kBlock + r) != 1.0f) continue;
+        const auto slot = static_cast<size_t>(at(out, c, w, 2 * kBlock + r));
+        ASSERT_LT(slot, static_cast<size_t>(kToppSlots)) << cs[c].what;
+        slot_p[c][slot] = at(out, c, w, r);
+        slot_q[c][slot] = static_cast<float>(b * kBlock) + static_cast<float>(r);
+      }
+      count[c] = at(out, c, w, 3 * kBlock);
+    }
+  }
+  for (size_t c = 0; c < n; ++c) ASSERT_EQ(count[c], static_cast<float>(cs[c].trace.kept.size())) << cs[c].what;
+
+  const UnitHarness rank = rank_unit();
+  std::vector<std::vector<float>> partial(n, std::vector<float>(kToppSlots, 0.0f));
+  for (int sb = 0; sb < kToppSlots / kRankSlots; ++sb) {
+    in.clear();
+    std::vector<std::pair<size_t, int>> rows;  // (case, block)
+    for (size_t c = 0; c < n; ++c) {
+      const int n0 = static_cast<int>(count[c]);
+      if (sb * kRankSlots >= n0) continue;
+      for (int b = 0; b * kBlock < n0; ++b) {
+        rows.push_back({c, b});
+        in.insert(in.end(), slot_p[c].begin() + b * kBlock, slot_p[c].begin() + (b + 1) * kBlock);
+        in.push_back(static_cast<float>(b * kBlock));
+        in.insert(in.end(), slot_p[c].begin() + sb * kRankSlots, slot_p[c].begin() + (sb + 1) * kRankSlots);
+        in.insert(in.end(), {static_cast<float>(sb * kRankSlots), count[c]});
+        in.insert(in.end(), partial[c].begin() + b * kBlock, partial[c].begin() + (b + 1) * kBlock);
+        in.push_back(1.0f);
+      }
+    }
+    if (rows.empty()) break;
+    const std::vector<float> out = rank.outputs(in);
+    for (size_t i = 0; i < rows.size(); ++i)
+      for (size_t r = 0; r < kBlock; ++r)
+        partial[rows[i].first][static_cast<size_t>(rows[i].second * kBlock) + r] = at(out, i, 2 * kBlock, r);
+  }
+  std::vector<std::vector<float>> sorted_p(n), sorted_q(n);
+  for (size_t c = 0; c < n; ++c) {
+    sorted_p[c] = dirty(), sorted_q[c] = dirty();
+    for (size_t i = 0; i < static_cast<size_t>(count[c]); ++i) {
+      const auto k = static_cast<size_t>(partial[c][i]);
+      ASSERT_LT(k, static_cast<size_t>(count[c])) << cs[c].what;
+      sorted_p[c][k] = slot_p[c][i];
+      sorted_q[c][k] = slot_q[c][i];
+    }
+  }
+
+  const UnitHarness nucleus = nucleus_unit();
+  std::vector<std::array<float, 4>> st(n, {0.0f, 0.0f, 0.0f, 0.0f});
+  std::vector<std::vector<float>> cum(n, std::vector<float>(kToppSlots, 0.0f));
+  for (int b = 0; b < kSlotBlocks; ++b) {
+    in.clear();
+    for (size_t c = 0; c < n; ++c) {
+      in.insert(in.end(), sorted_p[c].begin() + b * kBlock, sorted_p[c].begin() + (b + 1) * kBlock);
+      in.insert(in.end(), {static_cast<float>(b * kBlock), count[c], cs[c].topp});
+      in.insert(in.end(), st[c].begin(), st[c].end());
+      in.push_back(1.0f);
+    }
+    const std::vector<float> out = nucleus.outputs(in);
+    constexpr size_t w = 3 * kBlock + 4;
+    for (size_t c = 0; c < n; ++c) {
+      for (size_t k = 0; k < kBlock; ++k) cum[c][static_cast<size_t>(b * kBlock) + k] = at(out, c, w, k);
+      for (size_t i = 0; i < 4; ++i) st[c][i] = at(out, c, w, 3 * kBlock + i);
+    }
+  }
+  in.clear();
+  for (size_t c = 0; c < n; ++c) {
+    ASSERT_EQ(st[c][2], static_cast<float>(cs[c].trace.last_idx)) << cs[c].what;
+    ASSERT_EQ(std::bit_cast<uint32_t>(st[c][3]), std::bit_cast<uint32_t>(cs[c].trace.cumulative_prob)) << cs[c].what;
+    in.insert(in.end(), {st[c][3], cs[c].coin, 1.0f});
+  }
+  const std::vector<float> r = r_unit().outputs(in);
+
+  const UnitHarness pick = pick_unit();
+  std::vector<float> crossed(n, 0.0f), token(n, 0.0f);
+  for (int b = 0; b < kSlotBlocks; ++b) {
+    in.clear();
+    for (size_t c = 0; c < n; ++c) {
+      in.insert(in.end(), cum[c].begin() + b * kBlock, cum[c].begin() + (b + 1) * kBlock);
+      in.insert(in.end(), sorted_q[c].begin() + b * kBlock, sorted_q[c].begin() + (b + 1) * kBlock);
+      in.insert(in.end(), {static_cast<float>(b * kBlock), st[c][2], r[c], crossed[c], token[c], 1.0f});
+    }
+    const std::vector<float> out = pick.outputs(in);
+    constexpr size_t w = 2 * kBlock + 2;
+    for (size_t c = 0; c < n; ++c) crossed[c] = at(out, c, w, 2 * kBlock), token[c] = at(out, c, w, 2 * kBlock + 1);
+  }
+  int run_c = 0;
+  for (size_t c = 0; c < n; ++c) {
+    EXPECT_EQ(std::bit_cast<uint32_t>(r[c]), std::bit_cast<uint32_t>(cs[c].trace.r)) << cs[c].what;
+    EXPECT_EQ(token[c], static_cast<float>(cs[c].trace.pick)) << cs[c].what;
+    run_c += cs[c].what.rfind("run.c", 0) == 0;
+  }
+  std::printf("chained units: %zu picks equal the trace's (%d of them run.c's -p 0.9 tokens)\n", n, run_c);
 }
 
 // The idle contract: enable 0 and every input 0 -> every value of the unit +-0 after

@@ -661,7 +661,10 @@ TEST(ToppUnits, Costs) {
     int64_t neurons = 0;
     for (const auto& op : p.ops()) neurons += static_cast<int64_t>(op.neurons.size());
     const compiler::Schedule sc = compiler::schedule(p);
-    std::printf("%s: %lld MLP sublayers, %lld neurons\n", name, static_cast<long long>(sc.num_sublayers / 2),
+    // Under the machine's width budget (<= 1,024 neurons per MLP sublayer, sunk).
+    const compiler::Schedule budget = compiler::schedule(p, unit_testing::budget_limits());
+    std::printf("%s: %lld MLP sublayers (%lld within 1,024 neurons a sublayer), %lld neurons\n", name,
+                static_cast<long long>(sc.num_sublayers / 2), static_cast<long long>(budget.num_sublayers / 2),
                 static_cast<long long>(neurons));
     return sc.num_sublayers / 2;
   };
@@ -677,11 +680,12 @@ TEST(ToppUnits, Costs) {
     EXPECT_LE(report("KEEP block of 8", p), 8);
   }
   {
-    for (int slots : {16, kToppSlots}) {
+    for (int slots : {8, 16, kToppSlots}) {
       Program p;
       topp_rank_block(p, p.values("block", kBlock), p.value("base"), p.values("slots", slots), p.value("slot_base"),
                       p.value("n0"), p.values("rank", kBlock), p.value("enable"));
-      const int64_t depth = report(slots == 16 ? "RANK block of 8 against 16 slots" : "RANK block of 8 against 128 slots", p);
+      const std::string name = "RANK block of 8 against " + std::to_string(slots) + " slots";
+      const int64_t depth = report(name.c_str(), p);
       if (slots == 16) {
         EXPECT_LE(depth, 7);
       }

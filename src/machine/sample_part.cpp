@@ -1,6 +1,7 @@
 #include "machine/sample_part.h"
 
 #include <algorithm>
+#include <array>
 #include <string>
 
 #include "common/error.h"
@@ -331,58 +332,85 @@ SamplePart::SamplePart(Assembler& as, const reference::Llama2Config& cfg, const 
       npu::float_ram(p, npu::FloatRamWindow{kToppLowBinade}, heads, prob_.on, "count RAM");
     }
 
-    // KEEP.b: slot c_q = count_in + the in-block slot; a kept entry's one-hot over the
-    // kToppSlots slots (one_hot of c_q, or of an index past them when not kept: then no
-    // write; a slot >= kToppSlots writes nothing either) names its head and row.
+    // KEEP.b: slot c_q = count_in + the in-block slot j_q. The block's kept slots are
+    // consecutive from count_in = 8 base + d, so the lane with j goes to head (d + j) mod 8
+    // and every head h to one row: base + [h < d] (the wrapped heads). A lane's one-hot over
+    // the 8 heads (of an index past them when not kept) says which head it writes; a head
+    // whose row is >= kToppSlots / 8 (slot >= kToppSlots: refused) writes nothing.
     const size_t first = p.ops().size();
     const std::vector<ValueId> row = as.gated(keep_rows, {keep_.on}, "keep.row");
     Lin count_in;
     for (ValueId c : counts) count_in.terms.push_back({c, 1.0f});
     values_.count_in = npu::detail::integer_value(p, count_in, "keep.count_in");
+    const int count_bits = bits_for(vocab_ + 1), row_bits = bits_for(slot_rows());
+    const std::vector<ValueId> cb = npu::int_to_bits(p, values_.count_in, count_bits);  // most significant first
+    Lin d, base;
+    for (int j = 0; j < count_bits; ++j) {
+      const ValueId bit = cb[at(count_bits - 1 - j)];
+      if (j < 3) d.terms.push_back({bit, static_cast<float>(1 << j)});
+      else base.terms.push_back({bit, static_cast<float>(1 << (j - 3))});
+    }
+    // The two rows a block writes, as bits (least significant first, as key bits).
+    std::array<std::vector<ValueId>, 2> row_of;
+    for (int w = 0; w < 2; ++w) {
+      Lin r = base;
+      r.terms.push_back({compiler::kOne, static_cast<float>(w)});
+      std::vector<ValueId> msb = npu::int_to_bits(p, npu::detail::integer_value(p, r, "kept.base"), count_bits - 3);
+      row_of[at(w)].assign(msb.rbegin(), msb.rend());
+    }
     std::vector<std::vector<ValueId>> hot;
     std::vector<ValueId> q;
     for (int s = 0; s < B; ++s) {
       const ValueId keep = row[at(B + s)], in_block = row[at(2 * B + s)];
       values_.keep.push_back(keep);
       values_.slot.push_back(npu::detail::integer_value(p, Lin{{{values_.count_in, 1.0f}, {in_block, 1.0f}}}, "keep.slot"));
-      const ValueId index = npu::detail::integer_value(
-          p, Lin{{{values_.slot.back(), 1.0f}, {compiler::kOne, 1024.0f}, {keep, -1024.0f}}}, "keep.index");
-      hot.push_back(npu::one_hot(p, index, npu::kToppSlots, "keep.hot"));
+      Lin t = d;  // d + j = d + slot - count_in, 0 .. 14
+      t.terms.push_back({values_.slot.back(), 1.0f});
+      t.terms.push_back({values_.count_in, -1.0f});
+      Lin wrap = t;  // [d + j >= 8]
+      wrap.terms.push_back({compiler::kOne, -7.0f});
+      const ValueId wrapped = npu::attn_int_positive(p, wrap, "keep.wrap");
+      Lin head = t;  // (d + j) mod 8, or past the heads when not kept
+      head.terms.push_back({wrapped, -8.0f});
+      head.terms.push_back({compiler::kOne, 8.0f});
+      head.terms.push_back({keep, -8.0f});
+      hot.push_back(npu::one_hot(p, npu::detail::integer_value(p, head, "keep.head"), kToppHeads, "keep.hot"));
       Lin qs;  // q = 8 b + s from KEEP's block flags
       for (int b = 0; b < blocks_; ++b) qs.terms.push_back({keep_.block[at(b)], static_cast<float>(b * B + s)});
       q.push_back(npu::detail::integer_value(p, qs, "keep.q"));
     }
-    const int row_bits = bits_for(slot_rows());
     std::vector<npu::FloatRamHead> heads;
     for (int h = 0; h < kToppHeads; ++h) {
-      npu::FloatRamHead head;
-      head.data = {p.value("kept.p"), p.value("kept.q")};
-      std::vector<Neuron> pass;  // the one lane whose slot is at head h passes its p and q
-      Lin write;
-      std::vector<Lin> bit(at(row_bits));
+      npu::FloatRamHead ram;
+      ram.data = {p.value("kept.p"), p.value("kept.q")};
+      std::vector<Neuron> pass;  // the one lane at head h passes its p and q
+      Lin written{{{compiler::kOne, -1.0f}}};
       for (int s = 0; s < B; ++s) {
-        Lin at_h;
-        for (int r = 0; r < slot_rows(); ++r) {
-          const ValueId v = hot[at(s)][at(r * kToppHeads + h)];
-          at_h.terms.push_back({v, kGateOn});
-          write.terms.push_back({v, 1.0f});
-          for (int j = 0; j < row_bits; ++j)
-            if ((r >> j) & 1) bit[at(j)].terms.push_back({v, 1.0f});
-        }
-        pass.push_back(Neuron{at_h, Lin{{{row[at(s)], 1.0f / kGateOn}}}, {{head.data[0], 1.0f}}});
-        pass.push_back(Neuron{std::move(at_h), Lin{{{q[at(s)], 1.0f / kGateOn}}}, {{head.data[1], 1.0f}}});
+        const ValueId v = hot[at(s)][at(h)];
+        written.terms.push_back({v, 1.0f});
+        pass.push_back(Neuron{Lin{{{v, kGateOn}}}, Lin{{{row[at(s)], 1.0f / kGateOn}}}, {{ram.data[0], 1.0f}}});
+        pass.push_back(Neuron{Lin{{{v, kGateOn}}}, Lin{{{q[at(s)], 1.0f / kGateOn}}}, {{ram.data[1], 1.0f}}});
       }
       p.mlp("kept.pass", std::move(pass));
-      head.write_flag = npu::detail::integer_value(p, write, "kept.write");
-      for (int j = 0; j < row_bits; ++j) head.key_bits.push_back(npu::detail::integer_value(p, bit[at(j)], "kept.row"));
-      head.wipe_flag = keep_wipe_;  // KEEP.0 empties every row (rows are write-once)
-      head.write_enable = keep_.on;
-      head.query_bits = slot_row_;
-      head.read_flag = slot_on_;
-      head.out = p.values("kept.out", 2);
-      values_.kept_p.push_back(head.out[0]);
-      values_.kept_q.push_back(head.out[1]);
-      heads.push_back(std::move(head));
+      Lin dh = d;  // [h < d]: the head's slot wrapped into the next row
+      dh.terms.push_back({compiler::kOne, static_cast<float>(-h)});
+      const ValueId next = npu::attn_int_positive(p, dh, "kept.next");
+      Lin room = base;  // [base + next < kToppSlots / 8], as 16 - base - next >= 1
+      for (compiler::Term& term : room.terms) term.weight = -term.weight;
+      room.terms.push_back({next, -1.0f});
+      room.terms.push_back({compiler::kOne, static_cast<float>(slot_rows())});
+      written.terms.push_back({npu::attn_int_positive(p, room, "kept.room"), 1.0f});
+      ram.write_flag = npu::detail::bit_value(p, written, "kept.write");  // a lane here and room
+      for (int j = 0; j < row_bits; ++j)
+        ram.key_bits.push_back(npu::select(p, next, row_of[1][at(j)], row_of[0][at(j)], "kept.row"));
+      ram.wipe_flag = keep_wipe_;  // KEEP.0 empties every row (rows are write-once)
+      ram.write_enable = keep_.on;
+      ram.query_bits = slot_row_;
+      ram.read_flag = slot_on_;
+      ram.out = p.values("kept.out", 2);
+      values_.kept_p.push_back(ram.out[0]);
+      values_.kept_q.push_back(ram.out[1]);
+      heads.push_back(std::move(ram));
     }
     compiler::enable_constants(p, first, keep_.on);
     as.gate_clears(first, p.ops().size(), keep_.on);

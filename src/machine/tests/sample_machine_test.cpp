@@ -348,10 +348,26 @@ TEST(SampleMachine, ToppKeepWritesEveryKeptEntryAtItsSlotBitExact) {
   const int n = m.vocab, B = m.block, NB = m.blocks, rows = SamplePart::slot_rows();
   const size_t slots = static_cast<size_t>(npu::kToppSlots);
 
+  auto kept_count = [](const Case& k) {
+    return reference::sample_topp_trace(npu::sample_reference(k.logits, k.temperature, k.coin).prob, 0.9f, k.coin).kept.size();
+  };
   std::vector<Case> cases;
   for (auto& k : run_c_cases(1.0f, 42, "", 24, 5, 4, 0.9f)) cases.push_back(std::move(k));
   for (auto& k : run_c_cases(0.8f, 7, "Lily", 24, 5, 3, 0.9f)) cases.push_back(std::move(k));
-  ASSERT_GE(cases.size(), 6u);
+  {  // the -t 1.0 run's two widest kept sets of 96 steps (n0 near the measured max of 95)
+    std::vector<Case> all = run_c_cases(1.0f, 42, "", 96, 1, 96, 0.9f);
+    std::sort(all.begin(), all.end(), [&](const Case& a, const Case& b) { return kept_count(a) > kept_count(b); });
+    cases.insert(cases.end(), all.begin(), all.begin() + 2);
+    EXPECT_GT(kept_count(all.front()), 64u);  // rows past 8: every row bit of the kept RAM written
+  }
+  {  // n0 > kToppSlots (run.c -t 3 -p 0.9): the machine must refuse it (not built yet); the
+     // kept RAM holds exactly the first kToppSlots kept entries (no write past its rows)
+    std::vector<Case> hot = run_c_cases(3.0f, 2, "", 8, 1, 8, 0.9f);
+    const auto it = std::find_if(hot.begin(), hot.end(), [&](const Case& k) { return kept_count(k) > slots; });
+    ASSERT_NE(it, hot.end()) << "no -t 3 position with more than " << slots << " kept entries";
+    cases.push_back(*it);
+  }
+  ASSERT_GE(cases.size(), 10u);
 
   const auto& c = m.compiled.weights.config;
   const engine::Model model = m.model();
@@ -407,7 +423,6 @@ TEST(SampleMachine, ToppKeepWritesEveryKeptEntryAtItsSlotBitExact) {
     const npu::SampleTrace tr = npu::sample_reference(k.logits, k.temperature, k.coin);
     const reference::TopPTrace want = reference::sample_topp_trace(tr.prob, 0.9f, k.coin);
     ASSERT_EQ(want.pick, k.run_c);  // the oracle is run.c's top-p
-    ASSERT_LE(want.kept.size(), slots);
     widest = std::max(widest, want.kept.size());
     std::vector<int64_t> prompt;
     if (first) prompt.push_back(m.id("HDR"));
@@ -442,7 +457,7 @@ TEST(SampleMachine, ToppKeepWritesEveryKeptEntryAtItsSlotBitExact) {
     }
     ASSERT_EQ(static_cast<size_t>(before), want.kept.size());
     for (size_t i = 0; i < slots; ++i) {
-      const bool used = i < want.kept.size();
+      const bool used = i < want.kept.size();  // only the first kToppSlots when n0 > kToppSlots
       check(kept_p[i], used ? want.kept[i].prob : 0.0f, "kept p at slot " + std::to_string(i));
       check(kept_q[i], used ? static_cast<float>(want.kept[i].index) : 0.0f, "kept q at slot " + std::to_string(i));
       kept_checked += used ? 1 : 0;
@@ -450,6 +465,7 @@ TEST(SampleMachine, ToppKeepWritesEveryKeptEntryAtItsSlotBitExact) {
     EXPECT_EQ(wrong, 0);
   }
   EXPECT_EQ(idle_nonzero, 0) << "of " << idle_checked << " probe reads on prompt cycles";
+  EXPECT_GT(widest, slots);
   std::printf("top-p KEEP: %zu cases, %lld kept entries read back bit-exact at their slots (n0 up to %zu)\n", cases.size(),
               static_cast<long long>(kept_checked), widest);
 }

@@ -64,6 +64,8 @@ std::vector<int64_t> SampleMachine::expected(int k, float logit, bool sampled) c
     for (int b = 0; b < blocks; ++b) s.push_back(id(SamplePart::exp_name(b)));
     s.push_back(id("SUM"));
     for (int b = 0; b < blocks; ++b) s.push_back(id(SamplePart::prob_name(b)));
+    for (int b = 0; topp && b < blocks; ++b) s.push_back(id(SamplePart::keep_name(b)));
+    for (int r = 0; topp && r < SamplePart::slot_rows(); ++r) s.push_back(id(SamplePart::slot_name(r)));
     s.push_back(id("CDF"));
   }
   s.push_back(story_token(k));
@@ -147,6 +149,7 @@ SampleMachine build_sample_machine(const reference::Llama2Checkpoint& ck, const 
   m.blocks = sample.blocks();
   m.block = o.sample.block;
   m.rng = o.rng;
+  m.topp = o.sample.topp_on();
   const SampleValues& v = sample.values();
   std::vector<ValueId> probed = v.scaled;
   probed.push_back(v.block_max);
@@ -155,6 +158,11 @@ SampleMachine build_sample_machine(const reference::Llama2Checkpoint& ck, const 
   probed.push_back(v.sum);
   for (const auto* s : {&v.pm, &v.cdf, &v.lt, &v.onehot}) probed.insert(probed.end(), s->begin(), s->end());
   if (o.rng) probed.push_back(v.coin);
+  if (m.topp) {
+    probed.push_back(v.cutoff);
+    probed.push_back(v.count_in);
+    for (const auto* s : {&v.keep, &v.slot, &v.kept_p, &v.kept_q}) probed.insert(probed.end(), s->begin(), s->end());
+  }
   m.value_probes = m.probes(probed);
   m.probed_values = probed;
   return m;

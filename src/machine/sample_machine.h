@@ -38,10 +38,11 @@ struct SampleMachineOptions : HostOptions, HeadOptions {
 
 struct SampleMachine : AssembledMachine {
   int dim = 0, vocab = 0, blocks = 0, block = 0;
-  bool rng = false;
+  bool rng = false, topp = false;
   // Where the sample part's values can be seen on their stages' cycles (SampleValues'
   // order: scaled (block), block max, max, mant (block), exponent (block), sum, pm
-  // (block), cdf (vocab), lt (vocab), one-hot (vocab), and with rng the coin).
+  // (block), cdf (vocab), lt (vocab), one-hot (vocab), with rng the coin, with top-p the cutoff, count_in, keep
+  // (block), slot (block), kept_p (8), kept_q (8)).
   std::vector<ValueProbe> value_probes;
   std::vector<compiler::ValueId> probed_values;  // the program's values behind value_probes
 
@@ -52,7 +53,7 @@ struct SampleMachine : AssembledMachine {
   std::vector<int64_t> load_and_run_seeded(const std::vector<float>& x, float temperature, uint64_t seed, int plen,
                                            int pos) const;
   // What the machine generates after HEAD when the sampler picks k (HEAD's argmax logit
-  // `logit`): TEMP.0 ... CDF, TOK.k, RT, the parts of k, RL, the parts of the logit, DONE.
+  // `logit`): TEMP.0 ... PROB.(nb - 1) (with top-p KEEP.0 ... SLOT.15), CDF, TOK.k, RT, the parts of k, RL, the parts of the logit, DONE.
   // sampled false (temperature 0, run.c's greedy argmax): TOK.k directly.
   std::vector<int64_t> expected(int k, float logit, bool sampled = true) const;
   int64_t story_token(int k) const;  // TOK.k

@@ -1,6 +1,7 @@
 #include "machine/sample_part.h"
 
 #include <algorithm>
+#include <array>
 #include <string>
 
 #include "common/error.h"
@@ -11,7 +12,9 @@
 #include "npu/rng_draw.h"
 #include "npu/table_lookup.h"
 #include "npu/unit_attention.h"
+#include "npu/unit_gate.h"
 #include "npu/unit_sample.h"
+#include "npu/unit_topp.h"
 
 namespace qpu::machine {
 
@@ -27,6 +30,12 @@ constexpr float kGateOn = 128.0f;  // silu(128) == 128: a gate of 128 flag passe
 constexpr float kProbSplit = 0x1p-22f, kProbSmallScale = 0x1p30f;
 
 size_t at(int i) { return static_cast<size_t>(i); }
+
+// The kept RAM: slot c at head c mod kToppHeads, row c / kToppHeads, so a KEEP block's
+// (at most 8) kept entries, whose slots are consecutive, go to distinct heads: each head
+// takes at most one data-addressed write per cycle.
+constexpr int kToppHeads = 8;
+constexpr int kToppLowBinade = -25;  // kept p in [2^-24, 1], keep bits, slots and q in [0, 512]: [2^-25, 2^12)
 
 int bits_for(int n) {
   int b = 0;
@@ -65,6 +74,9 @@ ValueId one_row_ram(compiler::Program& p, ValueId value, ValueId on, ValueId rea
 std::string SamplePart::temp_name(int b) { return "TEMP." + std::to_string(b); }
 std::string SamplePart::exp_name(int b) { return "EXP." + std::to_string(b); }
 std::string SamplePart::prob_name(int b) { return "PROB." + std::to_string(b); }
+std::string SamplePart::keep_name(int b) { return "KEEP." + std::to_string(b); }
+std::string SamplePart::slot_name(int r) { return "SLOT." + std::to_string(r); }
+int SamplePart::slot_rows() { return npu::kToppSlots / kToppHeads; }
 
 std::vector<std::string> SamplePart::names(const reference::Llama2Config& cfg, const SampleOptions& o) {
   if (o.block < 1 || cfg.vocab_size % o.block != 0)
@@ -76,6 +88,10 @@ std::vector<std::string> SamplePart::names(const reference::Llama2Config& cfg, c
   for (int b = 0; b < nb; ++b) n.push_back(exp_name(b));
   n.push_back("SUM");
   for (int b = 0; b < nb; ++b) n.push_back(prob_name(b));
+  if (o.topp_on()) {
+    for (int b = 0; b < nb; ++b) n.push_back(keep_name(b));
+    for (int r = 0; r < slot_rows(); ++r) n.push_back(slot_name(r));
+  }
   n.push_back("CDF");
   return n;
 }
@@ -83,7 +99,8 @@ std::vector<std::string> SamplePart::names(const reference::Llama2Config& cfg, c
 SamplePart::SamplePart(Assembler& as, const reference::Llama2Config& cfg, const SampleOptions& o,
                        const std::vector<ValueId>& logits, ValueId logits_on, ValueId temperature,
                        ValueId temperature_read, const SampleCoin& coin)
-    : as_(as), vocab_(cfg.vocab_size), block_(o.block), temperature_read_(temperature_read), coin_(coin) {
+    : as_(as), vocab_(cfg.vocab_size), block_(o.block), temperature_read_(temperature_read), coin_(coin),
+      topp_(o.topp_on()) {
   if (coin.rng == (coin.value != compiler::kNever)) fail("sample part: the coin is a register or the RNG, not both or none");
   names(cfg, o);  // the block size's check
   if (logits.size() != at(vocab_)) fail("sample part: {} logits for a vocabulary of {}", logits.size(), vocab_);
@@ -103,6 +120,19 @@ SamplePart::SamplePart(Assembler& as, const reference::Llama2Config& cfg, const 
   }
   temp_.wipe = as.inputs("temp.wipe", groups);
   exp_.wipe = as.inputs("sexp.wipe", groups);
+  if (topp_) {
+    if (block_ != kToppHeads) fail("sample part: top-p needs blocks of {} (the kept RAM's heads), not {}", kToppHeads, block_);
+    if (layout.rows() < slot_rows()) fail("sample part: the kept RAM needs {} rows, a head has {}", slot_rows(), layout.rows());
+    keep_.on = as.input("keep.on");
+    keep_.block = as.inputs("keep.block", blocks_);
+    keep_.group = as.inputs("keep.group", groups);
+    keep_.row = as.inputs("keep.row", row_bits);
+    prob_.wipe = as.inputs("sprob.wipe", groups);  // PROB writes the keep RAM (banked)
+    keep_before_ = as.inputs("keep.before", blocks_);
+    keep_wipe_ = as.input("keep.wipe");
+    slot_on_ = as.input("slot.on");
+    slot_row_ = as.inputs("slot.row", bits_for(slot_rows()));
+  }
   max_on_ = as.input("smax.on");
   sum_on_ = as.input("ssum.on");
   cdf_on_ = as.input("cdf.on");
@@ -266,6 +296,137 @@ SamplePart::SamplePart(Assembler& as, const reference::Llama2Config& cfg, const 
   prob_one[0].data = prob_data;
   const std::vector<ValueId> prob_neg = npu::float_ram_negations(p, prob_one, prob_.on, "prob RAM")[0];
 
+  if (topp_) {
+    // Top-p's KEEP (docs/npu-machine.md, M3 "Top-p on the machine"). The count of kept
+    // entries before block b cannot go from KEEP.(b - 1) to KEEP.b at the same layers
+    // (a RAM is read at or below where it is written), so PROB.b computes each block's
+    // keep bits and in-block slots (npu::topp_keep_block from count 0) into the keep RAM
+    // (banked) and its count into the count RAM (a head per block); KEEP.b, below, reads
+    // them back, adds the counts of the blocks before b (an exact integer sum) and writes
+    // each kept (p, q) into the kept RAM at its slot: an address that is data.
+    const size_t first_keep = p.ops().size();
+    const ValueId topp_value = p.value("topp.p");
+    npu::const_acc(p, topp_value, o.topp, "topp.p");
+    compiler::enable_constants(p, first_keep, prob_.on);
+    values_.cutoff = npu::topp_cutoff(p, topp_value, vocab_, prob_.on);
+    std::vector<ValueId> pm = values_.pm, exponent(pe.begin() + B, pe.end());
+    const npu::ToppKeepBlock kb = npu::topp_keep_block(p, pm, exponent, values_.cutoff, p.value("keep.count0"), prob_.on);
+    std::vector<ValueId> keep_data;  // kept p (0 when not kept: p may lie below the window), keep, in-block slot
+    const size_t first_sel = p.ops().size();
+    for (int s = 0; s < B; ++s) keep_data.push_back(npu::select(p, kb.keep[at(s)], kb.prob[at(s)], zero, "keep.kept_p"));
+    compiler::enable_constants(p, first_sel, prob_.on);
+    keep_data.insert(keep_data.end(), kb.keep.begin(), kb.keep.end());
+    keep_data.insert(keep_data.end(), kb.slot.begin(), kb.slot.end());
+    as.gate_clears(first_keep, p.ops().size(), prob_.on);
+    const auto keep_rows = banked(keep_data, {}, prob_, keep_, kToppLowBinade, "keep RAM.out", "keep RAM");
+    std::vector<ValueId> counts;
+    {
+      std::vector<npu::FloatRamHead> one(1);
+      one[0].data = {kb.count};
+      const auto neg = npu::float_ram_negations(p, one, prob_.on, "count RAM");
+      std::vector<npu::FloatRamHead> heads;
+      for (int b = 0; b < blocks_; ++b) {
+        heads.push_back(one_row_head(p, {kb.count}, neg[0], prob_.block[at(b)], keep_before_[at(b)], "keep.count_out"));
+        counts.push_back(heads.back().out[0]);
+      }
+      npu::float_ram(p, npu::FloatRamWindow{kToppLowBinade}, heads, prob_.on, "count RAM");
+    }
+
+    // KEEP.b: slot c_q = count_in + the in-block slot j_q. The block's kept slots are
+    // consecutive from count_in = 8 base + d, so the lane with j goes to head (d + j) mod 8
+    // and every head h to one row: base + [h < d] (the wrapped heads). A lane's one-hot over
+    // the 8 heads (of an index past them when not kept) says which head it writes; a head
+    // whose row is >= kToppSlots / 8 (slot >= kToppSlots: refused) writes nothing.
+    const size_t first = p.ops().size();
+    const std::vector<ValueId> row = as.gated(keep_rows, {keep_.on}, "keep.row");
+    Lin count_in;
+    for (ValueId c : counts) count_in.terms.push_back({c, 1.0f});
+    values_.count_in = npu::detail::integer_value(p, count_in, "keep.count_in");
+    const int count_bits = bits_for(vocab_ + 1), row_bits = bits_for(slot_rows());
+    const std::vector<ValueId> cb = npu::int_to_bits(p, values_.count_in, count_bits);  // most significant first
+    Lin d, base;
+    for (int j = 0; j < count_bits; ++j) {
+      const ValueId bit = cb[at(count_bits - 1 - j)];
+      if (j < 3) d.terms.push_back({bit, static_cast<float>(1 << j)});
+      else base.terms.push_back({bit, static_cast<float>(1 << (j - 3))});
+    }
+    // The two rows a block writes, as bits (least significant first, as key bits).
+    std::array<std::vector<ValueId>, 2> row_of;
+    for (int w = 0; w < 2; ++w) {
+      Lin r = base;
+      r.terms.push_back({compiler::kOne, static_cast<float>(w)});
+      std::vector<ValueId> msb = npu::int_to_bits(p, npu::detail::integer_value(p, r, "kept.base"), count_bits - 3);
+      row_of[at(w)].assign(msb.rbegin(), msb.rend());
+    }
+    std::vector<std::vector<ValueId>> hot;
+    std::vector<ValueId> q;
+    for (int s = 0; s < B; ++s) {
+      const ValueId keep = row[at(B + s)], in_block = row[at(2 * B + s)];
+      values_.keep.push_back(keep);
+      values_.slot.push_back(npu::detail::integer_value(p, Lin{{{values_.count_in, 1.0f}, {in_block, 1.0f}}}, "keep.slot"));
+      Lin t = d;  // d + j = d + slot - count_in, 0 .. 14
+      t.terms.push_back({values_.slot.back(), 1.0f});
+      t.terms.push_back({values_.count_in, -1.0f});
+      Lin wrap = t;  // [d + j >= 8]
+      wrap.terms.push_back({compiler::kOne, -7.0f});
+      const ValueId wrapped = npu::attn_int_positive(p, wrap, "keep.wrap");
+      Lin head = t;  // (d + j) mod 8, or past the heads when not kept
+      head.terms.push_back({wrapped, -8.0f});
+      head.terms.push_back({compiler::kOne, 8.0f});
+      head.terms.push_back({keep, -8.0f});
+      hot.push_back(npu::one_hot(p, npu::detail::integer_value(p, head, "keep.head"), kToppHeads, "keep.hot"));
+      Lin qs;  // q = 8 b + s from KEEP's block flags
+      for (int b = 0; b < blocks_; ++b) qs.terms.push_back({keep_.block[at(b)], static_cast<float>(b * B + s)});
+      q.push_back(npu::detail::integer_value(p, qs, "keep.q"));
+    }
+    std::vector<npu::FloatRamHead> heads;
+    for (int h = 0; h < kToppHeads; ++h) {
+      npu::FloatRamHead ram;
+      ram.data = {p.value("kept.p"), p.value("kept.q")};
+      std::vector<Neuron> pass;  // the one lane at head h passes its p and q
+      Lin written{{{compiler::kOne, -1.0f}}};
+      for (int s = 0; s < B; ++s) {
+        const ValueId v = hot[at(s)][at(h)];
+        written.terms.push_back({v, 1.0f});
+        pass.push_back(Neuron{Lin{{{v, kGateOn}}}, Lin{{{row[at(s)], 1.0f / kGateOn}}}, {{ram.data[0], 1.0f}}});
+        pass.push_back(Neuron{Lin{{{v, kGateOn}}}, Lin{{{q[at(s)], 1.0f / kGateOn}}}, {{ram.data[1], 1.0f}}});
+      }
+      p.mlp("kept.pass", std::move(pass));
+      Lin dh = d;  // [h < d]: the head's slot wrapped into the next row
+      dh.terms.push_back({compiler::kOne, static_cast<float>(-h)});
+      const ValueId next = npu::attn_int_positive(p, dh, "kept.next");
+      Lin room = base;  // [base + next < kToppSlots / 8], as 16 - base - next >= 1
+      for (compiler::Term& term : room.terms) term.weight = -term.weight;
+      room.terms.push_back({next, -1.0f});
+      room.terms.push_back({compiler::kOne, static_cast<float>(slot_rows())});
+      written.terms.push_back({npu::attn_int_positive(p, room, "kept.room"), 1.0f});
+      ram.write_flag = npu::detail::bit_value(p, written, "kept.write");  // a lane here and room
+      for (int j = 0; j < row_bits; ++j)
+        ram.key_bits.push_back(npu::select(p, next, row_of[1][at(j)], row_of[0][at(j)], "kept.row"));
+      ram.wipe_flag = keep_wipe_;  // KEEP.0 empties every row (rows are write-once)
+      ram.write_enable = keep_.on;
+      ram.query_bits = slot_row_;
+      ram.read_flag = slot_on_;
+      ram.out = p.values("kept.out", 2);
+      values_.kept_p.push_back(ram.out[0]);
+      values_.kept_q.push_back(ram.out[1]);
+      heads.push_back(std::move(ram));
+    }
+    compiler::enable_constants(p, first, keep_.on);
+    as.gate_clears(first, p.ops().size(), keep_.on);
+    npu::float_ram(p, npu::FloatRamWindow{kToppLowBinade}, heads, keep_.on, "kept RAM");
+    // SLOT.r reads the kept RAM's row r (slots 8 r .. 8 r + 7) for the test; until RANK
+    // reads them, a sink op does (a probe needs a reader that does not write the value).
+    std::vector<ValueId> read = values_.kept_p;
+    read.insert(read.end(), values_.kept_q.begin(), values_.kept_q.end());
+    const ValueId sink = p.value("kept.sink");
+    std::vector<Neuron> sink_ns;
+    for (ValueId v : read) sink_ns.push_back(Neuron{Lin{{{slot_on_, kGateOn}}}, Lin{{{v, 1.0f / kGateOn}}}, {{sink, 1.0f}}});
+    p.mlp("kept.sink", std::move(sink_ns));
+    as.discard(read, slot_on_, "kept.unread");
+    as.discard({sink}, slot_on_, "kept.sink_unread");
+  }
+
   // CDF: sample_mult over every probability (C's cdf += p_q in index order) and the coin;
   // block b's head of the prob RAM emitted where the chain first needs it. The state
   // before index 0 is C's: cdf 0, nothing seen, nothing crossed, count 0.
@@ -363,9 +524,23 @@ void SamplePart::define() {
     MicroOp e = as_.step(b + 1 < blocks_ ? exp_name(b + 1) : std::string("SUM"));
     with_block(e, exp_, b, true);  // reads the scaled RAM's row b, writes the exp row RAM's
     as_.define(exp_name(b), std::move(e));
-    MicroOp q = as_.step(b + 1 < blocks_ ? prob_name(b + 1) : std::string("CDF"));
-    with_block(q, prob_, b, false);  // reads the exp row RAM's row b
+    MicroOp q = as_.step(b + 1 < blocks_ ? prob_name(b + 1) : topp_ ? keep_name(0) : std::string("CDF"));
+    with_block(q, prob_, b, topp_);  // reads the exp row RAM's row b (with top-p writes the keep RAM's)
     as_.define(prob_name(b), std::move(q));
+  }
+  for (int b = 0; topp_ && b < blocks_; ++b) {
+    MicroOp k = as_.step(b + 1 < blocks_ ? keep_name(b + 1) : slot_name(0));
+    with_block(k, keep_, b, false);  // reads the keep RAM's row b
+    for (int c = 0; c < b; ++c) k.sets.push_back({keep_before_[at(c)], 1.0f});
+    if (b == 0) k.sets.push_back({keep_wipe_, 1.0f});
+    as_.define(keep_name(b), std::move(k));
+  }
+  for (int r = 0; topp_ && r < slot_rows(); ++r) {
+    MicroOp k = as_.step(r + 1 < slot_rows() ? slot_name(r + 1) : std::string("CDF"));
+    k.sets.push_back({slot_on_, 1.0f});
+    for (size_t j = 0; j < slot_row_.size(); ++j)
+      if ((r >> j) & 1) k.sets.push_back({slot_row_[j], 1.0f});
+    as_.define(slot_name(r), std::move(k));
   }
   MicroOp m = as_.step(exp_name(0));
   m.sets = {{max_on_, 1.0f}};

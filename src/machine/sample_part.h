@@ -46,6 +46,10 @@ struct SampleOptions {
   int exp_low_binade = -24;      // mant in [2^-23, 4) and integer exponents >= -151
   int sum_low_binade = -27;      // the softmax sum in [1, n]
   int prob_low_binade = -29;     // pm in [2^-22, 4) or pm 2^30 in [2^-24, 2^8), exponents >= -151
+  // run.c's -p: 0 < topp < 1 adds the top-p stages (below); any other value leaves the
+  // machine exactly as without them (run.c's sample_mult).
+  float topp = 1.0f;
+  bool topp_on() const { return topp > 0.0f && topp < 1.0f; }
 };
 
 // Where the coin comes from: a register the CDF micro-op reads (`value`, its read flag
@@ -75,15 +79,24 @@ struct SampleValues {
   std::vector<compiler::ValueId> pm;             // PROB.b: p = pm 2^exponent (the exp's exponent)
   std::vector<compiler::ValueId> cdf, lt, onehot;  // CDF: per index, cdf tier-encoded, [coin < cdf], the pick (successor())
   compiler::ValueId coin = 0;                    // MAX (SampleCoin::rng only): the drawn coin
+  // Top-p (SampleOptions::topp_on only; npu/unit_topp.h):
+  compiler::ValueId cutoff = 0;                  // PROB.b: run.c's (1.0f - topp) / (n - 1)
+  compiler::ValueId count_in = 0;                // KEEP.b: the kept entries before block b
+  std::vector<compiler::ValueId> keep, slot;     // KEEP.b: [p_q >= cutoff], c_q = #{kept q' < q}
+  std::vector<compiler::ValueId> kept_p, kept_q; // SLOT.r: the kept RAM's slots 8r .. 8r + 7 read back
 };
 
 class SamplePart {
  public:
-  // TEMP.b, MAX, EXP.b, SUM, PROB.b (b < nb), CDF.
+  // TEMP.b, MAX, EXP.b, SUM, PROB.b (b < nb), with top-p KEEP.b (b < nb) and SLOT.r
+  // (r < kToppSlots / 8), CDF.
   static std::vector<std::string> names(const reference::Llama2Config& config, const SampleOptions& options);
   static std::string temp_name(int b);
   static std::string exp_name(int b);
   static std::string prob_name(int b);
+  static std::string keep_name(int b);
+  static std::string slot_name(int r);
+  static int slot_rows();  // the kept RAM's rows (SLOT cycles): kToppSlots / kToppHeads
 
   // Appends the units and RAMs. `logits`: the vocabulary's logits, complete on the cycle
   // whose flag `logits_on` is 1 (HEAD's) and +-0 on every other; `temperature` a
@@ -128,8 +141,12 @@ class SamplePart {
   int vocab_ = 0, block_ = 0, blocks_ = 0, rows_ = 0;
   compiler::ValueId temperature_read_ = 0;
   SampleCoin coin_;
-  Stage temp_, exp_, prob_;
+  Stage temp_, exp_, prob_, keep_;
   compiler::ValueId max_on_ = 0, sum_on_ = 0, cdf_on_ = 0;
+  bool topp_ = false;
+  std::vector<compiler::ValueId> keep_before_;  // KEEP.b sets those of the blocks before b (count RAM reads)
+  compiler::ValueId keep_wipe_ = 0, slot_on_ = 0;
+  std::vector<compiler::ValueId> slot_row_;     // the kept RAM's row read on SLOT.r (bits)
   SampleValues values_;
   compiler::OpRange stages_;
   compiler::ValueId token_ = 0;  // CDF's sampled index (an exact integer, +-0 on other cycles)

@@ -9,6 +9,7 @@
 #include "compiler/enable.h"
 #include "npu/expf.h"
 #include "npu/neurons.h"
+#include "npu/unit_gate.h"
 
 namespace qpu::npu {
 
@@ -17,33 +18,9 @@ using compiler::Neuron;
 using compiler::kOne;
 using detail::kOn;
 
-namespace {
-
-// The unit's constants become its enable (the idle contract); kOne: always on.
-void gate_unit(Program& p, size_t first_op, ValueId enable) {
-  if (enable != kOne) compiler::enable_constants(p, first_op, enable);
-}
-
-// A value equal to the integer form F (exact: small integers, any order): one neuron,
-// gate 128 (the constant, so enable_constants turns it into the enable), up F / 128.
-ValueId integer_value(Program& p, const Lin& F, const char* label) {
-  const ValueId v = p.value(label);
-  Lin up;
-  for (const compiler::Term& t : F.terms) up.terms.push_back({t.value, t.weight / kOn});
-  p.mlp(label, {Neuron{Lin{{{kOne, kOn}}}, std::move(up), {{v, 1.0f}}}});
-  return v;
-}
-
-// A 0/1 value equal to the 0/1 form F: gate 128 F (0 or 128), up 1/128.
-ValueId bit_value(Program& p, const Lin& F, const char* label) {
-  const ValueId v = p.value(label);
-  Lin gate;
-  for (const compiler::Term& t : F.terms) gate.terms.push_back({t.value, t.weight * kOn});
-  p.mlp(label, {Neuron{std::move(gate), Lin{{{kOne, 1.0f / kOn}}}, {{v, 1.0f}}}});
-  return v;
-}
-
-}  // namespace
+using detail::bit_value;
+using detail::gate_unit;
+using detail::integer_value;
 
 ValueId sample_temperature_reciprocal(Program& p, ValueId temperature, ValueId enable) {
   const size_t first = p.ops().size();

@@ -40,40 +40,61 @@ int sample_mult(std::span<const float> probabilities, float coin) {
   return n - 1;  // in case of rounding errors
 }
 
-int sample_topp(std::span<const float> probabilities, float topp, float coin,
-                std::vector<ProbIndex>& scratch) {
+TopPTrace sample_topp_trace(std::span<const float> probabilities, float topp, float coin) {
   const int n = static_cast<int>(probabilities.size());
+  TopPTrace t;
   // Tokens below the cutoff cannot be in the nucleus; run.c drops them before sorting.
-  const float cutoff = (1.0f - topp) / static_cast<float>(n - 1);
-  scratch.clear();
+  t.cutoff = (1.0f - topp) / static_cast<float>(n - 1);
   for (int i = 0; i < n; i++) {
-    if (probabilities[i] >= cutoff) scratch.push_back({probabilities[i], i});
+    if (probabilities[i] >= t.cutoff) t.kept.push_back({probabilities[i], i});
   }
-  if (scratch.empty())
+  if (t.kept.empty())
     fail("top-p sampling: no probability reaches the cutoff {} (topp {}): run.c reads out of bounds here",
-         cutoff, topp);
+         t.cutoff, topp);
   // glibc's qsort is a stable merge sort here: equal probabilities stay in index order.
-  std::stable_sort(scratch.begin(), scratch.end(),
+  t.sorted = t.kept;
+  std::stable_sort(t.sorted.begin(), t.sorted.end(),
                    [](const ProbIndex& a, const ProbIndex& b) { return a.prob > b.prob; });
+  const int n0 = static_cast<int>(t.sorted.size());
+  t.rank.assign(static_cast<size_t>(n0), 0);
+  for (int k = 0; k < n0; k++) {  // kept is in index order and indices are distinct
+    const auto it = std::lower_bound(t.kept.begin(), t.kept.end(), t.sorted[k].index,
+                                     [](const ProbIndex& a, int index) { return a.index < index; });
+    t.rank[static_cast<size_t>(it - t.kept.begin())] = k;
+  }
 
-  const int n0 = static_cast<int>(scratch.size());
   float cumulative_prob = 0.0f;
-  int last_idx = n0 - 1;
+  t.last_idx = n0 - 1;
+  bool cut = false;
   for (int i = 0; i < n0; i++) {
-    cumulative_prob += scratch[i].prob;
-    if (cumulative_prob > topp) {
-      last_idx = i;
+    cumulative_prob += t.sorted[i].prob;
+    t.cumulative.push_back(cumulative_prob);
+    if (!cut && cumulative_prob > topp) {
+      t.last_idx = i;
+      cut = true;
+    }
+  }
+  t.cumulative_prob = t.cumulative[static_cast<size_t>(t.last_idx)];
+
+  t.r = coin * t.cumulative_prob;
+  t.pick_rank = t.last_idx;
+  float cdf = 0.0f;
+  for (int i = 0; i <= t.last_idx; i++) {
+    cdf += t.sorted[i].prob;
+    if (t.r < cdf) {
+      t.pick_rank = i;
       break;
     }
   }
+  t.pick = t.sorted[static_cast<size_t>(t.pick_rank)].index;
+  return t;
+}
 
-  const float r = coin * cumulative_prob;
-  float cdf = 0.0f;
-  for (int i = 0; i <= last_idx; i++) {
-    cdf += scratch[i].prob;
-    if (r < cdf) return scratch[i].index;
-  }
-  return scratch[last_idx].index;
+int sample_topp(std::span<const float> probabilities, float topp, float coin,
+                std::vector<ProbIndex>& scratch) {
+  TopPTrace t = sample_topp_trace(probabilities, topp, coin);
+  scratch = std::move(t.sorted);
+  return t.pick;
 }
 
 Sampler::Sampler(int vocab_size, float temperature, float topp, uint64_t seed)

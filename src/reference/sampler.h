@@ -28,6 +28,23 @@ struct ProbIndex {
 int sample_topp(std::span<const float> probabilities, float topp, float coin,
                 std::vector<ProbIndex>& scratch);
 
+// Every intermediate of sample_topp (the oracle of the NPU's top-p units, npu/unit_topp.h).
+// sample_topp is this function's `pick`, so the two cannot drift.
+struct TopPTrace {
+  float cutoff = 0.0f;            // (1.0f - topp) / (float)(n - 1)
+  std::vector<ProbIndex> kept;    // p >= cutoff, in index order
+  std::vector<ProbIndex> sorted;  // kept, stable-sorted by descending p (ties: ascending index)
+  std::vector<int> rank;          // rank[i]: kept[i]'s position in `sorted`
+  std::vector<float> cumulative;  // running sum over `sorted` (C's float adds from 0.0f), every entry
+  int last_idx = 0;               // first position with cumulative > topp, else kept.size() - 1
+  float cumulative_prob = 0.0f;   // cumulative[last_idx]
+  float r = 0.0f;                 // coin * cumulative_prob
+  int pick_rank = 0;              // first position <= last_idx with r < cdf, else last_idx
+  int pick = 0;                   // sorted[pick_rank].index: the sampled token
+};
+// Throws qpu::Error when nothing is kept (as sample_topp).
+TopPTrace sample_topp_trace(std::span<const float> probabilities, float topp, float coin);
+
 class Sampler {
  public:
   // temperature 0 means greedy. The seed is the raw xorshift state (run.c replaces a

@@ -24,6 +24,7 @@
 #include "npu/tests/unit_harness.h"
 #include "npu/unit_attention.h"
 #include "npu/unit_sample.h"
+#include "npu/unit_topp.h"
 #include "reference/generate.h"
 #include "reference/sampler.h"
 #include "reference/tokenizer.h"
@@ -59,11 +60,12 @@ class LastX final : public reference::TraceObserver {
 
 // Every `every`-th sampled position of run.c's run (temperature t, topp 1, seed, prompt)
 // with the coin it drew there, up to `count` of them.
-std::vector<Case> run_c_cases(float t, uint64_t seed, const char* prompt, int steps, int every, int count) {
+std::vector<Case> run_c_cases(float t, uint64_t seed, const char* prompt, int steps, int every, int count,
+                              float topp = 1.0f) {
   const auto& ck = stories260k();
   const auto tok = reference::Tokenizer::load(model_dir() + "tok512.bin", ck.config().vocab_size);
   reference::Transformer tf(ck);
-  reference::Sampler sampler(ck.config().vocab_size, t, 1.0f, seed);
+  reference::Sampler sampler(ck.config().vocab_size, t, topp, seed);
   LastX last(ck.config().n_layers - 1);
   uint64_t coins = seed;  // the same draws, one per sampled position
   std::vector<Case> out;
@@ -75,7 +77,8 @@ std::vector<Case> run_c_cases(float t, uint64_t seed, const char* prompt, int st
     const float coin = reference::random_f32(coins);
     if (sampled++ % every != 0 || static_cast<int>(out.size()) >= count) return;
     Case c;
-    c.what = "-t " + std::to_string(t) + " -s " + std::to_string(seed) + " pos " + std::to_string(st.pos);
+    c.what = "-t " + std::to_string(t) + " -p " + std::to_string(topp) + " -s " + std::to_string(seed) + " pos " +
+             std::to_string(st.pos);
     c.x = last.x.at(st.pos);
     c.logits.assign(st.logits.begin(), st.logits.end());
     c.temperature = t;
@@ -316,6 +319,155 @@ TEST(SampleMachine, CoinsFromTheSeedGiveRunCSampledTokensOnTheEngine) {
   ASSERT_GE(cases.size(), 10u);
   EXPECT_GT(cases[4].plen, 1);  // "Lily": a prompt after BOS, so the first draw is past position 0
   expect_run_c(m, cases);
+}
+
+
+// Stage 3 of top-p, first part (docs/npu-machine.md, M3 "Top-p on the machine"): with
+// SampleOptions::topp = 0.9, PROB.b also computes the cutoff and each block's keep bits,
+// KEEP.b the slots c_q = #{kept q' < q} and writes each kept (p, q) into the kept RAM at
+// its slot (a data-addressed write), SLOT.r reads the kept RAM's slots 8r .. 8r + 7 back.
+// Positions of run.c's -p 0.9 runs (-t 1.0 -s 42 and -t 0.8 -s 7 -i "Lily", run.c's own
+// coins): reference::sample_topp_trace (whose pick must be run.c's token) is the oracle
+// for the cutoff, every keep bit and slot and every kept slot's (p, q) (+0 past n0: KEEP.0
+// wipes the kept RAM). NOT YET top-p's token: RANK, NUCLEUS, R and PICK are not on the
+// machine, so the successor is still CDF's (sample_mult's pick with the same coin), which
+// the stream check expects.
+TEST(SampleMachine, ToppKeepWritesEveryKeptEntryAtItsSlotBitExact) {
+  SampleMachineOptions base;
+  const SampleMachine plain = build_sample_machine(stories260k(), base);
+  testing::print_shape("sample machine", plain);
+  SampleMachineOptions o;
+  o.sample.topp = 0.9f;
+  const auto build_start = std::chrono::steady_clock::now();
+  const SampleMachine m = build_sample_machine(stories260k(), o);
+  const double build_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - build_start).count();
+  testing::print_shape("sample machine with top-p KEEP", m);
+  std::printf("sample machine with top-p KEEP: built in %.1f s\n", build_s);
+  EXPECT_LE(m.compiled.weights.config.intermediate_size, 1024);
+  ASSERT_TRUE(m.topp);
+  const int n = m.vocab, B = m.block, NB = m.blocks, rows = SamplePart::slot_rows();
+  const size_t slots = static_cast<size_t>(npu::kToppSlots);
+
+  auto kept_count = [](const Case& k) {
+    return reference::sample_topp_trace(npu::sample_reference(k.logits, k.temperature, k.coin).prob, 0.9f, k.coin).kept.size();
+  };
+  std::vector<Case> cases;
+  for (auto& k : run_c_cases(1.0f, 42, "", 24, 5, 4, 0.9f)) cases.push_back(std::move(k));
+  for (auto& k : run_c_cases(0.8f, 7, "Lily", 24, 5, 3, 0.9f)) cases.push_back(std::move(k));
+  {  // the -t 1.0 run's two widest kept sets of 96 steps (n0 near the measured max of 95)
+    std::vector<Case> all = run_c_cases(1.0f, 42, "", 96, 1, 96, 0.9f);
+    std::sort(all.begin(), all.end(), [&](const Case& a, const Case& b) { return kept_count(a) > kept_count(b); });
+    cases.insert(cases.end(), all.begin(), all.begin() + 2);
+    EXPECT_GT(kept_count(all.front()), 64u);  // rows past 8: every row bit of the kept RAM written
+  }
+  {  // n0 > kToppSlots (run.c -t 3 -p 0.9): the machine must refuse it (not built yet); the
+     // kept RAM holds exactly the first kToppSlots kept entries (no write past its rows)
+    std::vector<Case> hot = run_c_cases(3.0f, 2, "", 8, 1, 8, 0.9f);
+    const auto it = std::find_if(hot.begin(), hot.end(), [&](const Case& k) { return kept_count(k) > slots; });
+    ASSERT_NE(it, hot.end()) << "no -t 3 position with more than " << slots << " kept entries";
+    cases.push_back(*it);
+  }
+  ASSERT_GE(cases.size(), 10u);
+
+  const auto& c = m.compiled.weights.config;
+  const engine::Model model = m.model();
+  engine::State state = model.new_state();
+  std::vector<std::vector<size_t>> probes_after(static_cast<size_t>(2 * c.num_hidden_layers));
+  for (size_t i = 0; i < m.value_probes.size(); ++i)
+    probes_after[static_cast<size_t>(m.value_probes[i].after_sublayer)].push_back(i);
+  std::vector<float> seen(m.value_probes.size());
+  const engine::SublayerTap tap = [&](int64_t sublayer, std::span<const float> residual) {
+    for (size_t i : probes_after[static_cast<size_t>(sublayer)])
+      seen[i] = residual[static_cast<size_t>(m.value_probes[i].dim)];
+  };
+  const size_t o_cutoff = static_cast<size_t>(B + 1 + 1 + 2 * B + 1 + B + 3 * n), o_count = o_cutoff + 1,
+               o_keep = o_count + 1, o_slot = o_keep + B, o_kp = o_slot + B, o_kq = o_kp + 8;
+  ASSERT_EQ(m.value_probes.size(), o_kq + 8);
+  std::map<int64_t, std::pair<char, int>> stage;
+  for (int b = 0; b < NB; ++b) {
+    stage[m.id(SamplePart::prob_name(b))] = {'P', b};
+    stage[m.id(SamplePart::keep_name(b))] = {'K', b};
+  }
+  for (int r = 0; r < rows; ++r) stage[m.id(SamplePart::slot_name(r))] = {'R', r};
+  std::vector<float> cutoff, count_in, keep, slot, kept_p, kept_q;
+  bool in_prompt = true;
+  int64_t idle_nonzero = 0, idle_checked = 0;
+  const int64_t head_id = m.id("HEAD");
+  const testing::Step step = [&](int64_t token, std::span<float> logits, std::span<float> hidden) {
+    const auto it = stage.find(token);
+    if (token == head_id) in_prompt = false;
+    model.forward(token, state, logits, hidden, it == stage.end() && !in_prompt ? engine::SublayerTap{} : tap);
+    if (in_prompt)
+      for (size_t i = 0; i < seen.size(); ++i)
+        if (++idle_checked, seen[i] != 0.0f && ++idle_nonzero <= 5)
+          ADD_FAILURE() << "probe " << i << " is " << seen[i] << " on a prompt cycle";
+    if (it == stage.end()) return;
+    const auto [kind, b] = it->second;
+    const auto at = static_cast<size_t>(b);
+    if (kind == 'P') cutoff[at] = seen[o_cutoff];
+    if (kind == 'K') {
+      count_in[at] = seen[o_count];
+      for (size_t s = 0; s < static_cast<size_t>(B); ++s)
+        keep[at * static_cast<size_t>(B) + s] = seen[o_keep + s], slot[at * static_cast<size_t>(B) + s] = seen[o_slot + s];
+    }
+    if (kind == 'R')
+      for (size_t h = 0; h < 8; ++h) kept_p[at * 8 + h] = seen[o_kp + h], kept_q[at * 8 + h] = seen[o_kq + h];
+  };
+
+  bool first = true;
+  int64_t kept_checked = 0;
+  size_t widest = 0;
+  for (const Case& k : cases) {
+    SCOPED_TRACE(k.what);
+    const auto argmax = static_cast<size_t>(reference::sample_argmax(k.logits));
+    const npu::SampleTrace tr = npu::sample_reference(k.logits, k.temperature, k.coin);
+    const reference::TopPTrace want = reference::sample_topp_trace(tr.prob, 0.9f, k.coin);
+    ASSERT_EQ(want.pick, k.run_c);  // the oracle is run.c's top-p
+    widest = std::max(widest, want.kept.size());
+    std::vector<int64_t> prompt;
+    if (first) prompt.push_back(m.id("HDR"));
+    first = false;
+    for (int64_t t : m.load_and_run(k.x, k.temperature, k.coin)) prompt.push_back(t);
+    const std::vector<int64_t> stream = m.expected(tr.index, k.logits[argmax]);  // CDF's token, for now
+    cutoff.assign(static_cast<size_t>(NB), -1.0f);
+    count_in.assign(static_cast<size_t>(NB), -1.0f);
+    keep.assign(static_cast<size_t>(n), -1.0f);
+    slot.assign(static_cast<size_t>(n), -1.0f);
+    kept_p.assign(slots, -1.0f);
+    kept_q.assign(slots, -1.0f);
+    in_prompt = true;
+    const testing::Run r = testing::run_greedy(m, prompt, step, static_cast<int64_t>(stream.size()) + 4);
+    EXPECT_EQ(r.ambiguous, 0);
+    ASSERT_EQ(r.generated.size(), stream.size());
+    for (size_t i = 0; i < stream.size(); ++i) ASSERT_EQ(r.generated[i], stream[i]) << "generated token " << i;
+
+    int wrong = 0;
+    auto check = [&](float have, float want_value, const std::string& what) {
+      if (bits(have) == bits(want_value)) return;
+      if (++wrong <= 8) ADD_FAILURE() << what << ": machine " << describe_float(have) << ", run.c " << describe_float(want_value);
+    };
+    for (int b = 0; b < NB; ++b) check(cutoff[static_cast<size_t>(b)], want.cutoff, "cutoff on PROB." + std::to_string(b));
+    int before = 0;  // kept entries before q (run.c's order of the kept array)
+    for (int q = 0; q < n; ++q) {
+      const bool kept = tr.prob[static_cast<size_t>(q)] >= want.cutoff;
+      if (q % B == 0) check(count_in[static_cast<size_t>(q / B)], static_cast<float>(before), "count before block " + std::to_string(q / B));
+      check(keep[static_cast<size_t>(q)], kept ? 1.0f : 0.0f, "keep " + std::to_string(q));
+      check(slot[static_cast<size_t>(q)], static_cast<float>(before), "slot " + std::to_string(q));
+      before += kept ? 1 : 0;
+    }
+    ASSERT_EQ(static_cast<size_t>(before), want.kept.size());
+    for (size_t i = 0; i < slots; ++i) {
+      const bool used = i < want.kept.size();  // only the first kToppSlots when n0 > kToppSlots
+      check(kept_p[i], used ? want.kept[i].prob : 0.0f, "kept p at slot " + std::to_string(i));
+      check(kept_q[i], used ? static_cast<float>(want.kept[i].index) : 0.0f, "kept q at slot " + std::to_string(i));
+      kept_checked += used ? 1 : 0;
+    }
+    EXPECT_EQ(wrong, 0);
+  }
+  EXPECT_EQ(idle_nonzero, 0) << "of " << idle_checked << " probe reads on prompt cycles";
+  EXPECT_GT(widest, slots);
+  std::printf("top-p KEEP: %zu cases, %lld kept entries read back bit-exact at their slots (n0 up to %zu)\n", cases.size(),
+              static_cast<long long>(kept_checked), widest);
 }
 
 }  // namespace

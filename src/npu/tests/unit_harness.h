@@ -141,6 +141,31 @@ class UnitHarness {
     return r;
   }
 
+  // The engine's outputs for count x inputs (count x outputs), for tests that chain units
+  // (one unit's outputs are the next one's inputs).
+  std::vector<float> outputs(const std::vector<float>& in) const {
+    const size_t n_in = unit_.inputs.size(), n_out = unit_.outputs.size();
+    const auto count = static_cast<int64_t>(in.size() / n_in);
+    std::vector<float> out;
+    for (int64_t first = 0; first < count; first += rows_) {
+      const int64_t batch = std::min(rows_, count - first);
+      io::Qwen35Weights w = compiled_.weights;
+      const int64_t H = w.config.hidden_size;
+      for (int64_t row = 0; row < batch; ++row)
+        for (size_t i = 0; i < n_in; ++i)
+          w.embed_tokens[static_cast<size_t>(row * H + compiled_.allocation.dim(unit_.inputs[i]))] =
+              in[static_cast<size_t>(first + row) * n_in + i];
+      const Forward fwd = engine_host()(w);
+      std::vector<float> hidden(static_cast<size_t>(H));
+      for (int64_t row = 0; row < batch; ++row) {
+        fwd(row, hidden);
+        for (size_t o = 0; o < n_out; ++o)
+          out.push_back(hidden[static_cast<size_t>(compiled_.allocation.dim(unit_.outputs[o]))]);
+      }
+    }
+    return out;
+  }
+
   // With every input 0: is every value of the program +-0 after every `step`-th layer
   // and the last one (engine)? Returns the first value found nonzero, or "".
   std::string idle_nonzero(int64_t step = 1) const {

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <random>
+#include <string>
 
 #include "common/error.h"
 #include "common/float_bits.h"
@@ -170,6 +171,83 @@ TEST(RefSampler, ToppMatchesRankDefinitionWithManyTies) {
     for (float f : p) any_kept |= f >= (1.0f - topp) / static_cast<float>(n - 1);
     if (!any_kept) continue;
     ASSERT_EQ(sample_topp(p, topp, coin, scratch), topp_by_rank(p, topp, coin)) << "trial " << trial;
+  }
+}
+
+// The trace's intermediates against independent statements of each (explicit tie-break
+// ranks, a recount of the cumulative sums), and its pick = sample_topp's.
+void expect_trace_consistent(const std::vector<float>& p, float topp, float coin, const std::string& what) {
+  std::vector<ProbIndex> scratch;
+  const TopPTrace t = sample_topp_trace(p, topp, coin);
+  const float cutoff = (1.0f - topp) / static_cast<float>(p.size() - 1);
+  ASSERT_EQ(float_bits(t.cutoff), float_bits(cutoff)) << what;
+  std::vector<int> kept;
+  for (int i = 0; i < static_cast<int>(p.size()); i++)
+    if (p[i] >= cutoff) kept.push_back(i);
+  ASSERT_EQ(t.kept.size(), kept.size()) << what;
+  const int n0 = static_cast<int>(kept.size());
+  for (int i = 0; i < n0; i++) {
+    ASSERT_EQ(t.kept[i].index, kept[i]) << what;
+    ASSERT_EQ(float_bits(t.kept[i].prob), float_bits(p[kept[i]])) << what;
+    // rank = #{j: p_j > p_i} + #{j < i: p_j = p_i} over the kept entries
+    int rank = 0;
+    for (int j = 0; j < n0; j++)
+      rank += (p[kept[j]] > p[kept[i]]) || (j < i && p[kept[j]] == p[kept[i]]);
+    ASSERT_EQ(t.rank[i], rank) << what << " kept " << i;
+    ASSERT_EQ(t.sorted[rank].index, kept[i]) << what;
+  }
+  float cum = 0.0f;
+  for (int k = 0; k < n0; k++) {
+    cum += t.sorted[k].prob;
+    ASSERT_EQ(float_bits(t.cumulative[k]), float_bits(cum)) << what;
+  }
+  ASSERT_EQ(float_bits(t.cumulative_prob), float_bits(t.cumulative[t.last_idx])) << what;
+  ASSERT_EQ(float_bits(t.r), float_bits(coin * t.cumulative_prob)) << what;
+  ASSERT_EQ(t.pick, t.sorted[t.pick_rank].index) << what;
+  ASSERT_EQ(t.pick, topp_by_rank(p, topp, coin)) << what;
+  ASSERT_EQ(sample_topp(p, topp, coin, scratch), t.pick) << what;
+}
+
+TEST(RefSampler, ToppTraceTiesAndOneKept) {
+  // Ties: 1, 2, 3 equal, stably ordered 1, 2, 3; index 0 below the cutoff.
+  const std::vector<float> p{0.1f, 0.3f, 0.3f, 0.3f};
+  const TopPTrace t = sample_topp_trace(p, 0.5f, 0.51f);
+  ASSERT_EQ(t.kept.size(), 3u);
+  EXPECT_EQ(t.rank, (std::vector<int>{0, 1, 2}));
+  EXPECT_EQ(t.last_idx, 1);
+  EXPECT_EQ(t.pick_rank, 1);
+  EXPECT_EQ(t.pick, 2);
+  // A tie behind a larger entry: ranks 1 (index 0), 0 (index 1), 2 (index 2).
+  const TopPTrace u = sample_topp_trace(std::vector<float>{0.25f, 0.5f, 0.25f}, 0.5f, 0.7f);
+  EXPECT_EQ(u.rank, (std::vector<int>{1, 0, 2}));
+  EXPECT_EQ(u.last_idx, 1);
+  EXPECT_EQ(u.pick, 0);
+  // One kept entry: it is the nucleus whatever the coin.
+  const TopPTrace one = sample_topp_trace(std::vector<float>{0.02f, 0.96f, 0.02f}, 0.9f, 0.99999994f);
+  ASSERT_EQ(one.kept.size(), 1u);
+  EXPECT_EQ(one.last_idx, 0);
+  EXPECT_EQ(one.pick, 1);
+  for (float coin : {0.0f, 0.49f, 0.51f, 0.99999994f}) expect_trace_consistent(p, 0.5f, coin, "ties");
+}
+
+TEST(RefSampler, ToppTraceMatchesIndependentStatements) {
+  std::mt19937 gen(78);
+  for (int trial = 0; trial < 2000; trial++) {
+    const int n = 2 + static_cast<int>(gen() % 600);
+    std::vector<float> p(n);
+    const int levels = 1 + static_cast<int>(gen() % 8);  // few levels: many ties
+    for (float& f : p) f = static_cast<float>(gen() % levels) * (trial % 2 ? 1.0f : 0.37f);
+    softmax(p);
+    const float topp = static_cast<float>(1 + gen() % 99) / 100.0f;
+    uint64_t state = gen();
+    const float coin = random_f32(state);
+    bool any_kept = false;
+    for (float f : p) any_kept |= f >= (1.0f - topp) / static_cast<float>(n - 1);
+    if (!any_kept) {
+      EXPECT_THROW(sample_topp_trace(p, topp, coin), Error);
+      continue;
+    }
+    expect_trace_consistent(p, topp, coin, "trial " + std::to_string(trial));
   }
 }
 

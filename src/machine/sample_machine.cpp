@@ -162,6 +162,7 @@ SampleMachine build_sample_machine(const reference::Llama2Checkpoint& ck, const 
     probed.push_back(v.cutoff);
     probed.push_back(v.count_in);
     for (const auto* s : {&v.keep, &v.slot, &v.kept_p, &v.kept_q}) probed.insert(probed.end(), s->begin(), s->end());
+    probed.push_back(v.n0);
   }
   m.value_probes = m.probes(probed);
   m.probed_values = probed;

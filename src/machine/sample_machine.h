@@ -42,7 +42,7 @@ struct SampleMachine : AssembledMachine {
   // Where the sample part's values can be seen on their stages' cycles (SampleValues'
   // order: scaled (block), block max, max, mant (block), exponent (block), sum, pm
   // (block), cdf (vocab), lt (vocab), one-hot (vocab), with rng the coin, with top-p the cutoff, count_in, keep
-  // (block), slot (block), kept_p (8), kept_q (8)).
+  // (block), slot (block), kept_p (8), kept_q (8), n0).
   std::vector<ValueProbe> value_probes;
   std::vector<compiler::ValueId> probed_values;  // the program's values behind value_probes
 

@@ -415,10 +415,16 @@ SamplePart::SamplePart(Assembler& as, const reference::Llama2Config& cfg, const 
     compiler::enable_constants(p, first, keep_.on);
     as.gate_clears(first, p.ops().size(), keep_.on);
     npu::float_ram(p, npu::FloatRamWindow{kToppLowBinade}, heads, keep_.on, "kept RAM");
-    // SLOT.r reads the kept RAM's row r (slots 8 r .. 8 r + 7) for the test; until RANK
-    // reads them, a sink op does (a probe needs a reader that does not write the value).
+    // SLOT.r reads the kept RAM's row r (slots 8 r .. 8 r + 7) and every block's count
+    // (n0, which RANK's masks and the n0 = 0 / n0 > kToppSlots refusals need) for the
+    // test; until RANK reads them, a sink op does (a probe needs a reader that does not
+    // write the value).
+    const size_t first_n0 = p.ops().size();
+    values_.n0 = npu::detail::integer_value(p, count_in, "slot.n0");
+    compiler::enable_constants(p, first_n0, slot_on_);
     std::vector<ValueId> read = values_.kept_p;
     read.insert(read.end(), values_.kept_q.begin(), values_.kept_q.end());
+    read.push_back(values_.n0);
     const ValueId sink = p.value("kept.sink");
     std::vector<Neuron> sink_ns;
     for (ValueId v : read) sink_ns.push_back(Neuron{Lin{{{slot_on_, kGateOn}}}, Lin{{{v, 1.0f / kGateOn}}}, {{sink, 1.0f}}});
@@ -538,6 +544,7 @@ void SamplePart::define() {
   for (int r = 0; topp_ && r < slot_rows(); ++r) {
     MicroOp k = as_.step(r + 1 < slot_rows() ? slot_name(r + 1) : std::string("CDF"));
     k.sets.push_back({slot_on_, 1.0f});
+    for (ValueId before : keep_before_) k.sets.push_back({before, 1.0f});  // every count: n0
     for (size_t j = 0; j < slot_row_.size(); ++j)
       if ((r >> j) & 1) k.sets.push_back({slot_row_[j], 1.0f});
     as_.define(slot_name(r), std::move(k));

@@ -84,6 +84,7 @@ struct SampleValues {
   compiler::ValueId count_in = 0;                // KEEP.b: the kept entries before block b
   std::vector<compiler::ValueId> keep, slot;     // KEEP.b: [p_q >= cutoff], c_q = #{kept q' < q}
   std::vector<compiler::ValueId> kept_p, kept_q; // SLOT.r: the kept RAM's slots 8r .. 8r + 7 read back
+  compiler::ValueId n0 = 0;                      // SLOT.r: the kept entries (every block's count)
 };
 
 class SamplePart {

@@ -329,7 +329,7 @@ TEST(SampleMachine, CoinsFromTheSeedGiveRunCSampledTokensOnTheEngine) {
 // Positions of run.c's -p 0.9 runs (-t 1.0 -s 42 and -t 0.8 -s 7 -i "Lily", run.c's own
 // coins): reference::sample_topp_trace (whose pick must be run.c's token) is the oracle
 // for the cutoff, every keep bit and slot and every kept slot's (p, q) (+0 past n0: KEEP.0
-// wipes the kept RAM). NOT YET top-p's token: RANK, NUCLEUS, R and PICK are not on the
+// wipes the kept RAM), and n0 on every SLOT cycle. NOT YET top-p's token: RANK, NUCLEUS, R and PICK are not on the
 // machine, so the successor is still CDF's (sample_mult's pick with the same coin), which
 // the stream check expects.
 TEST(SampleMachine, ToppKeepWritesEveryKeptEntryAtItsSlotBitExact) {
@@ -382,14 +382,15 @@ TEST(SampleMachine, ToppKeepWritesEveryKeptEntryAtItsSlotBitExact) {
   };
   const size_t o_cutoff = static_cast<size_t>(B + 1 + 1 + 2 * B + 1 + B + 3 * n), o_count = o_cutoff + 1,
                o_keep = o_count + 1, o_slot = o_keep + B, o_kp = o_slot + B, o_kq = o_kp + 8;
-  ASSERT_EQ(m.value_probes.size(), o_kq + 8);
+  const size_t o_n0 = o_kq + 8;
+  ASSERT_EQ(m.value_probes.size(), o_n0 + 1);
   std::map<int64_t, std::pair<char, int>> stage;
   for (int b = 0; b < NB; ++b) {
     stage[m.id(SamplePart::prob_name(b))] = {'P', b};
     stage[m.id(SamplePart::keep_name(b))] = {'K', b};
   }
   for (int r = 0; r < rows; ++r) stage[m.id(SamplePart::slot_name(r))] = {'R', r};
-  std::vector<float> cutoff, count_in, keep, slot, kept_p, kept_q;
+  std::vector<float> cutoff, count_in, keep, slot, kept_p, kept_q, n0;
   bool in_prompt = true;
   int64_t idle_nonzero = 0, idle_checked = 0;
   const int64_t head_id = m.id("HEAD");
@@ -410,8 +411,10 @@ TEST(SampleMachine, ToppKeepWritesEveryKeptEntryAtItsSlotBitExact) {
       for (size_t s = 0; s < static_cast<size_t>(B); ++s)
         keep[at * static_cast<size_t>(B) + s] = seen[o_keep + s], slot[at * static_cast<size_t>(B) + s] = seen[o_slot + s];
     }
-    if (kind == 'R')
+    if (kind == 'R') {
       for (size_t h = 0; h < 8; ++h) kept_p[at * 8 + h] = seen[o_kp + h], kept_q[at * 8 + h] = seen[o_kq + h];
+      n0[at] = seen[o_n0];
+    }
   };
 
   bool first = true;
@@ -435,6 +438,7 @@ TEST(SampleMachine, ToppKeepWritesEveryKeptEntryAtItsSlotBitExact) {
     slot.assign(static_cast<size_t>(n), -1.0f);
     kept_p.assign(slots, -1.0f);
     kept_q.assign(slots, -1.0f);
+    n0.assign(static_cast<size_t>(rows), -1.0f);
     in_prompt = true;
     const testing::Run r = testing::run_greedy(m, prompt, step, static_cast<int64_t>(stream.size()) + 4);
     EXPECT_EQ(r.ambiguous, 0);
@@ -456,6 +460,8 @@ TEST(SampleMachine, ToppKeepWritesEveryKeptEntryAtItsSlotBitExact) {
       before += kept ? 1 : 0;
     }
     ASSERT_EQ(static_cast<size_t>(before), want.kept.size());
+    for (int r = 0; r < rows; ++r)
+      check(n0[static_cast<size_t>(r)], static_cast<float>(want.kept.size()), "n0 on SLOT." + std::to_string(r));
     for (size_t i = 0; i < slots; ++i) {
       const bool used = i < want.kept.size();  // only the first kToppSlots when n0 > kToppSlots
       check(kept_p[i], used ? want.kept[i].prob : 0.0f, "kept p at slot " + std::to_string(i));

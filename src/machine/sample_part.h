@@ -24,6 +24,25 @@
 //           fallback n - 1) -> the sampled index, whose one-hot (successor()) is the
 //           computed successor, the story token TOK.k (HEAD's argmax when t = 0).
 //
+// With SampleOptions::topp_on (run.c's top-p; docs/npu-machine.md, M3 "Top-p on the
+// machine"; built so far: its first part, KEEP):
+//
+//   PROB.b  also the cutoff (npu::topp_cutoff of the constant topp), block b's keep bits
+//           and in-block slots (npu::topp_keep_block from count 0) -> the keep RAM
+//           (banked) and the block's count -> the count RAM (a head per block);
+//   KEEP.b  count_in = the counts of the blocks before b (an exact integer sum of the
+//           count RAM's heads, each read on the KEEP cycles after its block), slot c_q =
+//           count_in + the in-block slot; each kept (p, q) -> the kept RAM at slot c_q:
+//           head c_q mod 8, row c_q / 8, the row bits data (count_in's bits), at most one
+//           write per head per cycle (a block's kept slots are consecutive); KEEP.0 wipes it;
+//   SLOT.r  (r < 16) the kept RAM's row r (slots 8r .. 8r + 7) and n0 (every count), read
+//           for the test (RANK's reads, to come).
+//
+// A count cannot go from KEEP.(b - 1) to KEEP.b at the same layers (a RAM is read at or
+// below where it is written): that is why PROB writes the counts and KEEP sums them.
+// Not yet: RANK, NUCLEUS, R, PICK and the n0 = 0 / n0 > 128 refusals; CDF (sample_mult
+// with the same coin) still picks the successor.
+//
 // Every unit keeps the idle contract: its constants are its stage's flag, its operands
 // RAM reads or registers read only on its cycles, so on every other cycle each value it
 // writes is +-0 (and its dead-value clears read the flag).

@@ -69,6 +69,24 @@ ValueId one_row_ram(compiler::Program& p, ValueId value, ValueId on, ValueId rea
   npu::float_ram(p, npu::FloatRamWindow{low_binade}, {h}, on, label);
   return h.out[0];
 }
+
+// A RAM of one value with a one-row head per block: head b written (and wiped) when
+// writes[b], read when reads[b]; the negation made once. Returns the heads' reads.
+std::vector<ValueId> per_block_ram(compiler::Program& p, ValueId value, const std::vector<ValueId>& writes,
+                                   const std::vector<ValueId>& reads, ValueId enable, int low_binade,
+                                   const std::string& out_name, const std::string& label) {
+  std::vector<npu::FloatRamHead> one(1);
+  one[0].data = {value};
+  const auto neg = npu::float_ram_negations(p, one, enable, label);
+  std::vector<npu::FloatRamHead> heads;
+  std::vector<ValueId> outs;
+  for (size_t b = 0; b < writes.size(); ++b) {
+    heads.push_back(one_row_head(p, {value}, neg[0], writes[b], reads[b], out_name));
+    outs.push_back(heads.back().out[0]);
+  }
+  npu::float_ram(p, npu::FloatRamWindow{low_binade}, heads, enable, label);
+  return outs;
+}
 }  // namespace
 
 std::string SamplePart::temp_name(int b) { return "TEMP." + std::to_string(b); }
@@ -192,18 +210,8 @@ SamplePart::SamplePart(Assembler& as, const reference::Llama2Config& cfg, const 
   values_.scaled = scaled.scaled;
   values_.block_max = scaled.max;
   const auto scaled_out = banked(scaled.scaled, {}, temp_, exp_, o.scaled_low_binade, "scaled RAM.out", "scaled RAM");
-  std::vector<ValueId> block_max;
-  {
-    std::vector<npu::FloatRamHead> one(1);
-    one[0].data = {scaled.max};
-    const auto neg = npu::float_ram_negations(p, one, temp_.on, "block-max RAM");
-    std::vector<npu::FloatRamHead> heads;
-    for (int b = 0; b < blocks_; ++b) {
-      heads.push_back(one_row_head(p, {scaled.max}, neg[0], temp_.block[at(b)], max_on_, "sbmax.out"));
-      block_max.push_back(heads.back().out[0]);
-    }
-    npu::float_ram(p, npu::FloatRamWindow{o.scaled_low_binade}, heads, temp_.on, "block-max RAM");
-  }
+  const std::vector<ValueId> block_max = per_block_ram(p, scaled.max, temp_.block, std::vector<ValueId>(at(blocks_), max_on_),
+                                                      temp_.on, o.scaled_low_binade, "sbmax.out", "block-max RAM");
 
   // MAX: softmax's max over the block maxima (value-wise order-free: the tree is the scan).
   const size_t first_max = p.ops().size();
@@ -319,18 +327,8 @@ SamplePart::SamplePart(Assembler& as, const reference::Llama2Config& cfg, const 
     keep_data.insert(keep_data.end(), kb.slot.begin(), kb.slot.end());
     as.gate_clears(first_keep, p.ops().size(), prob_.on);
     const auto keep_rows = banked(keep_data, {}, prob_, keep_, kToppLowBinade, "keep RAM.out", "keep RAM");
-    std::vector<ValueId> counts;
-    {
-      std::vector<npu::FloatRamHead> one(1);
-      one[0].data = {kb.count};
-      const auto neg = npu::float_ram_negations(p, one, prob_.on, "count RAM");
-      std::vector<npu::FloatRamHead> heads;
-      for (int b = 0; b < blocks_; ++b) {
-        heads.push_back(one_row_head(p, {kb.count}, neg[0], prob_.block[at(b)], keep_before_[at(b)], "keep.count_out"));
-        counts.push_back(heads.back().out[0]);
-      }
-      npu::float_ram(p, npu::FloatRamWindow{kToppLowBinade}, heads, prob_.on, "count RAM");
-    }
+    const std::vector<ValueId> counts =
+        per_block_ram(p, kb.count, prob_.block, keep_before_, prob_.on, kToppLowBinade, "keep.count_out", "count RAM");
 
     // KEEP.b: slot c_q = count_in + the in-block slot j_q. The block's kept slots are
     // consecutive from count_in = 8 base + d, so the lane with j goes to head (d + j) mod 8

@@ -95,22 +95,33 @@ std::vector<Case> run_c_cases(float t, uint64_t seed, const char* prompt, int st
 
 uint32_t bits(float x) { return float_bits(x); }
 
+// The machine's probed values (SampleMachine::value_probes' order) as a forward's tap
+// leaves them in `seen`.
+struct ProbeTap {
+  explicit ProbeTap(const SampleMachine& machine) : m(machine), seen(machine.value_probes.size()) {
+    after.resize(static_cast<size_t>(2 * m.compiled.weights.config.num_hidden_layers));
+    for (size_t i = 0; i < m.value_probes.size(); ++i)
+      after[static_cast<size_t>(m.value_probes[i].after_sublayer)].push_back(i);
+  }
+  engine::SublayerTap tap() {
+    return [this](int64_t sublayer, std::span<const float> residual) {
+      for (size_t i : after[static_cast<size_t>(sublayer)]) seen[i] = residual[static_cast<size_t>(m.value_probes[i].dim)];
+    };
+  }
+  const SampleMachine& m;
+  std::vector<std::vector<size_t>> after;  // per sublayer: the probes read after it
+  std::vector<float> seen;
+};
+
 // Runs every case in one host session and checks the stream and every stage's values.
 void expect_run_c(const SampleMachine& m, const std::vector<Case>& cases) {
-  const auto& c = m.compiled.weights.config;
   const int n = m.vocab, B = m.block, NB = m.blocks;
   // The engine with a tap: the probed values of each cycle, filed by the stage that ran.
   const engine::Model model = m.model();
   engine::State state = model.new_state();
-  const int64_t sublayers = 2 * c.num_hidden_layers;
-  std::vector<std::vector<size_t>> probes_after(static_cast<size_t>(sublayers));
-  for (size_t i = 0; i < m.value_probes.size(); ++i)
-    probes_after[static_cast<size_t>(m.value_probes[i].after_sublayer)].push_back(i);
-  std::vector<float> seen(m.value_probes.size());
-  const engine::SublayerTap tap = [&](int64_t sublayer, std::span<const float> residual) {
-    for (size_t i : probes_after[static_cast<size_t>(sublayer)])
-      seen[i] = residual[static_cast<size_t>(m.value_probes[i].dim)];
-  };
+  ProbeTap probes(m);
+  std::vector<float>& seen = probes.seen;
+  const engine::SublayerTap tap = probes.tap();
   // Offsets into the probes (SampleMachine::value_probes' order).
   const size_t o_scaled = 0, o_bmax = o_scaled + B, o_max = o_bmax + 1, o_mant = o_max + 1, o_exp = o_mant + B,
                o_sum = o_exp + B, o_pm = o_sum + 1, o_cdf = o_pm + B, o_lt = o_cdf + n, o_hot = o_lt + n;
@@ -369,17 +380,11 @@ TEST(SampleMachine, ToppKeepWritesEveryKeptEntryAtItsSlotBitExact) {
   }
   ASSERT_GE(cases.size(), 10u);
 
-  const auto& c = m.compiled.weights.config;
   const engine::Model model = m.model();
   engine::State state = model.new_state();
-  std::vector<std::vector<size_t>> probes_after(static_cast<size_t>(2 * c.num_hidden_layers));
-  for (size_t i = 0; i < m.value_probes.size(); ++i)
-    probes_after[static_cast<size_t>(m.value_probes[i].after_sublayer)].push_back(i);
-  std::vector<float> seen(m.value_probes.size());
-  const engine::SublayerTap tap = [&](int64_t sublayer, std::span<const float> residual) {
-    for (size_t i : probes_after[static_cast<size_t>(sublayer)])
-      seen[i] = residual[static_cast<size_t>(m.value_probes[i].dim)];
-  };
+  ProbeTap probes(m);
+  std::vector<float>& seen = probes.seen;
+  const engine::SublayerTap tap = probes.tap();
   const size_t o_cutoff = static_cast<size_t>(B + 1 + 1 + 2 * B + 1 + B + 3 * n), o_count = o_cutoff + 1,
                o_keep = o_count + 1, o_slot = o_keep + B, o_kp = o_slot + B, o_kq = o_kp + 8;
   const size_t o_n0 = o_kq + 8;

@@ -94,6 +94,8 @@ std::string SamplePart::exp_name(int b) { return "EXP." + std::to_string(b); }
 std::string SamplePart::prob_name(int b) { return "PROB." + std::to_string(b); }
 std::string SamplePart::keep_name(int b) { return "KEEP." + std::to_string(b); }
 std::string SamplePart::slot_name(int r) { return "SLOT." + std::to_string(r); }
+std::string SamplePart::rank_name(int i, int j) { return "RANK." + std::to_string(i) + "." + std::to_string(j); }
+std::string SamplePart::rsum_name(int i) { return "RSUM." + std::to_string(i); }
 int SamplePart::slot_rows() { return npu::kToppSlots / kToppHeads; }
 
 std::vector<std::string> SamplePart::names(const reference::Llama2Config& cfg, const SampleOptions& o) {
@@ -109,6 +111,9 @@ std::vector<std::string> SamplePart::names(const reference::Llama2Config& cfg, c
   if (o.topp_on()) {
     for (int b = 0; b < nb; ++b) n.push_back(keep_name(b));
     for (int r = 0; r < slot_rows(); ++r) n.push_back(slot_name(r));
+    for (int i = 0; i < slot_rows(); ++i)
+      for (int j = 0; j < slot_rows(); ++j) n.push_back(rank_name(i, j));
+    for (int i = 0; i < slot_rows(); ++i) n.push_back(rsum_name(i));
   }
   n.push_back("CDF");
   return n;
@@ -150,6 +155,13 @@ SamplePart::SamplePart(Assembler& as, const reference::Llama2Config& cfg, const 
     keep_wipe_ = as.input("keep.wipe");
     slot_on_ = as.input("slot.on");
     slot_row_ = as.inputs("slot.row", bits_for(slot_rows()));
+    kept_read_ = as.input("kept.read");
+    rank_on_ = as.input("rank.on");
+    rank_col_ = as.inputs("rank.col", bits_for(slot_rows()));
+    rank_part_ = as.inputs("rank.part", slot_rows());
+    rank_wipe_ = as.inputs("rank.wipe", slot_rows());
+    rsum_on_ = as.input("rsum.on");
+    rsum_row_ = as.inputs("rsum.row", bits_for(slot_rows()));
   }
   max_on_ = as.input("smax.on");
   sum_on_ = as.input("ssum.on");
@@ -404,7 +416,7 @@ SamplePart::SamplePart(Assembler& as, const reference::Llama2Config& cfg, const 
       ram.wipe_flag = keep_wipe_;  // KEEP.0 empties every row (rows are write-once)
       ram.write_enable = keep_.on;
       ram.query_bits = slot_row_;
-      ram.read_flag = slot_on_;
+      ram.read_flag = kept_read_;
       ram.out = p.values("kept.out", 2);
       values_.kept_p.push_back(ram.out[0]);
       values_.kept_q.push_back(ram.out[1]);
@@ -412,6 +424,17 @@ SamplePart::SamplePart(Assembler& as, const reference::Llama2Config& cfg, const 
     }
     compiler::enable_constants(p, first, keep_.on);
     as.gate_clears(first, p.ops().size(), keep_.on);
+    // A second copy (the same writes) that RANK reads at its slot block's row: a head
+    // reads one row per cycle, RANK needs two (its row block's and its slot block's).
+    std::vector<npu::FloatRamHead> copies = heads;
+    std::vector<ValueId> col_p;
+    for (npu::FloatRamHead& h : copies) {
+      h.query_bits = rank_col_;
+      h.read_flag = rank_on_;
+      h.out = p.values("kept.col_out", 2);
+      col_p.push_back(h.out[0]);
+    }
+    heads.insert(heads.end(), copies.begin(), copies.end());
     npu::float_ram(p, npu::FloatRamWindow{kToppLowBinade}, heads, keep_.on, "kept RAM");
     // SLOT.r reads the kept RAM's row r (slots 8 r .. 8 r + 7) and every block's count
     // (n0, which RANK's masks and the n0 = 0 / n0 > kToppSlots refusals need) for the
@@ -419,7 +442,7 @@ SamplePart::SamplePart(Assembler& as, const reference::Llama2Config& cfg, const 
     // write the value).
     const size_t first_n0 = p.ops().size();
     values_.n0 = npu::detail::integer_value(p, count_in, "slot.n0");
-    compiler::enable_constants(p, first_n0, slot_on_);
+    compiler::enable_constants(p, first_n0, kept_read_);
     std::vector<ValueId> read = values_.kept_p;
     read.insert(read.end(), values_.kept_q.begin(), values_.kept_q.end());
     read.push_back(values_.n0);
@@ -427,8 +450,63 @@ SamplePart::SamplePart(Assembler& as, const reference::Llama2Config& cfg, const 
     std::vector<Neuron> sink_ns;
     for (ValueId v : read) sink_ns.push_back(Neuron{Lin{{{slot_on_, kGateOn}}}, Lin{{{v, 1.0f / kGateOn}}}, {{sink, 1.0f}}});
     p.mlp("kept.sink", std::move(sink_ns));
-    as.discard(read, slot_on_, "kept.unread");
     as.discard({sink}, slot_on_, "kept.sink_unread");
+
+    // RANK.i.j: the kept RAM's row block i (slots 8i ..) against its slot block j
+    // (npu::topp_rank_block, 8 x 8, rows and slots >= n0 masked): partial ranks, which
+    // cannot be carried from j to j + 1 at the same layers, so each pair writes them to
+    // the partial RAM (head j, row i) and RSUM.i sums the 16 heads' row i.
+    const size_t first_rank = p.ops().size();
+    Lin row_base, slot_base;
+    for (size_t j = 0; j < slot_row_.size(); ++j) {
+      row_base.terms.push_back({slot_row_[j], static_cast<float>(kToppHeads << j)});
+      slot_base.terms.push_back({rank_col_[j], static_cast<float>(kToppHeads << j)});
+    }
+    const ValueId base_v = npu::detail::integer_value(p, row_base, "rank.base");
+    const ValueId slot_base_v = npu::detail::integer_value(p, slot_base, "rank.slot_base");
+    const std::vector<ValueId> rank_in = p.values("rank.in", kToppHeads);  // never written: +0
+    const npu::ToppRankBlock rb =
+        npu::topp_rank_block(p, values_.kept_p, base_v, col_p, slot_base_v, values_.n0, rank_in, rank_on_);
+    compiler::enable_constants(p, first_rank, rank_on_);
+    as.gate_clears(first_rank, p.ops().size(), rank_on_);
+    as.discard(read, kept_read_, "kept.unread");
+    std::vector<npu::FloatRamHead> parts;
+    std::vector<std::vector<ValueId>> part_out;
+    {
+      std::vector<npu::FloatRamHead> one(1);
+      one[0].data = rb.rank;
+      const auto neg = npu::float_ram_negations(p, one, rank_on_, "partial rank RAM");
+      for (int j = 0; j < slot_rows(); ++j) {
+        npu::FloatRamHead h;
+        h.data = rb.rank;
+        h.negated = neg[0];
+        h.key_bits = slot_row_;
+        h.write_flag = rank_part_[at(j)];
+        h.wipe_flag = rank_wipe_[at(j)];
+        h.write_enable = rank_on_;
+        h.query_bits = rsum_row_;
+        h.read_flag = rsum_on_;
+        h.out = p.values("rank.part_out", kToppHeads);
+        part_out.push_back(h.out);
+        parts.push_back(std::move(h));
+      }
+      npu::float_ram(p, npu::FloatRamWindow{kToppLowBinade}, parts, rank_on_, "partial rank RAM");
+    }
+    // RSUM.i: rank = the sum of row i's partial ranks (exact integers).
+    const size_t first_rsum = p.ops().size();
+    for (int s = 0; s < kToppHeads; ++s) {
+      Lin sum;
+      for (const auto& out : part_out) sum.terms.push_back({out[at(s)], 1.0f});
+      values_.rank.push_back(npu::detail::integer_value(p, sum, "rsum.rank"));
+    }
+    compiler::enable_constants(p, first_rsum, rsum_on_);
+    as.gate_clears(first_rsum, p.ops().size(), rsum_on_);
+    const ValueId rank_sink = p.value("rsum.sink");  // until the sorted RAM's writes read the ranks
+    std::vector<Neuron> rank_ns;
+    for (ValueId v : values_.rank) rank_ns.push_back(Neuron{Lin{{{rsum_on_, kGateOn}}}, Lin{{{v, 1.0f / kGateOn}}}, {{rank_sink, 1.0f}}});
+    p.mlp("rsum.sink", std::move(rank_ns));
+    as.discard(values_.rank, rsum_on_, "rsum.unread");
+    as.discard({rank_sink}, rsum_on_, "rsum.sink_unread");
   }
 
   // CDF: sample_mult over every probability (C's cdf += p_q in index order) and the coin;
@@ -540,12 +618,35 @@ void SamplePart::define() {
     as_.define(keep_name(b), std::move(k));
   }
   for (int r = 0; topp_ && r < slot_rows(); ++r) {
-    MicroOp k = as_.step(r + 1 < slot_rows() ? slot_name(r + 1) : std::string("CDF"));
+    MicroOp k = as_.step(r + 1 < slot_rows() ? slot_name(r + 1) : rank_name(0, 0));
     k.sets.push_back({slot_on_, 1.0f});
+    k.sets.push_back({kept_read_, 1.0f});
     for (ValueId before : keep_before_) k.sets.push_back({before, 1.0f});  // every count: n0
     for (size_t j = 0; j < slot_row_.size(); ++j)
       if ((r >> j) & 1) k.sets.push_back({slot_row_[j], 1.0f});
     as_.define(slot_name(r), std::move(k));
+  }
+  const int R = slot_rows();
+  for (int i = 0; topp_ && i < R; ++i)
+    for (int j = 0; j < R; ++j) {
+      MicroOp k = as_.step(j + 1 < R ? rank_name(i, j + 1) : i + 1 < R ? rank_name(i + 1, 0) : rsum_name(0));
+      k.sets.push_back({rank_on_, 1.0f});
+      k.sets.push_back({kept_read_, 1.0f});
+      for (ValueId before : keep_before_) k.sets.push_back({before, 1.0f});  // n0
+      for (size_t t = 0; t < slot_row_.size(); ++t) {
+        if ((i >> t) & 1) k.sets.push_back({slot_row_[t], 1.0f});
+        if ((j >> t) & 1) k.sets.push_back({rank_col_[t], 1.0f});
+      }
+      k.sets.push_back({rank_part_[at(j)], 1.0f});
+      if (i == 0) k.sets.push_back({rank_wipe_[at(j)], 1.0f});
+      as_.define(rank_name(i, j), std::move(k));
+    }
+  for (int i = 0; topp_ && i < R; ++i) {
+    MicroOp k = as_.step(i + 1 < R ? rsum_name(i + 1) : std::string("CDF"));
+    k.sets.push_back({rsum_on_, 1.0f});
+    for (size_t t = 0; t < rsum_row_.size(); ++t)
+      if ((i >> t) & 1) k.sets.push_back({rsum_row_[t], 1.0f});
+    as_.define(rsum_name(i), std::move(k));
   }
   MicroOp m = as_.step(exp_name(0));
   m.sets = {{max_on_, 1.0f}};

@@ -465,8 +465,11 @@ SamplePart::SamplePart(Assembler& as, const reference::Llama2Config& cfg, const 
     const ValueId base_v = npu::detail::integer_value(p, row_base, "rank.base");
     const ValueId slot_base_v = npu::detail::integer_value(p, slot_base, "rank.slot_base");
     const std::vector<ValueId> rank_in = p.values("rank.in", kToppHeads);  // never written: +0
-    const npu::ToppRankBlock rb =
-        npu::topp_rank_block(p, values_.kept_p, base_v, col_p, slot_base_v, values_.n0, rank_in, rank_on_);
+    // The kept RAM's row block and n0 through RANK's flag: SLOT reads them too (the idle
+    // contract: an idle unit's operands are +-0).
+    const std::vector<ValueId> row_p = as.gated(values_.kept_p, {rank_on_}, "rank.row_p");
+    const ValueId rank_n0 = as.gated(std::vector<ValueId>{values_.n0}, {rank_on_}, "rank.n0")[0];
+    const npu::ToppRankBlock rb = npu::topp_rank_block(p, row_p, base_v, col_p, slot_base_v, rank_n0, rank_in, rank_on_);
     compiler::enable_constants(p, first_rank, rank_on_);
     as.gate_clears(first_rank, p.ops().size(), rank_on_);
     as.discard(read, kept_read_, "kept.unread");

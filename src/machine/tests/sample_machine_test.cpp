@@ -333,17 +333,19 @@ TEST(SampleMachine, CoinsFromTheSeedGiveRunCSampledTokensOnTheEngine) {
 }
 
 
-// Stage 3 of top-p, first part (docs/npu-machine.md, M3 "Top-p on the machine"): with
-// SampleOptions::topp = 0.9, PROB.b also computes the cutoff and each block's keep bits,
-// KEEP.b the slots c_q = #{kept q' < q} and writes each kept (p, q) into the kept RAM at
-// its slot (a data-addressed write), SLOT.r reads the kept RAM's slots 8r .. 8r + 7 back.
-// Positions of run.c's -p 0.9 runs (-t 1.0 -s 42 and -t 0.8 -s 7 -i "Lily", run.c's own
-// coins): reference::sample_topp_trace (whose pick must be run.c's token) is the oracle
-// for the cutoff, every keep bit and slot and every kept slot's (p, q) (+0 past n0: KEEP.0
-// wipes the kept RAM), and n0 on every SLOT cycle. NOT YET top-p's token: RANK, NUCLEUS, R and PICK are not on the
-// machine, so the successor is still CDF's (sample_mult's pick with the same coin), which
-// the stream check expects.
-TEST(SampleMachine, ToppKeepWritesEveryKeptEntryAtItsSlotBitExact) {
+// Stage 3 of top-p, first part (docs/npu-machine.md, M3 "Top-p on the sample machine"):
+// with SampleOptions::topp = 0.9, PROB.b also computes the cutoff and each block's keep
+// bits, KEEP.b the slots c_q = #{kept q' < q} and writes each kept (p, q) into the kept RAM
+// at its slot (a data-addressed write), SLOT.r reads the kept RAM's slots 8r .. 8r + 7
+// back with n0, RANK.i.j / RSUM.i give every kept slot its stable descending rank.
+// Positions of run.c's -p 0.9 runs (-t 1.0 -s 42, -t 0.8 -s 7 -i "Lily", -t 3 -s 2 with
+// n0 > 128; run.c's coins): reference::sample_topp_trace (whose pick must be run.c's
+// token) is the oracle for the cutoff, every count, keep bit and slot, every kept slot's
+// (p, q) (+0 past n0: KEEP.0 wipes the kept RAM), n0 and every rank (0 past n0; not for
+// n0 > 128, which the machine must refuse: to come). NOT YET top-p's token: the sorted
+// RAM, NUCLEUS, R and PICK are not on the machine, so the successor is still CDF's
+// (sample_mult's pick with the same coin), which the stream check expects.
+TEST(SampleMachine, ToppKeepAndRankEveryKeptEntryBitExact) {
   SampleMachineOptions base;
   const SampleMachine plain = build_sample_machine(stories260k(), base);
   testing::print_shape("sample machine", plain);
@@ -352,8 +354,8 @@ TEST(SampleMachine, ToppKeepWritesEveryKeptEntryAtItsSlotBitExact) {
   const auto build_start = std::chrono::steady_clock::now();
   const SampleMachine m = build_sample_machine(stories260k(), o);
   const double build_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - build_start).count();
-  testing::print_shape("sample machine with top-p KEEP", m);
-  std::printf("sample machine with top-p KEEP: built in %.1f s\n", build_s);
+  testing::print_shape("sample machine with top-p KEEP and RANK", m);
+  std::printf("sample machine with top-p KEEP and RANK: built in %.1f s\n", build_s);
   EXPECT_LE(m.compiled.weights.config.intermediate_size, 1024);
   ASSERT_TRUE(m.topp);
   const int n = m.vocab, B = m.block, NB = m.blocks, rows = SamplePart::slot_rows();
@@ -484,7 +486,7 @@ TEST(SampleMachine, ToppKeepWritesEveryKeptEntryAtItsSlotBitExact) {
   }
   EXPECT_EQ(idle_nonzero, 0) << "of " << idle_checked << " probe reads on prompt cycles";
   EXPECT_GT(widest, slots);
-  std::printf("top-p KEEP: %zu cases, %lld kept entries read back bit-exact at their slots (n0 up to %zu)\n", cases.size(),
+  std::printf("top-p KEEP and RANK: %zu cases, %lld kept entries read back bit-exact at their slots, ranked bit-exact (n0 up to %zu)\n", cases.size(),
               static_cast<long long>(kept_checked), widest);
 }
 

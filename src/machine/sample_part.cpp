@@ -96,6 +96,7 @@ std::string SamplePart::keep_name(int b) { return "KEEP." + std::to_string(b); }
 std::string SamplePart::slot_name(int r) { return "SLOT." + std::to_string(r); }
 std::string SamplePart::rank_name(int i, int j) { return "RANK." + std::to_string(i) + "." + std::to_string(j); }
 std::string SamplePart::rsum_name(int i) { return "RSUM." + std::to_string(i); }
+std::string SamplePart::sorted_name(int b) { return "SORTED." + std::to_string(b); }
 int SamplePart::slot_rows() { return npu::kToppSlots / kToppHeads; }
 
 std::vector<std::string> SamplePart::names(const reference::Llama2Config& cfg, const SampleOptions& o) {
@@ -114,6 +115,7 @@ std::vector<std::string> SamplePart::names(const reference::Llama2Config& cfg, c
     for (int i = 0; i < slot_rows(); ++i)
       for (int j = 0; j < slot_rows(); ++j) n.push_back(rank_name(i, j));
     for (int i = 0; i < slot_rows(); ++i) n.push_back(rsum_name(i));
+    for (int b = 0; b < slot_rows(); ++b) n.push_back(sorted_name(b));
   }
   n.push_back("CDF");
   return n;
@@ -158,10 +160,14 @@ SamplePart::SamplePart(Assembler& as, const reference::Llama2Config& cfg, const 
     kept_read_ = as.input("kept.read");
     rank_on_ = as.input("rank.on");
     rank_col_ = as.inputs("rank.col", bits_for(slot_rows()));
+    rank_row_ = as.inputs("rank.row", bits_for(slot_rows()));
     rank_part_ = as.inputs("rank.part", slot_rows());
     rank_wipe_ = as.inputs("rank.wipe", slot_rows());
     rsum_on_ = as.input("rsum.on");
     rsum_row_ = as.inputs("rsum.row", bits_for(slot_rows()));
+    sorted_wipe_ = as.input("sorted.wipe");
+    sorted_on_ = as.input("sorted.on");
+    sorted_row_ = as.inputs("sorted.row", bits_for(slot_rows()));
   }
   max_on_ = as.input("smax.on");
   sum_on_ = as.input("ssum.on");
@@ -465,14 +471,13 @@ SamplePart::SamplePart(Assembler& as, const reference::Llama2Config& cfg, const 
     const ValueId base_v = npu::detail::integer_value(p, row_base, "rank.base");
     const ValueId slot_base_v = npu::detail::integer_value(p, slot_base, "rank.slot_base");
     const std::vector<ValueId> rank_in = p.values("rank.in", kToppHeads);  // never written: +0
-    // The kept RAM's row block and n0 through RANK's flag: SLOT reads them too (the idle
-    // contract: an idle unit's operands are +-0).
+    // The kept RAM's row block and n0 through RANK's flag: SLOT and RSUM read them too (the
+    // idle contract: an idle unit's operands are +-0).
     const std::vector<ValueId> row_p = as.gated(values_.kept_p, {rank_on_}, "rank.row_p");
     const ValueId rank_n0 = as.gated(std::vector<ValueId>{values_.n0}, {rank_on_}, "rank.n0")[0];
     const npu::ToppRankBlock rb = npu::topp_rank_block(p, row_p, base_v, col_p, slot_base_v, rank_n0, rank_in, rank_on_);
     compiler::enable_constants(p, first_rank, rank_on_);
     as.gate_clears(first_rank, p.ops().size(), rank_on_);
-    as.discard(read, kept_read_, "kept.unread");
     std::vector<npu::FloatRamHead> parts;
     std::vector<std::vector<ValueId>> part_out;
     {
@@ -483,7 +488,7 @@ SamplePart::SamplePart(Assembler& as, const reference::Llama2Config& cfg, const 
         npu::FloatRamHead h;
         h.data = rb.rank;
         h.negated = neg[0];
-        h.key_bits = slot_row_;
+        h.key_bits = rank_row_;  // not slot_row_: RSUM sets those (the kept RAM's row) with this RAM's writes off
         h.write_flag = rank_part_[at(j)];
         h.wipe_flag = rank_wipe_[at(j)];
         h.write_enable = rank_on_;
@@ -504,12 +509,72 @@ SamplePart::SamplePart(Assembler& as, const reference::Llama2Config& cfg, const 
     }
     compiler::enable_constants(p, first_rsum, rsum_on_);
     as.gate_clears(first_rsum, p.ops().size(), rsum_on_);
-    const ValueId rank_sink = p.value("rsum.sink");  // until the sorted RAM's writes read the ranks
-    std::vector<Neuron> rank_ns;
-    for (ValueId v : values_.rank) rank_ns.push_back(Neuron{Lin{{{rsum_on_, kGateOn}}}, Lin{{{v, 1.0f / kGateOn}}}, {{rank_sink, 1.0f}}});
-    p.mlp("rsum.sink", std::move(rank_ns));
-    as.discard(values_.rank, rsum_on_, "rsum.unread");
-    as.discard({rank_sink}, rsum_on_, "rsum.sink_unread");
+    // The sorted RAM: rank k at head (lane s, k mod 8), row k / 8, where s is the lane of
+    // the kept slot with rank k (its slot mod 8). Lane s writes only its own 8 heads, one
+    // per cycle (distinct ranks), and a block of ranks 8b .. 8b + 7 reads row b of every
+    // head: rank 8b + t is the sum over s of head (s, t) (one written, the rest +0 after
+    // RSUM.0's wipe). RSUM.i reads the kept RAM's row i (p, q) and n0 again for this.
+    const size_t first_sorted = p.ops().size();
+    std::vector<ValueId> entry = values_.kept_p;  // through RSUM's flag (as RANK's)
+    entry.insert(entry.end(), values_.kept_q.begin(), values_.kept_q.end());
+    entry.push_back(values_.n0);
+    entry = as.gated(entry, {rsum_on_}, "sorted.entry");
+    const ValueId sorted_n0 = entry.back();
+    Lin rsum_base;
+    for (size_t j = 0; j < slot_row_.size(); ++j) rsum_base.terms.push_back({slot_row_[j], static_cast<float>(kToppHeads << j)});
+    std::vector<npu::FloatRamHead> sorted;
+    for (int s = 0; s < kToppHeads; ++s) {
+      // valid = [8i + s < n0]: ranks of slots past n0 are 0 and must not write
+      Lin valid{{{sorted_n0, 1.0f}, {compiler::kOne, static_cast<float>(-s)}}};
+      for (const compiler::Term& t : rsum_base.terms) valid.terms.push_back({t.value, -t.weight});
+      const ValueId ok = npu::attn_int_positive(p, valid, "sorted.valid");
+      const std::vector<ValueId> msb = npu::int_to_bits(p, values_.rank[at(s)], bits_for(npu::kToppSlots));
+      const std::vector<ValueId> lsb(msb.rbegin(), msb.rend());
+      Lin residue{{{compiler::kOne, 8.0f}, {ok, -8.0f}}};  // rank mod 8, past the heads when not valid
+      for (int j = 0; j < 3; ++j) residue.terms.push_back({lsb[at(j)], static_cast<float>(1 << j)});
+      const std::vector<ValueId> hot =
+          npu::one_hot(p, npu::detail::integer_value(p, residue, "sorted.residue"), kToppHeads, "sorted.hot");
+      for (int t = 0; t < kToppHeads; ++t) {
+        npu::FloatRamHead h;
+        h.data = {entry[at(s)], entry[at(kToppHeads + s)]};
+        h.key_bits.assign(lsb.begin() + 3, lsb.end());
+        h.write_flag = hot[at(t)];
+        h.wipe_flag = sorted_wipe_;
+        h.write_enable = rsum_on_;
+        h.query_bits = sorted_row_;
+        h.read_flag = sorted_on_;
+        h.out = p.values("sorted.out", 2);
+        sorted.push_back(std::move(h));
+      }
+    }
+    compiler::enable_constants(p, first_sorted, rsum_on_);
+    as.gate_clears(first_sorted, p.ops().size(), rsum_on_);
+    npu::float_ram(p, npu::FloatRamWindow{kToppLowBinade}, sorted, rsum_on_, "sorted RAM");
+    as.discard(read, kept_read_, "kept.unread");
+    // SORTED.b: ranks 8b .. 8b + 7 (p, q), for the test (NUCLEUS's and PICK's reads, to come).
+    const size_t first_read = p.ops().size();
+    for (int t = 0; t < kToppHeads; ++t) {
+      const ValueId sp = p.value("sorted.p"), sq = p.value("sorted.q");
+      std::vector<Neuron> ns;
+      for (int s = 0; s < kToppHeads; ++s) {
+        const npu::FloatRamHead& h = sorted[at(s * kToppHeads + t)];
+        ns.push_back(Neuron{Lin{{{sorted_on_, kGateOn}}}, Lin{{{h.out[0], 1.0f / kGateOn}}}, {{sp, 1.0f}}});
+        ns.push_back(Neuron{Lin{{{sorted_on_, kGateOn}}}, Lin{{{h.out[1], 1.0f / kGateOn}}}, {{sq, 1.0f}}});
+      }
+      p.mlp("sorted.gather", std::move(ns));
+      values_.sorted_p.push_back(sp);
+      values_.sorted_q.push_back(sq);
+    }
+    as.gate_clears(first_read, p.ops().size(), sorted_on_);
+    std::vector<ValueId> sorted_read = values_.sorted_p;
+    sorted_read.insert(sorted_read.end(), values_.sorted_q.begin(), values_.sorted_q.end());
+    const ValueId sorted_sink = p.value("sorted.sink");
+    std::vector<Neuron> sorted_ns;
+    for (ValueId v : sorted_read)
+      sorted_ns.push_back(Neuron{Lin{{{sorted_on_, kGateOn}}}, Lin{{{v, 1.0f / kGateOn}}}, {{sorted_sink, 1.0f}}});
+    p.mlp("sorted.sink", std::move(sorted_ns));
+    as.discard(sorted_read, sorted_on_, "sorted.unread");
+    as.discard({sorted_sink}, sorted_on_, "sorted.sink_unread");
   }
 
   // CDF: sample_mult over every probability (C's cdf += p_q in index order) and the coin;
@@ -637,7 +702,7 @@ void SamplePart::define() {
       k.sets.push_back({kept_read_, 1.0f});
       for (ValueId before : keep_before_) k.sets.push_back({before, 1.0f});  // n0
       for (size_t t = 0; t < slot_row_.size(); ++t) {
-        if ((i >> t) & 1) k.sets.push_back({slot_row_[t], 1.0f});
+        if ((i >> t) & 1) k.sets.push_back({slot_row_[t], 1.0f}), k.sets.push_back({rank_row_[t], 1.0f});
         if ((j >> t) & 1) k.sets.push_back({rank_col_[t], 1.0f});
       }
       k.sets.push_back({rank_part_[at(j)], 1.0f});
@@ -645,11 +710,21 @@ void SamplePart::define() {
       as_.define(rank_name(i, j), std::move(k));
     }
   for (int i = 0; topp_ && i < R; ++i) {
-    MicroOp k = as_.step(i + 1 < R ? rsum_name(i + 1) : std::string("CDF"));
+    MicroOp k = as_.step(i + 1 < R ? rsum_name(i + 1) : sorted_name(0));
     k.sets.push_back({rsum_on_, 1.0f});
+    k.sets.push_back({kept_read_, 1.0f});  // row i's (p, q) and n0
+    for (ValueId before : keep_before_) k.sets.push_back({before, 1.0f});
     for (size_t t = 0; t < rsum_row_.size(); ++t)
-      if ((i >> t) & 1) k.sets.push_back({rsum_row_[t], 1.0f});
+      if ((i >> t) & 1) k.sets.push_back({rsum_row_[t], 1.0f}), k.sets.push_back({slot_row_[t], 1.0f});
+    if (i == 0) k.sets.push_back({sorted_wipe_, 1.0f});
     as_.define(rsum_name(i), std::move(k));
+  }
+  for (int b = 0; topp_ && b < R; ++b) {
+    MicroOp k = as_.step(b + 1 < R ? sorted_name(b + 1) : std::string("CDF"));
+    k.sets.push_back({sorted_on_, 1.0f});
+    for (size_t t = 0; t < sorted_row_.size(); ++t)
+      if ((b >> t) & 1) k.sets.push_back({sorted_row_[t], 1.0f});
+    as_.define(sorted_name(b), std::move(k));
   }
   MicroOp m = as_.step(exp_name(0));
   m.sets = {{max_on_, 1.0f}};

@@ -109,6 +109,7 @@ struct SampleValues {
   std::vector<compiler::ValueId> kept_p, kept_q; // SLOT.r: the kept RAM's slots 8r .. 8r + 7 read back
   compiler::ValueId n0 = 0;                      // SLOT.r: the kept entries (every block's count)
   std::vector<compiler::ValueId> rank;           // RSUM.i: the stable ranks of slots 8i .. 8i + 7 (0 past n0)
+  std::vector<compiler::ValueId> sorted_p, sorted_q;  // SORTED.b: the sorted RAM's ranks 8b .. 8b + 7
 };
 
 class SamplePart {
@@ -123,6 +124,7 @@ class SamplePart {
   static std::string slot_name(int r);
   static std::string rank_name(int i, int j);
   static std::string rsum_name(int i);
+  static std::string sorted_name(int b);
   static int slot_rows();  // the kept RAM's rows (SLOT cycles): kToppSlots / kToppHeads
 
   // Appends the units and RAMs. `logits`: the vocabulary's logits, complete on the cycle
@@ -175,7 +177,8 @@ class SamplePart {
   compiler::ValueId keep_wipe_ = 0, slot_on_ = 0;
   std::vector<compiler::ValueId> slot_row_;     // the kept RAM's row read on SLOT.r / RANK.i.j (i), RSUM.i (bits)
   compiler::ValueId kept_read_ = 0, rank_on_ = 0, rsum_on_ = 0;
-  std::vector<compiler::ValueId> rank_col_, rank_part_, rank_wipe_, rsum_row_;  // RANK.i.j: j's bits, j's flag, i = 0
+  std::vector<compiler::ValueId> rank_col_, rank_row_, rank_part_, rank_wipe_, rsum_row_, sorted_row_;
+  compiler::ValueId sorted_wipe_ = 0, sorted_on_ = 0;  // RANK.i.j: j's bits, j's flag, i = 0
   SampleValues values_;
   compiler::OpRange stages_;
   compiler::ValueId token_ = 0;  // CDF's sampled index (an exact integer, +-0 on other cycles)

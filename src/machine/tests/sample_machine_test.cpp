@@ -389,8 +389,8 @@ TEST(SampleMachine, ToppKeepAndRankEveryKeptEntryBitExact) {
   const engine::SublayerTap tap = probes.tap();
   const size_t o_cutoff = static_cast<size_t>(B + 1 + 1 + 2 * B + 1 + B + 3 * n), o_count = o_cutoff + 1,
                o_keep = o_count + 1, o_slot = o_keep + B, o_kp = o_slot + B, o_kq = o_kp + 8;
-  const size_t o_n0 = o_kq + 8, o_rank = o_n0 + 1;
-  ASSERT_EQ(m.value_probes.size(), o_rank + 8);
+  const size_t o_n0 = o_kq + 8, o_rank = o_n0 + 1, o_sp = o_rank + 8, o_sq = o_sp + 8;
+  ASSERT_EQ(m.value_probes.size(), o_sq + 8);
   std::map<int64_t, std::pair<char, int>> stage;
   for (int b = 0; b < NB; ++b) {
     stage[m.id(SamplePart::prob_name(b))] = {'P', b};
@@ -398,7 +398,8 @@ TEST(SampleMachine, ToppKeepAndRankEveryKeptEntryBitExact) {
   }
   for (int r = 0; r < rows; ++r) stage[m.id(SamplePart::slot_name(r))] = {'R', r};
   for (int r = 0; r < rows; ++r) stage[m.id(SamplePart::rsum_name(r))] = {'S', r};
-  std::vector<float> cutoff, count_in, keep, slot, kept_p, kept_q, n0, rank;
+  for (int r = 0; r < rows; ++r) stage[m.id(SamplePart::sorted_name(r))] = {'O', r};
+  std::vector<float> cutoff, count_in, keep, slot, kept_p, kept_q, n0, rank, sorted_p, sorted_q;
   bool in_prompt = true;
   int64_t idle_nonzero = 0, idle_checked = 0;
   const int64_t head_id = m.id("HEAD");
@@ -425,6 +426,8 @@ TEST(SampleMachine, ToppKeepAndRankEveryKeptEntryBitExact) {
     }
     if (kind == 'S')
       for (size_t h = 0; h < 8; ++h) rank[at * 8 + h] = seen[o_rank + h];
+    if (kind == 'O')
+      for (size_t h = 0; h < 8; ++h) sorted_p[at * 8 + h] = seen[o_sp + h], sorted_q[at * 8 + h] = seen[o_sq + h];
   };
 
   bool first = true;
@@ -450,6 +453,8 @@ TEST(SampleMachine, ToppKeepAndRankEveryKeptEntryBitExact) {
     kept_q.assign(slots, -1.0f);
     n0.assign(static_cast<size_t>(rows), -1.0f);
     rank.assign(slots, -1.0f);
+    sorted_p.assign(slots, -1.0f);
+    sorted_q.assign(slots, -1.0f);
     in_prompt = true;
     const testing::Run r = testing::run_greedy(m, prompt, step, static_cast<int64_t>(stream.size()) + 4);
     EXPECT_EQ(r.ambiguous, 0);
@@ -479,8 +484,12 @@ TEST(SampleMachine, ToppKeepAndRankEveryKeptEntryBitExact) {
       check(kept_q[i], used ? static_cast<float>(want.kept[i].index) : 0.0f, "kept q at slot " + std::to_string(i));
       kept_checked += used ? 1 : 0;
       // RANK: run.c's stable descending order (0 past n0); n0 > kToppSlots is refused (to come)
-      if (want.kept.size() <= slots)
+      if (want.kept.size() <= slots) {
         check(rank[i], used ? static_cast<float>(want.rank[i]) : 0.0f, "rank of slot " + std::to_string(i));
+        // the sorted RAM: run.c's probindex after qsort (+0 past n0)
+        check(sorted_p[i], used ? want.sorted[i].prob : 0.0f, "sorted p at rank " + std::to_string(i));
+        check(sorted_q[i], used ? static_cast<float>(want.sorted[i].index) : 0.0f, "sorted q at rank " + std::to_string(i));
+      }
     }
     EXPECT_EQ(wrong, 0);
   }

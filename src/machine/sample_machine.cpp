@@ -170,6 +170,9 @@ SampleMachine build_sample_machine(const reference::Llama2Checkpoint& ck, const 
     probed.insert(probed.end(), v.rank.begin(), v.rank.end());
     probed.insert(probed.end(), v.sorted_p.begin(), v.sorted_p.end());
     probed.insert(probed.end(), v.sorted_q.begin(), v.sorted_q.end());
+    probed.insert(probed.end(), v.cum.begin(), v.cum.end());
+    probed.push_back(v.last_idx);
+    probed.push_back(v.cumulative_prob);
   }
   m.value_probes = m.probes(probed);
   m.probed_values = probed;

@@ -168,6 +168,7 @@ SamplePart::SamplePart(Assembler& as, const reference::Llama2Config& cfg, const 
     sorted_wipe_ = as.input("sorted.wipe");
     sorted_on_ = as.input("sorted.on");
     sorted_row_ = as.inputs("sorted.row", bits_for(slot_rows()));
+    nucleus_block_ = as.inputs("nucleus.block", slot_rows());
   }
   max_on_ = as.input("smax.on");
   sum_on_ = as.input("ssum.on");
@@ -550,7 +551,6 @@ SamplePart::SamplePart(Assembler& as, const reference::Llama2Config& cfg, const 
     compiler::enable_constants(p, first_sorted, rsum_on_);
     as.gate_clears(first_sorted, p.ops().size(), rsum_on_);
     npu::float_ram(p, npu::FloatRamWindow{kToppLowBinade}, sorted, rsum_on_, "sorted RAM");
-    as.discard(read, kept_read_, "kept.unread");
     // SORTED.b: ranks 8b .. 8b + 7 (p, q), for the test (NUCLEUS's and PICK's reads, to come).
     const size_t first_read = p.ops().size();
     for (int t = 0; t < kToppHeads; ++t) {
@@ -573,8 +573,50 @@ SamplePart::SamplePart(Assembler& as, const reference::Llama2Config& cfg, const 
     for (ValueId v : sorted_read)
       sorted_ns.push_back(Neuron{Lin{{{sorted_on_, kGateOn}}}, Lin{{{v, 1.0f / kGateOn}}}, {{sorted_sink, 1.0f}}});
     p.mlp("sorted.sink", std::move(sorted_ns));
+
+    // NUCLEUS on SORTED.b: npu::topp_nucleus_block over ranks 8b .. 8b + 7. Its state
+    // (cum, crossed, count, selected) cannot go from SORTED.b to SORTED.(b + 1) at the same
+    // layers, so each block has its own instance, below the one before: instance b writes
+    // its state into state RAM b, instance b + 1 reads it (the depth law's stack).
+    npu::ToppNucleusState state{p.value("nucleus.cum0"), p.value("nucleus.crossed0"), p.value("nucleus.count0"),
+                                p.value("nucleus.selected0")};  // never written: +0
+    for (int b = 0; b < slot_rows(); ++b) {
+      const ValueId on = nucleus_block_[at(b)];
+      const size_t first_b = p.ops().size();
+      std::vector<ValueId> in = values_.sorted_p;
+      in.push_back(values_.n0);
+      in = as.gated(in, {on}, "nucleus.in");
+      const ValueId n0 = in.back();
+      in.pop_back();
+      const size_t first_const = p.ops().size();
+      const ValueId topp_b = p.value("nucleus.topp");
+      npu::const_acc(p, topp_b, o.topp, "nucleus.topp");
+      const ValueId base_b = npu::detail::integer_value(p, Lin{{{compiler::kOne, static_cast<float>(b * kToppHeads)}}}, "nucleus.base");
+      compiler::enable_constants(p, first_const, on);
+      const npu::ToppNucleusBlock nb = npu::topp_nucleus_block(p, in, base_b, n0, topp_b, state, on);
+      values_.cum.insert(values_.cum.end(), nb.cum.begin(), nb.cum.end());
+      as.gate_clears(first_b, p.ops().size(), on);
+      if (b + 1 < slot_rows()) {
+        const std::vector<ValueId> data = {nb.out.cum, nb.out.crossed, nb.out.count, nb.out.selected};
+        const npu::FloatRamHead h = one_row_head(p, data, {}, on, nucleus_block_[at(b + 1)], "nucleus.state");
+        npu::float_ram(p, npu::FloatRamWindow{kToppLowBinade}, {h}, on, "nucleus state RAM " + std::to_string(b));
+        state = {h.out[0], h.out[1], h.out[2], h.out[3]};
+      } else {
+        values_.last_idx = nb.out.count;
+        values_.cumulative_prob = nb.out.selected;
+      }
+    }
+    {  // until R and PICK read them
+      const ValueId on = nucleus_block_.back();
+      const ValueId sink = p.value("nucleus.sink");
+      p.mlp("nucleus.sink", {Neuron{Lin{{{on, kGateOn}}}, Lin{{{values_.last_idx, 1.0f / kGateOn}}}, {{sink, 1.0f}}},
+                             Neuron{Lin{{{on, kGateOn}}}, Lin{{{values_.cumulative_prob, 1.0f / kGateOn}}}, {{sink, 1.0f}}}});
+      as.discard({values_.last_idx, values_.cumulative_prob}, on, "nucleus.unread");
+      as.discard({sink}, on, "nucleus.sink_unread");
+    }
     as.discard(sorted_read, sorted_on_, "sorted.unread");
     as.discard({sorted_sink}, sorted_on_, "sorted.sink_unread");
+    as.discard(read, kept_read_, "kept.unread");  // after the last reader of n0 (NUCLEUS)
   }
 
   // CDF: sample_mult over every probability (C's cdf += p_q in index order) and the coin;
@@ -722,6 +764,9 @@ void SamplePart::define() {
   for (int b = 0; topp_ && b < R; ++b) {
     MicroOp k = as_.step(b + 1 < R ? sorted_name(b + 1) : std::string("CDF"));
     k.sets.push_back({sorted_on_, 1.0f});
+    k.sets.push_back({nucleus_block_[at(b)], 1.0f});
+    k.sets.push_back({kept_read_, 1.0f});  // n0 (NUCLEUS)
+    for (ValueId before : keep_before_) k.sets.push_back({before, 1.0f});
     for (size_t t = 0; t < sorted_row_.size(); ++t)
       if ((b >> t) & 1) k.sets.push_back({sorted_row_[t], 1.0f});
     as_.define(sorted_name(b), std::move(k));

@@ -110,6 +110,8 @@ struct SampleValues {
   compiler::ValueId n0 = 0;                      // SLOT.r: the kept entries (every block's count)
   std::vector<compiler::ValueId> rank;           // RSUM.i: the stable ranks of slots 8i .. 8i + 7 (0 past n0)
   std::vector<compiler::ValueId> sorted_p, sorted_q;  // SORTED.b: the sorted RAM's ranks 8b .. 8b + 7
+  std::vector<compiler::ValueId> cum;            // SORTED.b (NUCLEUS): C's cumulative_prob after ranks 8b .. 8b + 7 (all 128)
+  compiler::ValueId last_idx = 0, cumulative_prob = 0;  // SORTED.15 (NUCLEUS)
 };
 
 class SamplePart {
@@ -178,7 +180,8 @@ class SamplePart {
   std::vector<compiler::ValueId> slot_row_;     // the kept RAM's row read on SLOT.r / RANK.i.j (i), RSUM.i (bits)
   compiler::ValueId kept_read_ = 0, rank_on_ = 0, rsum_on_ = 0;
   std::vector<compiler::ValueId> rank_col_, rank_row_, rank_part_, rank_wipe_, rsum_row_, sorted_row_;
-  compiler::ValueId sorted_wipe_ = 0, sorted_on_ = 0;  // RANK.i.j: j's bits, j's flag, i = 0
+  compiler::ValueId sorted_wipe_ = 0, sorted_on_ = 0;
+  std::vector<compiler::ValueId> nucleus_block_;  // SORTED.b: NUCLEUS instance b's flag
   SampleValues values_;
   compiler::OpRange stages_;
   compiler::ValueId token_ = 0;  // CDF's sampled index (an exact integer, +-0 on other cycles)

@@ -389,8 +389,9 @@ TEST(SampleMachine, ToppKeepAndRankEveryKeptEntryBitExact) {
   const engine::SublayerTap tap = probes.tap();
   const size_t o_cutoff = static_cast<size_t>(B + 1 + 1 + 2 * B + 1 + B + 3 * n), o_count = o_cutoff + 1,
                o_keep = o_count + 1, o_slot = o_keep + B, o_kp = o_slot + B, o_kq = o_kp + 8;
-  const size_t o_n0 = o_kq + 8, o_rank = o_n0 + 1, o_sp = o_rank + 8, o_sq = o_sp + 8;
-  ASSERT_EQ(m.value_probes.size(), o_sq + 8);
+  const size_t o_n0 = o_kq + 8, o_rank = o_n0 + 1, o_sp = o_rank + 8, o_sq = o_sp + 8, o_cum = o_sq + 8,
+               o_last = o_cum + slots, o_cp = o_last + 1;
+  ASSERT_EQ(m.value_probes.size(), o_cp + 1);
   std::map<int64_t, std::pair<char, int>> stage;
   for (int b = 0; b < NB; ++b) {
     stage[m.id(SamplePart::prob_name(b))] = {'P', b};
@@ -399,7 +400,8 @@ TEST(SampleMachine, ToppKeepAndRankEveryKeptEntryBitExact) {
   for (int r = 0; r < rows; ++r) stage[m.id(SamplePart::slot_name(r))] = {'R', r};
   for (int r = 0; r < rows; ++r) stage[m.id(SamplePart::rsum_name(r))] = {'S', r};
   for (int r = 0; r < rows; ++r) stage[m.id(SamplePart::sorted_name(r))] = {'O', r};
-  std::vector<float> cutoff, count_in, keep, slot, kept_p, kept_q, n0, rank, sorted_p, sorted_q;
+  std::vector<float> cutoff, count_in, keep, slot, kept_p, kept_q, n0, rank, sorted_p, sorted_q, cum;
+  float last_idx = -1.0f, cumulative_prob = -1.0f;
   bool in_prompt = true;
   int64_t idle_nonzero = 0, idle_checked = 0;
   const int64_t head_id = m.id("HEAD");
@@ -426,8 +428,11 @@ TEST(SampleMachine, ToppKeepAndRankEveryKeptEntryBitExact) {
     }
     if (kind == 'S')
       for (size_t h = 0; h < 8; ++h) rank[at * 8 + h] = seen[o_rank + h];
-    if (kind == 'O')
-      for (size_t h = 0; h < 8; ++h) sorted_p[at * 8 + h] = seen[o_sp + h], sorted_q[at * 8 + h] = seen[o_sq + h];
+    if (kind == 'O') {
+      for (size_t h = 0; h < 8; ++h)
+        sorted_p[at * 8 + h] = seen[o_sp + h], sorted_q[at * 8 + h] = seen[o_sq + h], cum[at * 8 + h] = seen[o_cum + at * 8 + h];
+      if (b + 1 == rows) last_idx = seen[o_last], cumulative_prob = seen[o_cp];
+    }
   };
 
   bool first = true;
@@ -455,6 +460,8 @@ TEST(SampleMachine, ToppKeepAndRankEveryKeptEntryBitExact) {
     rank.assign(slots, -1.0f);
     sorted_p.assign(slots, -1.0f);
     sorted_q.assign(slots, -1.0f);
+    cum.assign(slots, -1.0f);
+    last_idx = cumulative_prob = -1.0f;
     in_prompt = true;
     const testing::Run r = testing::run_greedy(m, prompt, step, static_cast<int64_t>(stream.size()) + 4);
     EXPECT_EQ(r.ambiguous, 0);
@@ -478,6 +485,10 @@ TEST(SampleMachine, ToppKeepAndRankEveryKeptEntryBitExact) {
     ASSERT_EQ(static_cast<size_t>(before), want.kept.size());
     for (int r = 0; r < rows; ++r)
       check(n0[static_cast<size_t>(r)], static_cast<float>(want.kept.size()), "n0 on SLOT." + std::to_string(r));
+    if (want.kept.size() <= slots) {
+      check(last_idx, static_cast<float>(want.last_idx), "last_idx");
+      check(cumulative_prob, want.cumulative_prob, "cumulative_prob");
+    }
     for (size_t i = 0; i < slots; ++i) {
       const bool used = i < want.kept.size();  // only the first kToppSlots when n0 > kToppSlots
       check(kept_p[i], used ? want.kept[i].prob : 0.0f, "kept p at slot " + std::to_string(i));
@@ -489,6 +500,8 @@ TEST(SampleMachine, ToppKeepAndRankEveryKeptEntryBitExact) {
         // the sorted RAM: run.c's probindex after qsort (+0 past n0)
         check(sorted_p[i], used ? want.sorted[i].prob : 0.0f, "sorted p at rank " + std::to_string(i));
         check(sorted_q[i], used ? static_cast<float>(want.sorted[i].index) : 0.0f, "sorted q at rank " + std::to_string(i));
+        // NUCLEUS: C's running sum (past n0 it adds +0: the last sum)
+        check(cum[i], want.cumulative[std::min(i, want.kept.size() - 1)], "cumulative at rank " + std::to_string(i));
       }
     }
     EXPECT_EQ(wrong, 0);

@@ -25,7 +25,7 @@
 //           computed successor, the story token TOK.k (HEAD's argmax when t = 0).
 //
 // With SampleOptions::topp_on (run.c's top-p; docs/npu-machine.md, M3 "Top-p on the
-// machine"; built so far: KEEP and RANK):
+// machine"; built so far: KEEP, RANK, the sorted RAM, NUCLEUS):
 //
 //   PROB.b  also the cutoff (npu::topp_cutoff of the constant topp), block b's keep bits
 //           and in-block slots (npu::topp_keep_block from count 0) -> the keep RAM
@@ -40,12 +40,16 @@
 //   RANK.i.j (i, j < 16) npu::topp_rank_block (8 x 8) of the kept RAM's row i against its
 //           row j (a second copy of the kept RAM: a head reads one row per cycle) ->
 //           the partial rank RAM (head j, row i);
-//   RSUM.i  the ranks of slots 8i .. 8i + 7: the sum of row i's 16 partial ranks.
+//   RSUM.i  the ranks of slots 8i .. 8i + 7: the sum of row i's 16 partial ranks; their
+//           (p, q) -> the sorted RAM (head (lane, rank mod 8), row rank / 8);
+//   SORTED.b ranks 8b .. 8b + 7 read back; NUCLEUS instance b (npu::topp_nucleus_block,
+//           one instance per block, each below the one before: its state through a
+//           one-row state RAM); after the last, last_idx and cumulative_prob.
 //
 // A count cannot go from KEEP.(b - 1) to KEEP.b at the same layers (a RAM is read at or
 // below where it is written): that is why PROB writes the counts and KEEP sums them; the
-// partial ranks likewise. Not yet: the sorted RAM, NUCLEUS, R, PICK and the n0 = 0 /
-// n0 > 128 refusals; CDF (sample_mult with the same coin) still picks the successor.
+// partial ranks likewise, and NUCLEUS's state by stacking. Not yet: R, PICK and the
+// n0 = 0 / n0 > 128 refusals; CDF (sample_mult with the same coin) still picks the successor.
 //
 // Every unit keeps the idle contract: its constants are its stage's flag, its operands
 // RAM reads or registers read only on its cycles, so on every other cycle each value it
@@ -116,8 +120,8 @@ struct SampleValues {
 
 class SamplePart {
  public:
-  // TEMP.b, MAX, EXP.b, SUM, PROB.b (b < nb), with top-p KEEP.b (b < nb), SLOT.r, RANK.i.j
-  // and RSUM.i (r, i, j < kToppSlots / 8), CDF.
+  // TEMP.b, MAX, EXP.b, SUM, PROB.b (b < nb), with top-p KEEP.b (b < nb), SLOT.r, RANK.i.j,
+  // RSUM.i and SORTED.r (r, i, j < kToppSlots / 8), CDF.
   static std::vector<std::string> names(const reference::Llama2Config& config, const SampleOptions& options);
   static std::string temp_name(int b);
   static std::string exp_name(int b);

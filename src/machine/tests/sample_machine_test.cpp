@@ -337,13 +337,15 @@ TEST(SampleMachine, CoinsFromTheSeedGiveRunCSampledTokensOnTheEngine) {
 // with SampleOptions::topp = 0.9, PROB.b also computes the cutoff and each block's keep
 // bits, KEEP.b the slots c_q = #{kept q' < q} and writes each kept (p, q) into the kept RAM
 // at its slot (a data-addressed write), SLOT.r reads the kept RAM's slots 8r .. 8r + 7
-// back with n0, RANK.i.j / RSUM.i give every kept slot its stable descending rank.
+// back with n0, RANK.i.j / RSUM.i give every kept slot its stable descending rank and write
+// the sorted RAM, SORTED.b reads it back and runs NUCLEUS.
 // Positions of run.c's -p 0.9 runs (-t 1.0 -s 42, -t 0.8 -s 7 -i "Lily", -t 3 -s 2 with
 // n0 > 128; run.c's coins): reference::sample_topp_trace (whose pick must be run.c's
 // token) is the oracle for the cutoff, every count, keep bit and slot, every kept slot's
-// (p, q) (+0 past n0: KEEP.0 wipes the kept RAM), n0 and every rank (0 past n0; not for
-// n0 > 128, which the machine must refuse: to come). NOT YET top-p's token: the sorted
-// RAM, NUCLEUS, R and PICK are not on the machine, so the successor is still CDF's
+// (p, q) (+0 past n0: KEEP.0 wipes the kept RAM), n0 and (not for n0 > 128, which the
+// machine must refuse: to come) every rank, every sorted (p, q), every running sum,
+// last_idx and cumulative_prob. NOT YET top-p's token: R and PICK are not on the
+// machine, so the successor is still CDF's
 // (sample_mult's pick with the same coin), which the stream check expects.
 TEST(SampleMachine, ToppKeepAndRankEveryKeptEntryBitExact) {
   SampleMachineOptions base;

@@ -359,7 +359,7 @@ SamplePart::SamplePart(Assembler& as, const reference::Llama2Config& cfg, const 
     Lin count_in;
     for (ValueId c : counts) count_in.terms.push_back({c, 1.0f});
     values_.count_in = npu::detail::integer_value(p, count_in, "keep.count_in");
-    const int count_bits = bits_for(vocab_ + 1), row_bits = bits_for(slot_rows());
+    const int count_bits = bits_for(vocab_ + 1), kept_row_bits = bits_for(slot_rows());
     const std::vector<ValueId> cb = npu::int_to_bits(p, values_.count_in, count_bits);  // most significant first
     Lin d, base;
     for (int j = 0; j < count_bits; ++j) {
@@ -418,7 +418,7 @@ SamplePart::SamplePart(Assembler& as, const reference::Llama2Config& cfg, const 
       room.terms.push_back({compiler::kOne, static_cast<float>(slot_rows())});
       written.terms.push_back({npu::attn_int_positive(p, room, "kept.room"), 1.0f});
       ram.write_flag = npu::detail::bit_value(p, written, "kept.write");  // a lane here and room
-      for (int j = 0; j < row_bits; ++j)
+      for (int j = 0; j < kept_row_bits; ++j)
         ram.key_bits.push_back(npu::select(p, next, row_of[1][at(j)], row_of[0][at(j)], "kept.row"));
       ram.wipe_flag = keep_wipe_;  // KEEP.0 empties every row (rows are write-once)
       ram.write_enable = keep_.on;
@@ -533,13 +533,13 @@ SamplePart::SamplePart(Assembler& as, const reference::Llama2Config& cfg, const 
       const std::vector<ValueId> lsb(msb.rbegin(), msb.rend());
       Lin residue{{{compiler::kOne, 8.0f}, {ok, -8.0f}}};  // rank mod 8, past the heads when not valid
       for (int j = 0; j < 3; ++j) residue.terms.push_back({lsb[at(j)], static_cast<float>(1 << j)});
-      const std::vector<ValueId> hot =
+      const std::vector<ValueId> residue_hot =
           npu::one_hot(p, npu::detail::integer_value(p, residue, "sorted.residue"), kToppHeads, "sorted.hot");
       for (int t = 0; t < kToppHeads; ++t) {
         npu::FloatRamHead h;
         h.data = {entry[at(s)], entry[at(kToppHeads + s)]};
         h.key_bits.assign(lsb.begin() + 3, lsb.end());
-        h.write_flag = hot[at(t)];
+        h.write_flag = residue_hot[at(t)];
         h.wipe_flag = sorted_wipe_;
         h.write_enable = rsum_on_;
         h.query_bits = sorted_row_;
@@ -608,11 +608,11 @@ SamplePart::SamplePart(Assembler& as, const reference::Llama2Config& cfg, const 
     }
     {  // until R and PICK read them
       const ValueId on = nucleus_block_.back();
-      const ValueId sink = p.value("nucleus.sink");
-      p.mlp("nucleus.sink", {Neuron{Lin{{{on, kGateOn}}}, Lin{{{values_.last_idx, 1.0f / kGateOn}}}, {{sink, 1.0f}}},
-                             Neuron{Lin{{{on, kGateOn}}}, Lin{{{values_.cumulative_prob, 1.0f / kGateOn}}}, {{sink, 1.0f}}}});
+      const ValueId nucleus_sink = p.value("nucleus.sink");
+      p.mlp("nucleus.sink", {Neuron{Lin{{{on, kGateOn}}}, Lin{{{values_.last_idx, 1.0f / kGateOn}}}, {{nucleus_sink, 1.0f}}},
+                             Neuron{Lin{{{on, kGateOn}}}, Lin{{{values_.cumulative_prob, 1.0f / kGateOn}}}, {{nucleus_sink, 1.0f}}}});
       as.discard({values_.last_idx, values_.cumulative_prob}, on, "nucleus.unread");
-      as.discard({sink}, on, "nucleus.sink_unread");
+      as.discard({nucleus_sink}, on, "nucleus.sink_unread");
     }
     as.discard(sorted_read, sorted_on_, "sorted.unread");
     as.discard({sorted_sink}, sorted_on_, "sorted.sink_unread");

@@ -66,6 +66,10 @@ std::vector<int64_t> SampleMachine::expected(int k, float logit, bool sampled) c
     for (int b = 0; b < blocks; ++b) s.push_back(id(SamplePart::prob_name(b)));
     for (int b = 0; topp && b < blocks; ++b) s.push_back(id(SamplePart::keep_name(b)));
     for (int r = 0; topp && r < SamplePart::slot_rows(); ++r) s.push_back(id(SamplePart::slot_name(r)));
+    for (int i = 0; topp && i < SamplePart::slot_rows(); ++i)
+      for (int j = 0; j < SamplePart::slot_rows(); ++j) s.push_back(id(SamplePart::rank_name(i, j)));
+    for (int i = 0; topp && i < SamplePart::slot_rows(); ++i) s.push_back(id(SamplePart::rsum_name(i)));
+    for (int b = 0; topp && b < SamplePart::slot_rows(); ++b) s.push_back(id(SamplePart::sorted_name(b)));
     s.push_back(id("CDF"));
   }
   s.push_back(story_token(k));
@@ -162,6 +166,13 @@ SampleMachine build_sample_machine(const reference::Llama2Checkpoint& ck, const 
     probed.push_back(v.cutoff);
     probed.push_back(v.count_in);
     for (const auto* s : {&v.keep, &v.slot, &v.kept_p, &v.kept_q}) probed.insert(probed.end(), s->begin(), s->end());
+    probed.push_back(v.n0);
+    probed.insert(probed.end(), v.rank.begin(), v.rank.end());
+    probed.insert(probed.end(), v.sorted_p.begin(), v.sorted_p.end());
+    probed.insert(probed.end(), v.sorted_q.begin(), v.sorted_q.end());
+    probed.insert(probed.end(), v.cum.begin(), v.cum.end());
+    probed.push_back(v.last_idx);
+    probed.push_back(v.cumulative_prob);
   }
   m.value_probes = m.probes(probed);
   m.probed_values = probed;

@@ -42,7 +42,8 @@ struct SampleMachine : AssembledMachine {
   // Where the sample part's values can be seen on their stages' cycles (SampleValues'
   // order: scaled (block), block max, max, mant (block), exponent (block), sum, pm
   // (block), cdf (vocab), lt (vocab), one-hot (vocab), with rng the coin, with top-p the cutoff, count_in, keep
-  // (block), slot (block), kept_p (8), kept_q (8)).
+  // (block), slot (block), kept_p (8), kept_q (8), n0, rank (8), sorted_p (8), sorted_q (8), cum
+  // (128), last_idx, cumulative_prob).
   std::vector<ValueProbe> value_probes;
   std::vector<compiler::ValueId> probed_values;  // the program's values behind value_probes
 
@@ -53,7 +54,8 @@ struct SampleMachine : AssembledMachine {
   std::vector<int64_t> load_and_run_seeded(const std::vector<float>& x, float temperature, uint64_t seed, int plen,
                                            int pos) const;
   // What the machine generates after HEAD when the sampler picks k (HEAD's argmax logit
-  // `logit`): TEMP.0 ... PROB.(nb - 1) (with top-p KEEP.0 ... SLOT.15), CDF, TOK.k, RT, the parts of k, RL, the parts of the logit, DONE.
+  // `logit`): TEMP.0 ... PROB.(nb - 1) (with top-p KEEP.0 ... SLOT.15, RANK.0.0 ... SORTED.15),
+  // CDF, TOK.k, RT, the parts of k, RL, the parts of the logit, DONE.
   // sampled false (temperature 0, run.c's greedy argmax): TOK.k directly.
   std::vector<int64_t> expected(int k, float logit, bool sampled = true) const;
   int64_t story_token(int k) const;  // TOK.k

@@ -69,6 +69,24 @@ ValueId one_row_ram(compiler::Program& p, ValueId value, ValueId on, ValueId rea
   npu::float_ram(p, npu::FloatRamWindow{low_binade}, {h}, on, label);
   return h.out[0];
 }
+
+// A RAM of one value with a one-row head per block: head b written (and wiped) when
+// writes[b], read when reads[b]; the negation made once. Returns the heads' reads.
+std::vector<ValueId> per_block_ram(compiler::Program& p, ValueId value, const std::vector<ValueId>& writes,
+                                   const std::vector<ValueId>& reads, ValueId enable, int low_binade,
+                                   const std::string& out_name, const std::string& label) {
+  std::vector<npu::FloatRamHead> one(1);
+  one[0].data = {value};
+  const auto neg = npu::float_ram_negations(p, one, enable, label);
+  std::vector<npu::FloatRamHead> heads;
+  std::vector<ValueId> outs;
+  for (size_t b = 0; b < writes.size(); ++b) {
+    heads.push_back(one_row_head(p, {value}, neg[0], writes[b], reads[b], out_name));
+    outs.push_back(heads.back().out[0]);
+  }
+  npu::float_ram(p, npu::FloatRamWindow{low_binade}, heads, enable, label);
+  return outs;
+}
 }  // namespace
 
 std::string SamplePart::temp_name(int b) { return "TEMP." + std::to_string(b); }
@@ -76,6 +94,9 @@ std::string SamplePart::exp_name(int b) { return "EXP." + std::to_string(b); }
 std::string SamplePart::prob_name(int b) { return "PROB." + std::to_string(b); }
 std::string SamplePart::keep_name(int b) { return "KEEP." + std::to_string(b); }
 std::string SamplePart::slot_name(int r) { return "SLOT." + std::to_string(r); }
+std::string SamplePart::rank_name(int i, int j) { return "RANK." + std::to_string(i) + "." + std::to_string(j); }
+std::string SamplePart::rsum_name(int i) { return "RSUM." + std::to_string(i); }
+std::string SamplePart::sorted_name(int b) { return "SORTED." + std::to_string(b); }
 int SamplePart::slot_rows() { return npu::kToppSlots / kToppHeads; }
 
 std::vector<std::string> SamplePart::names(const reference::Llama2Config& cfg, const SampleOptions& o) {
@@ -91,6 +112,10 @@ std::vector<std::string> SamplePart::names(const reference::Llama2Config& cfg, c
   if (o.topp_on()) {
     for (int b = 0; b < nb; ++b) n.push_back(keep_name(b));
     for (int r = 0; r < slot_rows(); ++r) n.push_back(slot_name(r));
+    for (int i = 0; i < slot_rows(); ++i)
+      for (int j = 0; j < slot_rows(); ++j) n.push_back(rank_name(i, j));
+    for (int i = 0; i < slot_rows(); ++i) n.push_back(rsum_name(i));
+    for (int b = 0; b < slot_rows(); ++b) n.push_back(sorted_name(b));
   }
   n.push_back("CDF");
   return n;
@@ -132,6 +157,18 @@ SamplePart::SamplePart(Assembler& as, const reference::Llama2Config& cfg, const 
     keep_wipe_ = as.input("keep.wipe");
     slot_on_ = as.input("slot.on");
     slot_row_ = as.inputs("slot.row", bits_for(slot_rows()));
+    kept_read_ = as.input("kept.read");
+    rank_on_ = as.input("rank.on");
+    rank_col_ = as.inputs("rank.col", bits_for(slot_rows()));
+    rank_row_ = as.inputs("rank.row", bits_for(slot_rows()));
+    rank_part_ = as.inputs("rank.part", slot_rows());
+    rank_wipe_ = as.inputs("rank.wipe", slot_rows());
+    rsum_on_ = as.input("rsum.on");
+    rsum_row_ = as.inputs("rsum.row", bits_for(slot_rows()));
+    sorted_wipe_ = as.input("sorted.wipe");
+    sorted_on_ = as.input("sorted.on");
+    sorted_row_ = as.inputs("sorted.row", bits_for(slot_rows()));
+    nucleus_block_ = as.inputs("nucleus.block", slot_rows());
   }
   max_on_ = as.input("smax.on");
   sum_on_ = as.input("ssum.on");
@@ -192,18 +229,8 @@ SamplePart::SamplePart(Assembler& as, const reference::Llama2Config& cfg, const 
   values_.scaled = scaled.scaled;
   values_.block_max = scaled.max;
   const auto scaled_out = banked(scaled.scaled, {}, temp_, exp_, o.scaled_low_binade, "scaled RAM.out", "scaled RAM");
-  std::vector<ValueId> block_max;
-  {
-    std::vector<npu::FloatRamHead> one(1);
-    one[0].data = {scaled.max};
-    const auto neg = npu::float_ram_negations(p, one, temp_.on, "block-max RAM");
-    std::vector<npu::FloatRamHead> heads;
-    for (int b = 0; b < blocks_; ++b) {
-      heads.push_back(one_row_head(p, {scaled.max}, neg[0], temp_.block[at(b)], max_on_, "sbmax.out"));
-      block_max.push_back(heads.back().out[0]);
-    }
-    npu::float_ram(p, npu::FloatRamWindow{o.scaled_low_binade}, heads, temp_.on, "block-max RAM");
-  }
+  const std::vector<ValueId> block_max = per_block_ram(p, scaled.max, temp_.block, std::vector<ValueId>(at(blocks_), max_on_),
+                                                      temp_.on, o.scaled_low_binade, "sbmax.out", "block-max RAM");
 
   // MAX: softmax's max over the block maxima (value-wise order-free: the tree is the scan).
   const size_t first_max = p.ops().size();
@@ -319,18 +346,8 @@ SamplePart::SamplePart(Assembler& as, const reference::Llama2Config& cfg, const 
     keep_data.insert(keep_data.end(), kb.slot.begin(), kb.slot.end());
     as.gate_clears(first_keep, p.ops().size(), prob_.on);
     const auto keep_rows = banked(keep_data, {}, prob_, keep_, kToppLowBinade, "keep RAM.out", "keep RAM");
-    std::vector<ValueId> counts;
-    {
-      std::vector<npu::FloatRamHead> one(1);
-      one[0].data = {kb.count};
-      const auto neg = npu::float_ram_negations(p, one, prob_.on, "count RAM");
-      std::vector<npu::FloatRamHead> heads;
-      for (int b = 0; b < blocks_; ++b) {
-        heads.push_back(one_row_head(p, {kb.count}, neg[0], prob_.block[at(b)], keep_before_[at(b)], "keep.count_out"));
-        counts.push_back(heads.back().out[0]);
-      }
-      npu::float_ram(p, npu::FloatRamWindow{kToppLowBinade}, heads, prob_.on, "count RAM");
-    }
+    const std::vector<ValueId> counts =
+        per_block_ram(p, kb.count, prob_.block, keep_before_, prob_.on, kToppLowBinade, "keep.count_out", "count RAM");
 
     // KEEP.b: slot c_q = count_in + the in-block slot j_q. The block's kept slots are
     // consecutive from count_in = 8 base + d, so the lane with j goes to head (d + j) mod 8
@@ -342,7 +359,7 @@ SamplePart::SamplePart(Assembler& as, const reference::Llama2Config& cfg, const 
     Lin count_in;
     for (ValueId c : counts) count_in.terms.push_back({c, 1.0f});
     values_.count_in = npu::detail::integer_value(p, count_in, "keep.count_in");
-    const int count_bits = bits_for(vocab_ + 1), row_bits = bits_for(slot_rows());
+    const int count_bits = bits_for(vocab_ + 1), kept_row_bits = bits_for(slot_rows());
     const std::vector<ValueId> cb = npu::int_to_bits(p, values_.count_in, count_bits);  // most significant first
     Lin d, base;
     for (int j = 0; j < count_bits; ++j) {
@@ -401,12 +418,12 @@ SamplePart::SamplePart(Assembler& as, const reference::Llama2Config& cfg, const 
       room.terms.push_back({compiler::kOne, static_cast<float>(slot_rows())});
       written.terms.push_back({npu::attn_int_positive(p, room, "kept.room"), 1.0f});
       ram.write_flag = npu::detail::bit_value(p, written, "kept.write");  // a lane here and room
-      for (int j = 0; j < row_bits; ++j)
+      for (int j = 0; j < kept_row_bits; ++j)
         ram.key_bits.push_back(npu::select(p, next, row_of[1][at(j)], row_of[0][at(j)], "kept.row"));
       ram.wipe_flag = keep_wipe_;  // KEEP.0 empties every row (rows are write-once)
       ram.write_enable = keep_.on;
       ram.query_bits = slot_row_;
-      ram.read_flag = slot_on_;
+      ram.read_flag = kept_read_;
       ram.out = p.values("kept.out", 2);
       values_.kept_p.push_back(ram.out[0]);
       values_.kept_q.push_back(ram.out[1]);
@@ -414,17 +431,192 @@ SamplePart::SamplePart(Assembler& as, const reference::Llama2Config& cfg, const 
     }
     compiler::enable_constants(p, first, keep_.on);
     as.gate_clears(first, p.ops().size(), keep_.on);
+    // A second copy (the same writes) that RANK reads at its slot block's row: a head
+    // reads one row per cycle, RANK needs two (its row block's and its slot block's).
+    std::vector<npu::FloatRamHead> copies = heads;
+    std::vector<ValueId> col_p;
+    for (npu::FloatRamHead& h : copies) {
+      h.query_bits = rank_col_;
+      h.read_flag = rank_on_;
+      h.out = p.values("kept.col_out", 2);
+      col_p.push_back(h.out[0]);
+    }
+    heads.insert(heads.end(), copies.begin(), copies.end());
     npu::float_ram(p, npu::FloatRamWindow{kToppLowBinade}, heads, keep_.on, "kept RAM");
-    // SLOT.r reads the kept RAM's row r (slots 8 r .. 8 r + 7) for the test; until RANK
-    // reads them, a sink op does (a probe needs a reader that does not write the value).
+    // SLOT.r reads the kept RAM's row r (slots 8 r .. 8 r + 7) and every block's count
+    // (n0, which RANK's masks and the n0 = 0 / n0 > kToppSlots refusals need) for the
+    // test; until RANK reads them, a sink op does (a probe needs a reader that does not
+    // write the value).
+    const size_t first_n0 = p.ops().size();
+    values_.n0 = npu::detail::integer_value(p, count_in, "slot.n0");
+    compiler::enable_constants(p, first_n0, kept_read_);
     std::vector<ValueId> read = values_.kept_p;
     read.insert(read.end(), values_.kept_q.begin(), values_.kept_q.end());
+    read.push_back(values_.n0);
     const ValueId sink = p.value("kept.sink");
     std::vector<Neuron> sink_ns;
     for (ValueId v : read) sink_ns.push_back(Neuron{Lin{{{slot_on_, kGateOn}}}, Lin{{{v, 1.0f / kGateOn}}}, {{sink, 1.0f}}});
     p.mlp("kept.sink", std::move(sink_ns));
-    as.discard(read, slot_on_, "kept.unread");
     as.discard({sink}, slot_on_, "kept.sink_unread");
+
+    // RANK.i.j: the kept RAM's row block i (slots 8i ..) against its slot block j
+    // (npu::topp_rank_block, 8 x 8, rows and slots >= n0 masked): partial ranks, which
+    // cannot be carried from j to j + 1 at the same layers, so each pair writes them to
+    // the partial RAM (head j, row i) and RSUM.i sums the 16 heads' row i.
+    const size_t first_rank = p.ops().size();
+    Lin row_base, slot_base;
+    for (size_t j = 0; j < slot_row_.size(); ++j) {
+      row_base.terms.push_back({slot_row_[j], static_cast<float>(kToppHeads << j)});
+      slot_base.terms.push_back({rank_col_[j], static_cast<float>(kToppHeads << j)});
+    }
+    const ValueId base_v = npu::detail::integer_value(p, row_base, "rank.base");
+    const ValueId slot_base_v = npu::detail::integer_value(p, slot_base, "rank.slot_base");
+    const std::vector<ValueId> rank_in = p.values("rank.in", kToppHeads);  // never written: +0
+    // The kept RAM's row block and n0 through RANK's flag: SLOT and RSUM read them too (the
+    // idle contract: an idle unit's operands are +-0).
+    const std::vector<ValueId> row_p = as.gated(values_.kept_p, {rank_on_}, "rank.row_p");
+    const ValueId rank_n0 = as.gated(std::vector<ValueId>{values_.n0}, {rank_on_}, "rank.n0")[0];
+    const npu::ToppRankBlock rb = npu::topp_rank_block(p, row_p, base_v, col_p, slot_base_v, rank_n0, rank_in, rank_on_);
+    compiler::enable_constants(p, first_rank, rank_on_);
+    as.gate_clears(first_rank, p.ops().size(), rank_on_);
+    std::vector<npu::FloatRamHead> parts;
+    std::vector<std::vector<ValueId>> part_out;
+    {
+      std::vector<npu::FloatRamHead> one(1);
+      one[0].data = rb.rank;
+      const auto neg = npu::float_ram_negations(p, one, rank_on_, "partial rank RAM");
+      for (int j = 0; j < slot_rows(); ++j) {
+        npu::FloatRamHead h;
+        h.data = rb.rank;
+        h.negated = neg[0];
+        h.key_bits = rank_row_;  // not slot_row_: RSUM sets those (the kept RAM's row) with this RAM's writes off
+        h.write_flag = rank_part_[at(j)];
+        h.wipe_flag = rank_wipe_[at(j)];
+        h.write_enable = rank_on_;
+        h.query_bits = rsum_row_;
+        h.read_flag = rsum_on_;
+        h.out = p.values("rank.part_out", kToppHeads);
+        part_out.push_back(h.out);
+        parts.push_back(std::move(h));
+      }
+      npu::float_ram(p, npu::FloatRamWindow{kToppLowBinade}, parts, rank_on_, "partial rank RAM");
+    }
+    // RSUM.i: rank = the sum of row i's partial ranks (exact integers).
+    const size_t first_rsum = p.ops().size();
+    for (int s = 0; s < kToppHeads; ++s) {
+      Lin sum;
+      for (const auto& out : part_out) sum.terms.push_back({out[at(s)], 1.0f});
+      values_.rank.push_back(npu::detail::integer_value(p, sum, "rsum.rank"));
+    }
+    compiler::enable_constants(p, first_rsum, rsum_on_);
+    as.gate_clears(first_rsum, p.ops().size(), rsum_on_);
+    // The sorted RAM: rank k at head (lane s, k mod 8), row k / 8, where s is the lane of
+    // the kept slot with rank k (its slot mod 8). Lane s writes only its own 8 heads, one
+    // per cycle (distinct ranks), and a block of ranks 8b .. 8b + 7 reads row b of every
+    // head: rank 8b + t is the sum over s of head (s, t) (one written, the rest +0 after
+    // RSUM.0's wipe). RSUM.i reads the kept RAM's row i (p, q) and n0 again for this.
+    const size_t first_sorted = p.ops().size();
+    std::vector<ValueId> entry = values_.kept_p;  // through RSUM's flag (as RANK's)
+    entry.insert(entry.end(), values_.kept_q.begin(), values_.kept_q.end());
+    entry.push_back(values_.n0);
+    entry = as.gated(entry, {rsum_on_}, "sorted.entry");
+    const ValueId sorted_n0 = entry.back();
+    Lin rsum_base;
+    for (size_t j = 0; j < slot_row_.size(); ++j) rsum_base.terms.push_back({slot_row_[j], static_cast<float>(kToppHeads << j)});
+    std::vector<npu::FloatRamHead> sorted;
+    for (int s = 0; s < kToppHeads; ++s) {
+      // valid = [8i + s < n0]: ranks of slots past n0 are 0 and must not write
+      Lin valid{{{sorted_n0, 1.0f}, {compiler::kOne, static_cast<float>(-s)}}};
+      for (const compiler::Term& t : rsum_base.terms) valid.terms.push_back({t.value, -t.weight});
+      const ValueId ok = npu::attn_int_positive(p, valid, "sorted.valid");
+      const std::vector<ValueId> msb = npu::int_to_bits(p, values_.rank[at(s)], bits_for(npu::kToppSlots));
+      const std::vector<ValueId> lsb(msb.rbegin(), msb.rend());
+      Lin residue{{{compiler::kOne, 8.0f}, {ok, -8.0f}}};  // rank mod 8, past the heads when not valid
+      for (int j = 0; j < 3; ++j) residue.terms.push_back({lsb[at(j)], static_cast<float>(1 << j)});
+      const std::vector<ValueId> residue_hot =
+          npu::one_hot(p, npu::detail::integer_value(p, residue, "sorted.residue"), kToppHeads, "sorted.hot");
+      for (int t = 0; t < kToppHeads; ++t) {
+        npu::FloatRamHead h;
+        h.data = {entry[at(s)], entry[at(kToppHeads + s)]};
+        h.key_bits.assign(lsb.begin() + 3, lsb.end());
+        h.write_flag = residue_hot[at(t)];
+        h.wipe_flag = sorted_wipe_;
+        h.write_enable = rsum_on_;
+        h.query_bits = sorted_row_;
+        h.read_flag = sorted_on_;
+        h.out = p.values("sorted.out", 2);
+        sorted.push_back(std::move(h));
+      }
+    }
+    compiler::enable_constants(p, first_sorted, rsum_on_);
+    as.gate_clears(first_sorted, p.ops().size(), rsum_on_);
+    npu::float_ram(p, npu::FloatRamWindow{kToppLowBinade}, sorted, rsum_on_, "sorted RAM");
+    // SORTED.b: ranks 8b .. 8b + 7 (p, q), for the test (NUCLEUS's and PICK's reads, to come).
+    const size_t first_read = p.ops().size();
+    for (int t = 0; t < kToppHeads; ++t) {
+      const ValueId sp = p.value("sorted.p"), sq = p.value("sorted.q");
+      std::vector<Neuron> ns;
+      for (int s = 0; s < kToppHeads; ++s) {
+        const npu::FloatRamHead& h = sorted[at(s * kToppHeads + t)];
+        ns.push_back(Neuron{Lin{{{sorted_on_, kGateOn}}}, Lin{{{h.out[0], 1.0f / kGateOn}}}, {{sp, 1.0f}}});
+        ns.push_back(Neuron{Lin{{{sorted_on_, kGateOn}}}, Lin{{{h.out[1], 1.0f / kGateOn}}}, {{sq, 1.0f}}});
+      }
+      p.mlp("sorted.gather", std::move(ns));
+      values_.sorted_p.push_back(sp);
+      values_.sorted_q.push_back(sq);
+    }
+    as.gate_clears(first_read, p.ops().size(), sorted_on_);
+    std::vector<ValueId> sorted_read = values_.sorted_p;
+    sorted_read.insert(sorted_read.end(), values_.sorted_q.begin(), values_.sorted_q.end());
+    const ValueId sorted_sink = p.value("sorted.sink");
+    std::vector<Neuron> sorted_ns;
+    for (ValueId v : sorted_read)
+      sorted_ns.push_back(Neuron{Lin{{{sorted_on_, kGateOn}}}, Lin{{{v, 1.0f / kGateOn}}}, {{sorted_sink, 1.0f}}});
+    p.mlp("sorted.sink", std::move(sorted_ns));
+
+    // NUCLEUS on SORTED.b: npu::topp_nucleus_block over ranks 8b .. 8b + 7. Its state
+    // (cum, crossed, count, selected) cannot go from SORTED.b to SORTED.(b + 1) at the same
+    // layers, so each block has its own instance, below the one before: instance b writes
+    // its state into state RAM b, instance b + 1 reads it (the depth law's stack).
+    npu::ToppNucleusState state{p.value("nucleus.cum0"), p.value("nucleus.crossed0"), p.value("nucleus.count0"),
+                                p.value("nucleus.selected0")};  // never written: +0
+    for (int b = 0; b < slot_rows(); ++b) {
+      const ValueId on = nucleus_block_[at(b)];
+      const size_t first_b = p.ops().size();
+      std::vector<ValueId> in = values_.sorted_p;
+      in.push_back(values_.n0);
+      in = as.gated(in, {on}, "nucleus.in");
+      const ValueId n0 = in.back();
+      in.pop_back();
+      const size_t first_const = p.ops().size();
+      const ValueId topp_b = p.value("nucleus.topp");
+      npu::const_acc(p, topp_b, o.topp, "nucleus.topp");
+      const ValueId base_b = npu::detail::integer_value(p, Lin{{{compiler::kOne, static_cast<float>(b * kToppHeads)}}}, "nucleus.base");
+      compiler::enable_constants(p, first_const, on);
+      const npu::ToppNucleusBlock nb = npu::topp_nucleus_block(p, in, base_b, n0, topp_b, state, on);
+      values_.cum.insert(values_.cum.end(), nb.cum.begin(), nb.cum.end());
+      as.gate_clears(first_b, p.ops().size(), on);
+      if (b + 1 < slot_rows()) {
+        const std::vector<ValueId> data = {nb.out.cum, nb.out.crossed, nb.out.count, nb.out.selected};
+        const npu::FloatRamHead h = one_row_head(p, data, {}, on, nucleus_block_[at(b + 1)], "nucleus.state");
+        npu::float_ram(p, npu::FloatRamWindow{kToppLowBinade}, {h}, on, "nucleus state RAM " + std::to_string(b));
+        state = {h.out[0], h.out[1], h.out[2], h.out[3]};
+      } else {
+        values_.last_idx = nb.out.count;
+        values_.cumulative_prob = nb.out.selected;
+      }
+    }
+    {  // until R and PICK read them
+      const ValueId on = nucleus_block_.back();
+      const ValueId nucleus_sink = p.value("nucleus.sink");
+      p.mlp("nucleus.sink", {Neuron{Lin{{{on, kGateOn}}}, Lin{{{values_.last_idx, 1.0f / kGateOn}}}, {{nucleus_sink, 1.0f}}},
+                             Neuron{Lin{{{on, kGateOn}}}, Lin{{{values_.cumulative_prob, 1.0f / kGateOn}}}, {{nucleus_sink, 1.0f}}}});
+      as.discard({values_.last_idx, values_.cumulative_prob}, on, "nucleus.unread");
+      as.discard({nucleus_sink}, on, "nucleus.sink_unread");
+    }
+    as.discard(sorted_read, sorted_on_, "sorted.unread");
+    as.discard({sorted_sink}, sorted_on_, "sorted.sink_unread");
+    as.discard(read, kept_read_, "kept.unread");  // after the last reader of n0 (NUCLEUS)
   }
 
   // CDF: sample_mult over every probability (C's cdf += p_q in index order) and the coin;
@@ -536,11 +728,48 @@ void SamplePart::define() {
     as_.define(keep_name(b), std::move(k));
   }
   for (int r = 0; topp_ && r < slot_rows(); ++r) {
-    MicroOp k = as_.step(r + 1 < slot_rows() ? slot_name(r + 1) : std::string("CDF"));
+    MicroOp k = as_.step(r + 1 < slot_rows() ? slot_name(r + 1) : rank_name(0, 0));
     k.sets.push_back({slot_on_, 1.0f});
+    k.sets.push_back({kept_read_, 1.0f});
+    for (ValueId before : keep_before_) k.sets.push_back({before, 1.0f});  // every count: n0
     for (size_t j = 0; j < slot_row_.size(); ++j)
       if ((r >> j) & 1) k.sets.push_back({slot_row_[j], 1.0f});
     as_.define(slot_name(r), std::move(k));
+  }
+  const int R = slot_rows();
+  for (int i = 0; topp_ && i < R; ++i)
+    for (int j = 0; j < R; ++j) {
+      MicroOp k = as_.step(j + 1 < R ? rank_name(i, j + 1) : i + 1 < R ? rank_name(i + 1, 0) : rsum_name(0));
+      k.sets.push_back({rank_on_, 1.0f});
+      k.sets.push_back({kept_read_, 1.0f});
+      for (ValueId before : keep_before_) k.sets.push_back({before, 1.0f});  // n0
+      for (size_t t = 0; t < slot_row_.size(); ++t) {
+        if ((i >> t) & 1) k.sets.push_back({slot_row_[t], 1.0f}), k.sets.push_back({rank_row_[t], 1.0f});
+        if ((j >> t) & 1) k.sets.push_back({rank_col_[t], 1.0f});
+      }
+      k.sets.push_back({rank_part_[at(j)], 1.0f});
+      if (i == 0) k.sets.push_back({rank_wipe_[at(j)], 1.0f});
+      as_.define(rank_name(i, j), std::move(k));
+    }
+  for (int i = 0; topp_ && i < R; ++i) {
+    MicroOp k = as_.step(i + 1 < R ? rsum_name(i + 1) : sorted_name(0));
+    k.sets.push_back({rsum_on_, 1.0f});
+    k.sets.push_back({kept_read_, 1.0f});  // row i's (p, q) and n0
+    for (ValueId before : keep_before_) k.sets.push_back({before, 1.0f});
+    for (size_t t = 0; t < rsum_row_.size(); ++t)
+      if ((i >> t) & 1) k.sets.push_back({rsum_row_[t], 1.0f}), k.sets.push_back({slot_row_[t], 1.0f});
+    if (i == 0) k.sets.push_back({sorted_wipe_, 1.0f});
+    as_.define(rsum_name(i), std::move(k));
+  }
+  for (int b = 0; topp_ && b < R; ++b) {
+    MicroOp k = as_.step(b + 1 < R ? sorted_name(b + 1) : std::string("CDF"));
+    k.sets.push_back({sorted_on_, 1.0f});
+    k.sets.push_back({nucleus_block_[at(b)], 1.0f});
+    k.sets.push_back({kept_read_, 1.0f});  // n0 (NUCLEUS)
+    for (ValueId before : keep_before_) k.sets.push_back({before, 1.0f});
+    for (size_t t = 0; t < sorted_row_.size(); ++t)
+      if ((b >> t) & 1) k.sets.push_back({sorted_row_[t], 1.0f});
+    as_.define(sorted_name(b), std::move(k));
   }
   MicroOp m = as_.step(exp_name(0));
   m.sets = {{max_on_, 1.0f}};

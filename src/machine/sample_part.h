@@ -24,6 +24,33 @@
 //           fallback n - 1) -> the sampled index, whose one-hot (successor()) is the
 //           computed successor, the story token TOK.k (HEAD's argmax when t = 0).
 //
+// With SampleOptions::topp_on (run.c's top-p; docs/npu-machine.md, M3 "Top-p on the
+// machine"; built so far: KEEP, RANK, the sorted RAM, NUCLEUS):
+//
+//   PROB.b  also the cutoff (npu::topp_cutoff of the constant topp), block b's keep bits
+//           and in-block slots (npu::topp_keep_block from count 0) -> the keep RAM
+//           (banked) and the block's count -> the count RAM (a head per block);
+//   KEEP.b  count_in = the counts of the blocks before b (an exact integer sum of the
+//           count RAM's heads, each read on the KEEP cycles after its block), slot c_q =
+//           count_in + the in-block slot; each kept (p, q) -> the kept RAM at slot c_q:
+//           head c_q mod 8, row c_q / 8, the row bits data (count_in's bits), at most one
+//           write per head per cycle (a block's kept slots are consecutive); KEEP.0 wipes it;
+//   SLOT.r  (r < 16) the kept RAM's row r (slots 8r .. 8r + 7) and n0 (every count), read
+//           for the test;
+//   RANK.i.j (i, j < 16) npu::topp_rank_block (8 x 8) of the kept RAM's row i against its
+//           row j (a second copy of the kept RAM: a head reads one row per cycle) ->
+//           the partial rank RAM (head j, row i);
+//   RSUM.i  the ranks of slots 8i .. 8i + 7: the sum of row i's 16 partial ranks; their
+//           (p, q) -> the sorted RAM (head (lane, rank mod 8), row rank / 8);
+//   SORTED.b ranks 8b .. 8b + 7 read back; NUCLEUS instance b (npu::topp_nucleus_block,
+//           one instance per block, each below the one before: its state through a
+//           one-row state RAM); after the last, last_idx and cumulative_prob.
+//
+// A count cannot go from KEEP.(b - 1) to KEEP.b at the same layers (a RAM is read at or
+// below where it is written): that is why PROB writes the counts and KEEP sums them; the
+// partial ranks likewise, and NUCLEUS's state by stacking. Not yet: R, PICK and the
+// n0 = 0 / n0 > 128 refusals; CDF (sample_mult with the same coin) still picks the successor.
+//
 // Every unit keeps the idle contract: its constants are its stage's flag, its operands
 // RAM reads or registers read only on its cycles, so on every other cycle each value it
 // writes is +-0 (and its dead-value clears read the flag).
@@ -84,18 +111,26 @@ struct SampleValues {
   compiler::ValueId count_in = 0;                // KEEP.b: the kept entries before block b
   std::vector<compiler::ValueId> keep, slot;     // KEEP.b: [p_q >= cutoff], c_q = #{kept q' < q}
   std::vector<compiler::ValueId> kept_p, kept_q; // SLOT.r: the kept RAM's slots 8r .. 8r + 7 read back
+  compiler::ValueId n0 = 0;                      // SLOT.r: the kept entries (every block's count)
+  std::vector<compiler::ValueId> rank;           // RSUM.i: the stable ranks of slots 8i .. 8i + 7 (0 past n0)
+  std::vector<compiler::ValueId> sorted_p, sorted_q;  // SORTED.b: the sorted RAM's ranks 8b .. 8b + 7
+  std::vector<compiler::ValueId> cum;            // SORTED.b (NUCLEUS): C's cumulative_prob after ranks 8b .. 8b + 7 (all 128)
+  compiler::ValueId last_idx = 0, cumulative_prob = 0;  // SORTED.15 (NUCLEUS)
 };
 
 class SamplePart {
  public:
-  // TEMP.b, MAX, EXP.b, SUM, PROB.b (b < nb), with top-p KEEP.b (b < nb) and SLOT.r
-  // (r < kToppSlots / 8), CDF.
+  // TEMP.b, MAX, EXP.b, SUM, PROB.b (b < nb), with top-p KEEP.b (b < nb), SLOT.r, RANK.i.j,
+  // RSUM.i and SORTED.r (r, i, j < kToppSlots / 8), CDF.
   static std::vector<std::string> names(const reference::Llama2Config& config, const SampleOptions& options);
   static std::string temp_name(int b);
   static std::string exp_name(int b);
   static std::string prob_name(int b);
   static std::string keep_name(int b);
   static std::string slot_name(int r);
+  static std::string rank_name(int i, int j);
+  static std::string rsum_name(int i);
+  static std::string sorted_name(int b);
   static int slot_rows();  // the kept RAM's rows (SLOT cycles): kToppSlots / kToppHeads
 
   // Appends the units and RAMs. `logits`: the vocabulary's logits, complete on the cycle
@@ -146,7 +181,11 @@ class SamplePart {
   bool topp_ = false;
   std::vector<compiler::ValueId> keep_before_;  // KEEP.b sets those of the blocks before b (count RAM reads)
   compiler::ValueId keep_wipe_ = 0, slot_on_ = 0;
-  std::vector<compiler::ValueId> slot_row_;     // the kept RAM's row read on SLOT.r (bits)
+  std::vector<compiler::ValueId> slot_row_;     // the kept RAM's row read on SLOT.r / RANK.i.j (i), RSUM.i (bits)
+  compiler::ValueId kept_read_ = 0, rank_on_ = 0, rsum_on_ = 0;
+  std::vector<compiler::ValueId> rank_col_, rank_row_, rank_part_, rank_wipe_, rsum_row_, sorted_row_;
+  compiler::ValueId sorted_wipe_ = 0, sorted_on_ = 0;
+  std::vector<compiler::ValueId> nucleus_block_;  // SORTED.b: NUCLEUS instance b's flag
   SampleValues values_;
   compiler::OpRange stages_;
   compiler::ValueId token_ = 0;  // CDF's sampled index (an exact integer, +-0 on other cycles)

@@ -95,22 +95,33 @@ std::vector<Case> run_c_cases(float t, uint64_t seed, const char* prompt, int st
 
 uint32_t bits(float x) { return float_bits(x); }
 
+// The machine's probed values (SampleMachine::value_probes' order) as a forward's tap
+// leaves them in `seen`.
+struct ProbeTap {
+  explicit ProbeTap(const SampleMachine& machine) : m(machine), seen(machine.value_probes.size()) {
+    after.resize(static_cast<size_t>(2 * m.compiled.weights.config.num_hidden_layers));
+    for (size_t i = 0; i < m.value_probes.size(); ++i)
+      after[static_cast<size_t>(m.value_probes[i].after_sublayer)].push_back(i);
+  }
+  engine::SublayerTap tap() {
+    return [this](int64_t sublayer, std::span<const float> residual) {
+      for (size_t i : after[static_cast<size_t>(sublayer)]) seen[i] = residual[static_cast<size_t>(m.value_probes[i].dim)];
+    };
+  }
+  const SampleMachine& m;
+  std::vector<std::vector<size_t>> after;  // per sublayer: the probes read after it
+  std::vector<float> seen;
+};
+
 // Runs every case in one host session and checks the stream and every stage's values.
 void expect_run_c(const SampleMachine& m, const std::vector<Case>& cases) {
-  const auto& c = m.compiled.weights.config;
   const int n = m.vocab, B = m.block, NB = m.blocks;
   // The engine with a tap: the probed values of each cycle, filed by the stage that ran.
   const engine::Model model = m.model();
   engine::State state = model.new_state();
-  const int64_t sublayers = 2 * c.num_hidden_layers;
-  std::vector<std::vector<size_t>> probes_after(static_cast<size_t>(sublayers));
-  for (size_t i = 0; i < m.value_probes.size(); ++i)
-    probes_after[static_cast<size_t>(m.value_probes[i].after_sublayer)].push_back(i);
-  std::vector<float> seen(m.value_probes.size());
-  const engine::SublayerTap tap = [&](int64_t sublayer, std::span<const float> residual) {
-    for (size_t i : probes_after[static_cast<size_t>(sublayer)])
-      seen[i] = residual[static_cast<size_t>(m.value_probes[i].dim)];
-  };
+  ProbeTap probes(m);
+  std::vector<float>& seen = probes.seen;
+  const engine::SublayerTap tap = probes.tap();
   // Offsets into the probes (SampleMachine::value_probes' order).
   const size_t o_scaled = 0, o_bmax = o_scaled + B, o_max = o_bmax + 1, o_mant = o_max + 1, o_exp = o_mant + B,
                o_sum = o_exp + B, o_pm = o_sum + 1, o_cdf = o_pm + B, o_lt = o_cdf + n, o_hot = o_lt + n;
@@ -322,17 +333,21 @@ TEST(SampleMachine, CoinsFromTheSeedGiveRunCSampledTokensOnTheEngine) {
 }
 
 
-// Stage 3 of top-p, first part (docs/npu-machine.md, M3 "Top-p on the machine"): with
-// SampleOptions::topp = 0.9, PROB.b also computes the cutoff and each block's keep bits,
-// KEEP.b the slots c_q = #{kept q' < q} and writes each kept (p, q) into the kept RAM at
-// its slot (a data-addressed write), SLOT.r reads the kept RAM's slots 8r .. 8r + 7 back.
-// Positions of run.c's -p 0.9 runs (-t 1.0 -s 42 and -t 0.8 -s 7 -i "Lily", run.c's own
-// coins): reference::sample_topp_trace (whose pick must be run.c's token) is the oracle
-// for the cutoff, every keep bit and slot and every kept slot's (p, q) (+0 past n0: KEEP.0
-// wipes the kept RAM). NOT YET top-p's token: RANK, NUCLEUS, R and PICK are not on the
-// machine, so the successor is still CDF's (sample_mult's pick with the same coin), which
-// the stream check expects.
-TEST(SampleMachine, ToppKeepWritesEveryKeptEntryAtItsSlotBitExact) {
+// Stage 3 of top-p, first part (docs/npu-machine.md, M3 "Top-p on the sample machine"):
+// with SampleOptions::topp = 0.9, PROB.b also computes the cutoff and each block's keep
+// bits, KEEP.b the slots c_q = #{kept q' < q} and writes each kept (p, q) into the kept RAM
+// at its slot (a data-addressed write), SLOT.r reads the kept RAM's slots 8r .. 8r + 7
+// back with n0, RANK.i.j / RSUM.i give every kept slot its stable descending rank and write
+// the sorted RAM, SORTED.b reads it back and runs NUCLEUS.
+// Positions of run.c's -p 0.9 runs (-t 1.0 -s 42, -t 0.8 -s 7 -i "Lily", -t 3 -s 2 with
+// n0 > 128; run.c's coins): reference::sample_topp_trace (whose pick must be run.c's
+// token) is the oracle for the cutoff, every count, keep bit and slot, every kept slot's
+// (p, q) (+0 past n0: KEEP.0 wipes the kept RAM), n0 and (not for n0 > 128, which the
+// machine must refuse: to come) every rank, every sorted (p, q), every running sum,
+// last_idx and cumulative_prob. NOT YET top-p's token: R and PICK are not on the
+// machine, so the successor is still CDF's
+// (sample_mult's pick with the same coin), which the stream check expects.
+TEST(SampleMachine, ToppKeepAndRankEveryKeptEntryBitExact) {
   SampleMachineOptions base;
   const SampleMachine plain = build_sample_machine(stories260k(), base);
   testing::print_shape("sample machine", plain);
@@ -341,8 +356,8 @@ TEST(SampleMachine, ToppKeepWritesEveryKeptEntryAtItsSlotBitExact) {
   const auto build_start = std::chrono::steady_clock::now();
   const SampleMachine m = build_sample_machine(stories260k(), o);
   const double build_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - build_start).count();
-  testing::print_shape("sample machine with top-p KEEP", m);
-  std::printf("sample machine with top-p KEEP: built in %.1f s\n", build_s);
+  testing::print_shape("sample machine with top-p KEEP and RANK", m);
+  std::printf("sample machine with top-p KEEP and RANK: built in %.1f s\n", build_s);
   EXPECT_LE(m.compiled.weights.config.intermediate_size, 1024);
   ASSERT_TRUE(m.topp);
   const int n = m.vocab, B = m.block, NB = m.blocks, rows = SamplePart::slot_rows();
@@ -369,27 +384,26 @@ TEST(SampleMachine, ToppKeepWritesEveryKeptEntryAtItsSlotBitExact) {
   }
   ASSERT_GE(cases.size(), 10u);
 
-  const auto& c = m.compiled.weights.config;
   const engine::Model model = m.model();
   engine::State state = model.new_state();
-  std::vector<std::vector<size_t>> probes_after(static_cast<size_t>(2 * c.num_hidden_layers));
-  for (size_t i = 0; i < m.value_probes.size(); ++i)
-    probes_after[static_cast<size_t>(m.value_probes[i].after_sublayer)].push_back(i);
-  std::vector<float> seen(m.value_probes.size());
-  const engine::SublayerTap tap = [&](int64_t sublayer, std::span<const float> residual) {
-    for (size_t i : probes_after[static_cast<size_t>(sublayer)])
-      seen[i] = residual[static_cast<size_t>(m.value_probes[i].dim)];
-  };
+  ProbeTap probes(m);
+  std::vector<float>& seen = probes.seen;
+  const engine::SublayerTap tap = probes.tap();
   const size_t o_cutoff = static_cast<size_t>(B + 1 + 1 + 2 * B + 1 + B + 3 * n), o_count = o_cutoff + 1,
                o_keep = o_count + 1, o_slot = o_keep + B, o_kp = o_slot + B, o_kq = o_kp + 8;
-  ASSERT_EQ(m.value_probes.size(), o_kq + 8);
+  const size_t o_n0 = o_kq + 8, o_rank = o_n0 + 1, o_sp = o_rank + 8, o_sq = o_sp + 8, o_cum = o_sq + 8,
+               o_last = o_cum + slots, o_cp = o_last + 1;
+  ASSERT_EQ(m.value_probes.size(), o_cp + 1);
   std::map<int64_t, std::pair<char, int>> stage;
   for (int b = 0; b < NB; ++b) {
     stage[m.id(SamplePart::prob_name(b))] = {'P', b};
     stage[m.id(SamplePart::keep_name(b))] = {'K', b};
   }
   for (int r = 0; r < rows; ++r) stage[m.id(SamplePart::slot_name(r))] = {'R', r};
-  std::vector<float> cutoff, count_in, keep, slot, kept_p, kept_q;
+  for (int r = 0; r < rows; ++r) stage[m.id(SamplePart::rsum_name(r))] = {'S', r};
+  for (int r = 0; r < rows; ++r) stage[m.id(SamplePart::sorted_name(r))] = {'O', r};
+  std::vector<float> cutoff, count_in, keep, slot, kept_p, kept_q, n0, rank, sorted_p, sorted_q, cum;
+  float last_idx = -1.0f, cumulative_prob = -1.0f;
   bool in_prompt = true;
   int64_t idle_nonzero = 0, idle_checked = 0;
   const int64_t head_id = m.id("HEAD");
@@ -410,8 +424,17 @@ TEST(SampleMachine, ToppKeepWritesEveryKeptEntryAtItsSlotBitExact) {
       for (size_t s = 0; s < static_cast<size_t>(B); ++s)
         keep[at * static_cast<size_t>(B) + s] = seen[o_keep + s], slot[at * static_cast<size_t>(B) + s] = seen[o_slot + s];
     }
-    if (kind == 'R')
+    if (kind == 'R') {
       for (size_t h = 0; h < 8; ++h) kept_p[at * 8 + h] = seen[o_kp + h], kept_q[at * 8 + h] = seen[o_kq + h];
+      n0[at] = seen[o_n0];
+    }
+    if (kind == 'S')
+      for (size_t h = 0; h < 8; ++h) rank[at * 8 + h] = seen[o_rank + h];
+    if (kind == 'O') {
+      for (size_t h = 0; h < 8; ++h)
+        sorted_p[at * 8 + h] = seen[o_sp + h], sorted_q[at * 8 + h] = seen[o_sq + h], cum[at * 8 + h] = seen[o_cum + at * 8 + h];
+      if (b + 1 == rows) last_idx = seen[o_last], cumulative_prob = seen[o_cp];
+    }
   };
 
   bool first = true;
@@ -435,6 +458,12 @@ TEST(SampleMachine, ToppKeepWritesEveryKeptEntryAtItsSlotBitExact) {
     slot.assign(static_cast<size_t>(n), -1.0f);
     kept_p.assign(slots, -1.0f);
     kept_q.assign(slots, -1.0f);
+    n0.assign(static_cast<size_t>(rows), -1.0f);
+    rank.assign(slots, -1.0f);
+    sorted_p.assign(slots, -1.0f);
+    sorted_q.assign(slots, -1.0f);
+    cum.assign(slots, -1.0f);
+    last_idx = cumulative_prob = -1.0f;
     in_prompt = true;
     const testing::Run r = testing::run_greedy(m, prompt, step, static_cast<int64_t>(stream.size()) + 4);
     EXPECT_EQ(r.ambiguous, 0);
@@ -456,17 +485,32 @@ TEST(SampleMachine, ToppKeepWritesEveryKeptEntryAtItsSlotBitExact) {
       before += kept ? 1 : 0;
     }
     ASSERT_EQ(static_cast<size_t>(before), want.kept.size());
+    for (int r = 0; r < rows; ++r)
+      check(n0[static_cast<size_t>(r)], static_cast<float>(want.kept.size()), "n0 on SLOT." + std::to_string(r));
+    if (want.kept.size() <= slots) {
+      check(last_idx, static_cast<float>(want.last_idx), "last_idx");
+      check(cumulative_prob, want.cumulative_prob, "cumulative_prob");
+    }
     for (size_t i = 0; i < slots; ++i) {
       const bool used = i < want.kept.size();  // only the first kToppSlots when n0 > kToppSlots
       check(kept_p[i], used ? want.kept[i].prob : 0.0f, "kept p at slot " + std::to_string(i));
       check(kept_q[i], used ? static_cast<float>(want.kept[i].index) : 0.0f, "kept q at slot " + std::to_string(i));
       kept_checked += used ? 1 : 0;
+      // RANK: run.c's stable descending order (0 past n0); n0 > kToppSlots is refused (to come)
+      if (want.kept.size() <= slots) {
+        check(rank[i], used ? static_cast<float>(want.rank[i]) : 0.0f, "rank of slot " + std::to_string(i));
+        // the sorted RAM: run.c's probindex after qsort (+0 past n0)
+        check(sorted_p[i], used ? want.sorted[i].prob : 0.0f, "sorted p at rank " + std::to_string(i));
+        check(sorted_q[i], used ? static_cast<float>(want.sorted[i].index) : 0.0f, "sorted q at rank " + std::to_string(i));
+        // NUCLEUS: C's running sum (past n0 it adds +0: the last sum)
+        check(cum[i], want.cumulative[std::min(i, want.kept.size() - 1)], "cumulative at rank " + std::to_string(i));
+      }
     }
     EXPECT_EQ(wrong, 0);
   }
   EXPECT_EQ(idle_nonzero, 0) << "of " << idle_checked << " probe reads on prompt cycles";
   EXPECT_GT(widest, slots);
-  std::printf("top-p KEEP: %zu cases, %lld kept entries read back bit-exact at their slots (n0 up to %zu)\n", cases.size(),
+  std::printf("top-p KEEP and RANK: %zu cases, %lld kept entries read back bit-exact at their slots, ranked bit-exact (n0 up to %zu)\n", cases.size(),
               static_cast<long long>(kept_checked), widest);
 }
 

@@ -485,8 +485,8 @@ TEST(SampleMachine, ToppKeepAndRankEveryKeptEntryBitExact) {
       before += kept ? 1 : 0;
     }
     ASSERT_EQ(static_cast<size_t>(before), want.kept.size());
-    for (int r = 0; r < rows; ++r)
-      check(n0[static_cast<size_t>(r)], static_cast<float>(want.kept.size()), "n0 on SLOT." + std::to_string(r));
+    for (int row = 0; row < rows; ++row)
+      check(n0[static_cast<size_t>(row)], static_cast<float>(want.kept.size()), "n0 on SLOT." + std::to_string(row));
     if (want.kept.size() <= slots) {
       check(last_idx, static_cast<float>(want.last_idx), "last_idx");
       check(cumulative_prob, want.cumulative_prob, "cumulative_prob");

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <random>
 #include <string>
+#include <utility>
 
 #include "common/error.h"
 #include "common/float_bits.h"
@@ -155,6 +156,20 @@ int topp_by_rank(const std::vector<float>& p, float topp, float coin) {
   return kept[last];
 }
 
+// A random topp in {0.01, ..., 0.99} and run.c's coin from a random xorshift state.
+std::pair<float, float> draw_topp_and_coin(std::mt19937& gen) {
+  const float topp = static_cast<float>(1 + gen() % 99) / 100.0f;
+  uint64_t state = gen();
+  return {topp, random_f32(state)};
+}
+
+// Does any probability reach run.c's cutoff (1 - topp) / (n - 1)? (Else run.c reads out
+// of bounds and the reference throws.)
+bool reaches_cutoff(const std::vector<float>& p, float topp) {
+  const float cutoff = (1.0f - topp) / static_cast<float>(p.size() - 1);
+  return std::any_of(p.begin(), p.end(), [&](float f) { return f >= cutoff; });
+}
+
 TEST(RefSampler, ToppMatchesRankDefinitionWithManyTies) {
   std::mt19937 gen(77);
   std::vector<ProbIndex> scratch;
@@ -164,11 +179,8 @@ TEST(RefSampler, ToppMatchesRankDefinitionWithManyTies) {
     std::vector<float> p(n);
     for (float& f : p) f = static_cast<float>(gen() % 4);
     softmax(p);
-    const float topp = static_cast<float>(1 + gen() % 99) / 100.0f;
-    uint64_t state = gen();
-    const float coin = random_f32(state);
-    bool any_kept = false;
-    for (float f : p) any_kept |= f >= (1.0f - topp) / static_cast<float>(n - 1);
+    const auto [topp, coin] = draw_topp_and_coin(gen);
+    const bool any_kept = reaches_cutoff(p, topp);
     if (!any_kept) continue;
     ASSERT_EQ(sample_topp(p, topp, coin, scratch), topp_by_rank(p, topp, coin)) << "trial " << trial;
   }
@@ -238,11 +250,8 @@ TEST(RefSampler, ToppTraceMatchesIndependentStatements) {
     const int levels = 1 + static_cast<int>(gen() % 8);  // few levels: many ties
     for (float& f : p) f = static_cast<float>(gen() % levels) * (trial % 2 ? 1.0f : 0.37f);
     softmax(p);
-    const float topp = static_cast<float>(1 + gen() % 99) / 100.0f;
-    uint64_t state = gen();
-    const float coin = random_f32(state);
-    bool any_kept = false;
-    for (float f : p) any_kept |= f >= (1.0f - topp) / static_cast<float>(n - 1);
+    const auto [topp, coin] = draw_topp_and_coin(gen);
+    const bool any_kept = reaches_cutoff(p, topp);
     if (!any_kept) {
       EXPECT_THROW(sample_topp_trace(p, topp, coin), Error);
       continue;

@@ -1,6 +1,7 @@
 #include "machine/attention_stages.h"
 
 #include <algorithm>
+#include <functional>
 #include <string>
 #include <tuple>
 
@@ -56,15 +57,15 @@ std::vector<ValueId> either(Assembler& as, const std::vector<ValueId>& a, const 
   return any_of(as, {a, b}, label);
 }
 
-// Adds out[t] (per position, read somewhere down the stack) into slot t mod 8 when `flag`
-// (so that no two adds into one slot value share a sublayer); returns the slots.
+// Adds out[t] (per position, read somewhere down the stack) into slot t mod 8 when
+// flag(t) (so that no two adds into one slot value share a sublayer); returns the slots.
 std::vector<std::vector<ValueId>> gather(compiler::Program& p, const std::vector<std::vector<ValueId>>& out,
-                                         const Lin& flag, const std::string& label) {
+                                         const std::function<Lin(size_t)>& flag, const std::string& label) {
   std::vector<std::vector<ValueId>> slots;
   for (int s = 0; s < 8; ++s) slots.push_back(p.values(label + std::to_string(s), static_cast<int>(out[0].size())));
-  Lin gate = flag;
-  for (auto& term : gate.terms) term.weight *= 128.0f;
   for (size_t t = 0; t < out.size(); ++t) {
+    Lin gate = flag(t);
+    for (auto& term : gate.terms) term.weight *= 128.0f;
     std::vector<Neuron> ns;
     for (size_t v = 0; v < out[t].size(); ++v)
       ns.push_back(Neuron{gate, Lin{{{out[t][v], 1.0f / 128.0f}}}, {{slots[t % 8][v], 1.0f}}});
@@ -219,6 +220,8 @@ AttentionStages::AttentionStages(Assembler& as, const AttentionGeometry& g) : as
   wsum_kv_ = as.inputs("wsum.kv", g.kv_heads);
   wsum_head_ = as.inputs("wsum.head", g.heads);
   vram_row_ = as.inputs("vram.row", AttentionGeometry::bits_for(g.layers));
+  wsum_vrow_ = as.inputs("wsum.vrow", AttentionGeometry::bits_for(g.layers));
+  slow_vrow_ = as.inputs("slow.vrow", AttentionGeometry::bits_for(g.layers));
   slow_on_ = as.input("slow.on");
   slow_k_ = as.inputs("slow.k", g.exp_heads);
   slow_kv_ = as.inputs("slow.kv", g.kv_heads);
@@ -252,11 +255,12 @@ void AttentionStages::build(const std::vector<ValueId>& q, const std::vector<std
   // which only EXP tokens set, with their block and wipe flags: they read EXP's flag; the
   // prob and slow prob RAMs' by prob_.row, PROB's (each stage its own row bits, so that
   // neither stage wakes the other's ~100 heads, as one shared enable did); the v RAMs by
-  // vram_row_, which QKV (with the write flags, through its address unit), WSUM and SLOW
-  // set. Before, their constants read the rail, so the ~300 GDN sublayers holding them ran
-  // on every cycle of the 256-position machine (docs/npu-machine.md, "Idle units that are
-  // really idle").
-  v_write_enable_ = any_of(as_, {{qkv_on}, {wsum_on_}, {slow_on_}}, "v RAM.write_enable")[0];
+  // vram_row_, which only QKV sets (with the write flags, through its address unit; WSUM
+  // and SLOW read at their own row bits, wsum.vrow and slow.vrow, so that their cycles do
+  // not wake the write sides). Before, their constants read the rail, so the ~300 GDN
+  // sublayers holding them ran on every cycle of the 256-position machine
+  // (docs/npu-machine.md, "Idle units that are really idle").
+  v_write_enable_ = qkv_on;
   // POS is read on every attention cycle (SCORE to SLOW: the rows past POS, the loops'
   // branches), and the chains' per-position flags [t > POS] (sum.past, wsum.past,
   // slow.past: one neuron per position, spread over ~150 MLP sublayers of the 256-position
@@ -396,6 +400,13 @@ void AttentionStages::build(const std::vector<ValueId>& q, const std::vector<std
   std::vector<ValueId> read_at_pos(eaddr.bank.begin(), eaddr.bank.begin() + P), sum_reads(at(P), sum_on_), prob_reads;
   for (int t = 0; t < P; ++t) prob_reads.push_back(prob_.block[at(t / 8)]);
   const std::vector<ValueId> exp_read_flag = any_of(as_, {read_at_pos, sum_reads, prob_reads}, "exp.read_flag");
+  // The heads' query bits (a head group), per block: exp.query gated by the block's PROB
+  // flag, SUM's or RE / RX's (the stages that read the heads). PROB sets exp.query, so
+  // with the bits themselves every PROB cycle woke every position's head (82 GDN
+  // sublayers of the 256-position machine) to read one block's.
+  std::vector<std::vector<ValueId>> exp_query;
+  for (int b = 0; b < g_.blocks(); ++b)
+    exp_query.push_back(as_.gated(exp_query_, {prob_.block[at(b)], sum_on_, exp_back_}, "exp.query_bits"));
   std::vector<npu::FloatRamHead> by_slot(8);
   for (size_t s = 0; s < 8; ++s) by_slot[s].data = exps[s];
   const auto negated = npu::float_ram_negations(p, by_slot, exp_.on, "exp RAM");
@@ -407,7 +418,7 @@ void AttentionStages::build(const std::vector<ValueId>& q, const std::vector<std
   const size_t first_sum = p.ops().size();
   auto exp_at = [&](size_t t) {
     exp_op[t] = p.ops().size();
-    exp_out[t] = position_head(p, "exp", t, exps, negated, exp_, exp_read_flag[t], g_.exp_low_binade);
+    exp_out[t] = position_head(p, "exp", t, exps, negated, exp_, exp_query[t / 8], exp_read_flag[t], g_.exp_low_binade);
     const ValueId after = npu::attn_int_positive(p, Lin{{{kOne, static_cast<float>(t)}, {sum_pos, -1.0f}}}, "sum.past");
     ValueId pair[2];
     for (int part = 0; part < 2; ++part) {
@@ -445,7 +456,10 @@ void AttentionStages::build(const std::vector<ValueId>& q, const std::vector<std
 
   // The exp RAM's out values are read where the SUM chain needs them, spread down the
   // stack: PROB and the read-back gather them on the way.
-  const auto exp_slots = gather(p, exp_out, Lin{{{exp_back_, 1.0f}, {prob_.on, 1.0f}}}, "exp.slot");
+  // Each position's add reads its own block's PROB flag (and RE / RX's flag of the position
+  // POS holds), not PROB's enable: with that, every add ran on every PROB cycle.
+  const auto exp_slots = gather(
+      p, exp_out, [&](size_t t) { return Lin{{{prob_.block[t / 8], 1.0f}, {read_at_pos[t], 1.0f}}}; }, "exp.slot");
 
   // PROB: run.c's att[t] /= sum for the block's 8 positions and the token's head group
   // (npu::attn_probability: (pm, exponent) with pm 2^exponent == C's quotient, the
@@ -479,14 +493,12 @@ void AttentionStages::build(const std::vector<ValueId>& q, const std::vector<std
   // at POS.
   const npu::KvAddress paddr = npu::kv_address(p, pos, prob_back_, 1 << AttentionGeometry::bits_for(P), 0);
   as_.gate_clears(paddr.first_op, p.ops().size(), prob_back_);  // idle, the address unit's values are +-0
-  const std::vector<ValueId> prob_read_flag =
-      either(as_, std::vector<ValueId>(paddr.bank.begin(), paddr.bank.begin() + P), std::vector<ValueId>(at(P), wsum_on_),
-             "prob.read_flag");
   std::vector<npu::FloatRamHead> by_slot_p(8);
   for (size_t s8 = 0; s8 < 8; ++s8) by_slot_p[s8].data = probs[s8];
   const auto prob_neg = npu::float_ram_negations(p, by_slot_p, prob_.on, "prob RAM");
   std::vector<std::vector<ValueId>> prob_out(at(P));
   std::vector<size_t> prob_op(at(P));
+  std::vector<ValueId> prob_read_flag(at(P));
 
   // The v RAM: the cache's v again, one head per (position, chunk of kv heads), a row per
   // layer, written by QKV at POS and read by WSUM at every position (each head where the
@@ -504,32 +516,82 @@ void AttentionStages::build(const std::vector<ValueId>& q, const std::vector<std
 
   // WSUM: head h's weighted sum of v over the positions up to POS in run.c's order, the
   // fast path with its unsafe bit (npu::attn_wsum_row); rows past POS get pm = 0.
+  //
+  // The row stops at POS's block. Every block past it reads only +-0 and is skipped as
+  // idle: its RAM heads, picks and unit read the block's own copies of WSUM's controls
+  // (go = [8 b <= POS], POS, the row bits of the prob and v RAMs, the head's place and kv
+  // head), each copy gated by go from the previous block's (so a block past POS's gets
+  // zeros, and so do the blocks after it), the unit's constants read go, and the state it
+  // starts from is the previous block's gated by go. Before, every WSUM cycle ran the
+  // whole row (1,846 sublayers a cycle over a 256-step story on the 256-position
+  // machine). The controls of block b + 1 are made beside block b's work (no extra depth).
+  // The head's state after POS's block (go_b - go_b+1 = 1) is added into `fin`.
+  struct WsumControl {
+    ValueId go = 0, pos = 0;
+    std::vector<ValueId> qbits, vbits, k, kv;
+  };
   const size_t first_wsum = p.ops().size();
+  const int B = g_.blocks();
+  std::vector<WsumControl> ctl(at(B));
+  ctl[0] = WsumControl{wsum_on_, wsum_pos, exp_query_, wsum_vrow_, wsum_k_, wsum_kv_};
+  std::vector<size_t> block_begin(at(B));
+  struct BlockRange {
+    size_t begin, end;
+    ValueId go;
+  };
+  std::vector<BlockRange> block_ranges;  // block b's ops (b >= 1) and its go
   auto block_at = [&](size_t b) {
+    block_begin[b] = p.ops().size();
+    const WsumControl& c = ctl[b];
+    if (b + 1 < at(B)) {
+      // go_b+1 = [POS - 8 (b + 1) + 1 > 0]; its constants read go_b (below), so it is 0 past POS.
+      WsumControl& n = ctl[b + 1];
+      n.go = npu::attn_int_positive(p, Lin{{{c.pos, 1.0f}, {kOne, 1.0f - 8.0f * static_cast<float>(b + 1)}}}, "wsum.go");
+      std::vector<ValueId> src = {c.pos};
+      for (const auto* part : {&c.vbits, &c.k, &c.kv}) src.insert(src.end(), part->begin(), part->end());
+      const std::vector<ValueId> copy = as_.gated(src, {n.go}, "wsum.control");
+      n.pos = copy[0];
+      auto take = [&, i = size_t{1}](size_t count) mutable {
+        std::vector<ValueId> out(copy.begin() + static_cast<std::ptrdiff_t>(i), copy.begin() + static_cast<std::ptrdiff_t>(i + count));
+        i += count;
+        return out;
+      };
+      n.vbits = take(c.vbits.size());
+      n.k = take(c.k.size());
+      n.kv = take(c.kv.size());
+      // The prob RAM's query bits serve RP / RPX too (at POS's head): gated by go or RP's flag.
+      n.qbits = as_.gated(c.qbits, {n.go, prob_back_}, "wsum.qbits");
+    }
     npu::WsumRowBlock in;
-    for (size_t t = b * 8; t < std::min(at(P), b * 8 + 8); ++t) {
+    const size_t first_t = b * 8, end_t = std::min(at(P), b * 8 + 8);
+    const std::vector<ValueId> read_flag =
+        either(as_, std::vector<ValueId>(paddr.bank.begin() + static_cast<std::ptrdiff_t>(first_t), paddr.bank.begin() + static_cast<std::ptrdiff_t>(end_t)),
+               std::vector<ValueId>(end_t - first_t, c.go), "prob.read_flag");
+    for (size_t t = first_t; t < end_t; ++t) {
+      prob_read_flag[t] = read_flag[t - first_t];
       prob_op[t] = p.ops().size();
-      prob_out[t] = position_head(p, "prob", t, probs, prob_neg, prob_, prob_read_flag[t], g_.prob_low_binade);
+      prob_out[t] = position_head(p, "prob", t, probs, prob_neg, prob_, c.qbits, prob_read_flag[t], g_.prob_low_binade);
       std::vector<std::vector<ValueId>> vout;
       std::vector<npu::FloatRamHead> vh;
-      for (int c = 0; c < chunks; ++c) {
-        vout.push_back(p.values("v.out" + std::to_string(t), static_cast<int>(v_data[at(c)].size())));
+      for (int ch = 0; ch < chunks; ++ch) {
+        vout.push_back(p.values("v.out" + std::to_string(t), static_cast<int>(v_data[at(ch)].size())));
         npu::FloatRamHead h;
-        h.data = v_data[at(c)];
-        h.negated = v_neg[at(c)];
-        h.key_bits = h.query_bits = vram_row_;
+        h.data = v_data[at(ch)];
+        h.negated = v_neg[at(ch)];
+        h.key_bits = vram_row_;
+        h.query_bits = c.vbits;
         h.write_flag = vaddr.bank[t];
         h.write_enable = v_write_enable_;
-        h.read_flag = wsum_on_;
+        h.read_flag = c.go;
         h.out = vout.back();
         vh.push_back(std::move(h));
       }
       npu::float_ram(p, npu::FloatRamWindow{g_.v_low_binade}, vh, qkv_on, "v RAM " + std::to_string(t));
-      const ValueId after = npu::attn_int_positive(p, Lin{{{kOne, static_cast<float>(t)}, {wsum_pos, -1.0f}}}, "wsum.past");
+      const ValueId after = npu::attn_int_positive(p, Lin{{{kOne, static_cast<float>(t)}, {c.pos, -1.0f}}}, "wsum.past");
       const ValueId pm = p.value("wsum.pm"), ex = p.value("wsum.exponent");
       std::vector<Neuron> ns;
       for (int k = 0; k < E; ++k) {
-        const Lin gate{{{wsum_k_[at(k)], 128.0f}, {after, -128.0f}}};
+        const Lin gate{{{c.k[at(k)], 128.0f}, {after, -128.0f}}};
         ns.push_back(Neuron{gate, Lin{{{prob_out[t][at(3 * k)], 1.0f / 128.0f}}}, {{pm, 1.0f}}});
         ns.push_back(Neuron{gate, Lin{{{prob_out[t][at(3 * k + 1)], 1.0f / (128.0f * kProbSmallScale)}}}, {{pm, 1.0f}}});
         ns.push_back(Neuron{gate, Lin{{{prob_out[t][at(3 * k + 2)], 1.0f / 128.0f}}}, {{ex, 1.0f}}});
@@ -539,7 +601,7 @@ void AttentionStages::build(const std::vector<ValueId>& q, const std::vector<std
       std::vector<Neuron> vn;
       for (int j = 0; j < g_.kv_heads; ++j)
         for (int i = 0; i < hs; ++i)
-          vn.push_back(Neuron{Lin{{{wsum_kv_[at(j)], 128.0f}}},
+          vn.push_back(Neuron{Lin{{{c.kv[at(j)], 128.0f}}},
                               Lin{{{vout[at(j / per)][at((j % per) * hs + i)], 1.0f / 128.0f}}}, {{vt[at(i)], 1.0f}}});
       p.mlp("wsum.v", std::move(vn));
       in.pm.push_back(pm);
@@ -548,7 +610,44 @@ void AttentionStages::build(const std::vector<ValueId>& q, const std::vector<std
     }
     return in;
   };
-  const npu::WsumChecked w = npu::attn_wsum_row(p, at(g_.blocks()), at(hs), block_at);
+  npu::WsumChecked fin;
+  fin.xb = p.values("wsum.fin_xb", hs);
+  fin.unsafe = p.values("wsum.fin_unsafe", hs);
+  fin.pending = p.values("wsum.fin_pending", hs);
+  // Block b's ops (its controls for b + 1, heads, picks and unit) run on go_b: their
+  // constants read it, so the block is all +-0 past POS's.
+  auto close_block = [&](size_t b) {
+    if (b == 0) return;  // block 0 runs on every WSUM cycle: the stage's enable below
+    compiler::enable_constants(p, block_begin[b], ctl[b].go);
+    block_ranges.push_back({block_begin[b], p.ops().size(), ctl[b].go});
+  };
+  // After block b's unit: the state block b + 1 starts from (gated by go_b+1) and, when b is
+  // POS's block (go_b - go_b+1 = 1), the head's state into `fin` (one live writer).
+  auto handoff = [&](size_t b, const npu::WsumChecked& st) {
+    close_block(b);
+    const bool last = b + 1 == at(B);
+    npu::WsumChecked next;
+    std::vector<Neuron> ns;
+    Lin is_last{{{ctl[b].go, 128.0f}}};
+    if (!last) is_last.terms.push_back({ctl[b + 1].go, -128.0f});
+    auto pass = [&](const std::vector<ValueId>& from, std::vector<ValueId>& to, const std::vector<ValueId>& into,
+                    const std::string& label) {
+      if (!last) to = p.values(label, static_cast<int>(from.size()));
+      for (size_t i = 0; i < from.size(); ++i) {
+        if (!last) ns.push_back(Neuron{Lin{{{ctl[b + 1].go, 128.0f}}}, Lin{{{from[i], 1.0f / 128.0f}}}, {{to[i], 1.0f}}});
+        ns.push_back(Neuron{is_last, Lin{{{from[i], 1.0f / 128.0f}}}, {{into[i], 1.0f}}});
+      }
+    };
+    pass(st.xb, next.xb, fin.xb, "wsum.next_xb");
+    pass(st.unsafe, next.unsafe, fin.unsafe, "wsum.next_unsafe");
+    pass(st.pending, next.pending, fin.pending, "wsum.next_pending");
+    p.mlp("wsum.handoff", std::move(ns));
+    if (!last)
+      for (const auto* part : {&next.xb, &next.unsafe, &next.pending}) as_.gate_clears_of(*part, ctl[b + 1].go);
+    return next;
+  };
+  handoff(at(B) - 1, npu::attn_wsum_row(p, at(B), at(hs), block_at, handoff));
+  const npu::WsumChecked& w = fin;
   // xb = the chain's value / 2^26 (exact), and one unsafe bit for the head: any lane
   // unsafe or pending (then the fast xb may differ from C's).
   std::vector<ValueId> xb_data;
@@ -567,6 +666,8 @@ void AttentionStages::build(const std::vector<ValueId>& q, const std::vector<std
   compiler::enable_constants(p, first_wsum, wsum_on_);
   const size_t end_wsum = p.ops().size();
   as_.gate_clears(first_wsum, end_wsum, wsum_on_);
+  // Registered after the stage's: a block's values are +0 whenever its go is.
+  for (const BlockRange& r : block_ranges) as_.gate_clears(r.begin, r.end, r.go);
   for (int t = 0; t < P; ++t) as_.gate_clears(prob_op[at(t)], prob_op[at(t)] + 1, prob_read_flag[at(t)]);
   // WSUM branches on its unsafe bit (0 whenever WSUM is idle): 1 -> SLOW(l).h.
   as_.branch(xb_data.back());
@@ -615,7 +716,7 @@ void AttentionStages::build(const std::vector<ValueId>& q, const std::vector<std
   const std::vector<ValueId> e = slot_sum(p, exp_slots, exp_back_, "exp.read");
   lanes_.insert(lanes_.end(), e.begin(), e.end());
   lanes_.insert(lanes_.end(), sum_out.begin(), sum_out.end());
-  const std::vector<ValueId> pr = slot_sum(p, gather(p, prob_out, Lin{{{prob_back_, 1.0f}}}, "prob.slot"), prob_back_,
+  const std::vector<ValueId> pr = slot_sum(p, gather(p, prob_out, [&](size_t) { return Lin{{{prob_back_, 1.0f}}}; }, "prob.slot"), prob_back_,
                                            "prob.read");
   for (int k = 0; k < E; ++k) {  // pm = big + small 2^-30 (one of them +-0), then the exponent
     const ValueId pm = p.value("prob.read_pm");
@@ -633,6 +734,9 @@ std::vector<ValueId> AttentionStages::build_slow(const SlowInputs& in, compiler:
   const int hs = g_.head_size, E = g_.exp_heads, B = g_.blocks(), P = g_.positions;
   const ValueId on = slow_on_;
   const ValueId pos = as_.gated(std::vector<ValueId>{in.pos}, {on}, "slow.pos")[0];  // as sum.pos in build()
+  // The slow prob RAM's query bits: exp.query, which WSUM, SUM and PROB set too, woke its
+  // heads on their cycles.
+  const std::vector<ValueId> slow_query = as_.gated(exp_query_, {on}, "slow.query");
   const int per = g_.row_floats / hs, chunks = static_cast<int>(in.v_data.size());
   const size_t first = p.ops().size();
   const ValueId zero = p.value("slow.zero");  // never written: +0 (block 0 starts from C's xb = 0)
@@ -659,7 +763,7 @@ std::vector<ValueId> AttentionStages::build_slow(const SlowInputs& in, compiler:
       // them by PROB and QKV, read here): a head is read at its own depth, and the WSUM
       // heads' out values would otherwise stay live down to the slow blocks.
       const std::vector<ValueId> pr =
-          position_head(p, "slow prob", at(t), in.probs, in.prob_neg, prob_, on, g_.prob_low_binade);
+          position_head(p, "slow prob", at(t), in.probs, in.prob_neg, prob_, slow_query, on, g_.prob_low_binade);
       std::vector<ValueId> vt_all;
       {
         std::vector<npu::FloatRamHead> vh;
@@ -667,7 +771,8 @@ std::vector<ValueId> AttentionStages::build_slow(const SlowInputs& in, compiler:
           npu::FloatRamHead h;
           h.data = in.v_data[at(c)];
           h.negated = in.v_neg[at(c)];
-          h.key_bits = h.query_bits = vram_row_;
+          h.key_bits = vram_row_;
+          h.query_bits = slow_vrow_;
           h.write_flag = in.v_write[at(t)];
           h.write_enable = v_write_enable_;
           h.read_flag = on;
@@ -732,7 +837,7 @@ std::vector<std::pair<ValueId, float>> AttentionStages::qkv_sets(int layer) cons
 std::vector<ValueId> AttentionStages::position_head(compiler::Program& p, const std::string& ram, size_t t,
                                                     const std::vector<std::vector<ValueId>>& data,
                                                     const std::vector<std::vector<ValueId>>& negated, const Inputs& stage,
-                                                    ValueId read, int low_binade) {
+                                                    const std::vector<ValueId>& query_bits, ValueId read, int low_binade) {
   npu::FloatRamHead h;
   h.data = data[t % 8];
   h.negated = negated[t % 8];
@@ -742,7 +847,7 @@ std::vector<ValueId> AttentionStages::position_head(compiler::Program& p, const 
   if (t / 8 >= stage.wipe.size() || t / 8 >= stage.block.size())
     fail("attention stages: position {} has no block flags in {}", t, ram);  // one wipe and one block flag per block
   h.wipe_flag = stage.wipe[t / 8];
-  h.query_bits = exp_query_;
+  h.query_bits = query_bits;
   h.read_flag = read;
   h.out = p.values(ram + ".out" + std::to_string(t), static_cast<int>(h.data.size()));
   npu::float_ram(p, npu::FloatRamWindow{low_binade}, {h}, stage.on, ram + " RAM " + std::to_string(t));
@@ -814,7 +919,7 @@ void AttentionStages::define(int first_lane, ValueId send, ValueId q_read, Value
                   {slow_kv_[at(h / (H / g_.kv_heads))], 1.0f},
                   {slow_head_[at(h)], 1.0f}};
         with_bits(s, exp_query_, h / g_.exp_heads);
-        with_bits(s, vram_row_, l);
+        with_bits(s, slow_vrow_, l);
         as_.define(slow_name(l, h), std::move(s));
       }
       MicroOp op = as_.branch_step(slow_name(l, h), next);  // on the unsafe bit
@@ -824,7 +929,7 @@ void AttentionStages::define(int first_lane, ValueId send, ValueId q_read, Value
                  {wsum_kv_[at(h / (H / g_.kv_heads))], 1.0f}};
       op.sets.push_back({wsum_head_[at(h)], 1.0f});
       with_bits(op, exp_query_, h / g_.exp_heads);
-      with_bits(op, vram_row_, l);
+      with_bits(op, wsum_vrow_, l);
       as_.define(block_name("WSUM", l, h), std::move(op));
     }
     // Chained, MAX goes on to the stages that read its result; else to its read-back.

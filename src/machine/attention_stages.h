@@ -18,8 +18,9 @@
 //   PROB(l).b.g the block's exps and the sums of head group g: run.c's att[t] / sum as
 //               (pm, exponent) (npu::attn_probability) -> the prob RAM;
 //   WSUM(l).h   head h's probabilities and v at every position: run.c's xb = sum_t p_t v_t
-//               in C's order, the fast path with its unsafe bit (npu::attn_wsum_row) ->
-//               the xb RAM (xb and the bit); a Branch on that bit: when it is set (the
+//               in C's order, the fast path with its unsafe bit (npu::attn_wsum_row,
+//               stopping at POS's block: the blocks past it read only +-0 and stay idle)
+//               -> the xb RAM (xb and the bit); a Branch on that bit: when it is set (the
 //               fast xb may differ from C's) it goes on to SLOW(l).h, else on;
 //   SLOW(l).h   the exact slow path of head h, 1 cycle (C's chain with no flush, xb in
 //               two-tier form; docs/npu-attention.md 6.4): one unit per block of 8
@@ -123,13 +124,14 @@ class AttentionStages {
   struct Inputs;
   // The exp or prob RAM's head of position t (one row per head group: written at the
   // stage's row bits when its block flag of t's block is set, with the stage's flag as
-  // the write side's enable, wiped with its wipe flag, read at exp_query_ when `read` is
+  // the write side's enable, wiped with its wipe flag, read at `query_bits` when `read` is
   // set); data[s] and negated[s] for slot s = t mod 8. Returns
   // its out values.
   std::vector<compiler::ValueId> position_head(compiler::Program& p, const std::string& ram, size_t t,
                                                const std::vector<std::vector<compiler::ValueId>>& data,
                                                const std::vector<std::vector<compiler::ValueId>>& negated,
-                                               const Inputs& stage, compiler::ValueId read, int low_binade);
+                                               const Inputs& stage, const std::vector<compiler::ValueId>& query_bits,
+                                               compiler::ValueId read, int low_binade);
 
   // The SLOW units, one per block (after WSUM: each with its own copies of its block's
   // prob RAM and v RAM heads), chained in one pass, block 0's products after `previous`.
@@ -167,7 +169,8 @@ class AttentionStages {
   std::vector<compiler::ValueId> wsum_k_, wsum_kv_;  // WSUM's head: its place in its group, its kv head
   std::vector<compiler::ValueId> wsum_head_;         // ... and the head itself (its xb RAM head)
   std::vector<compiler::ValueId> xb_;                // the xb RAM's out values, heads * head_size
-  std::vector<compiler::ValueId> vram_row_;          // the v RAM row (a layer) QKV writes and WSUM reads
+  std::vector<compiler::ValueId> vram_row_;          // the v RAM row (a layer) QKV writes
+  std::vector<compiler::ValueId> wsum_vrow_, slow_vrow_;  // ... and the row WSUM / SLOW read
   // SLOW(l).h: its enable, head h as its place in its group, its kv head and its xb RAM
   // head.
   compiler::ValueId slow_on_ = 0;

@@ -562,7 +562,8 @@ std::vector<ValueId> attn_wsum_block(Program& p, const std::vector<ValueId>& pm,
   return out;
 }
 
-WsumChecked attn_wsum_row(Program& p, size_t blocks, size_t dims, const std::function<WsumRowBlock(size_t)>& block_at) {
+WsumChecked attn_wsum_row(Program& p, size_t blocks, size_t dims, const std::function<WsumRowBlock(size_t)>& block_at,
+                          const std::function<WsumChecked(size_t, const WsumChecked&)>& between) {
   if (blocks == 0 || dims == 0) fail("attn_wsum_row: {} blocks of {} dims", blocks, dims);
   constexpr size_t kLookahead = 1;
   WsumChecked state;
@@ -578,6 +579,7 @@ WsumChecked attn_wsum_row(Program& p, size_t blocks, size_t dims, const std::fun
     const size_t unit_begin = p.ops().size();
     state = attn_wsum_block_checked(p, in.pm, in.exponent, in.v, state.xb, state.unsafe, state.pending);
     units.push_back({unit_begin, p.ops().size()});
+    if (between && b + 1 < blocks) state = between(b, state);
   }
   return state;
 }

@@ -179,11 +179,15 @@ WsumChecked attn_wsum_block_checked(Program& p, const std::vector<ValueId>& pm, 
 // from +0). A block's own ops are ordered behind the unit two blocks earlier, so a long
 // row keeps only a few blocks' working values live at a time. Returns the last block's
 // state (xb at kWsumScale).
+// between (optional): called with (b, the state after block b's unit) for every block but
+// the last; what it returns is the state block b + 1's unit starts from (e.g. the state
+// gated off past a block, so that the rest of the row reads only +-0 and stays idle).
 struct WsumRowBlock {
   std::vector<ValueId> pm, exponent;
   std::vector<std::vector<ValueId>> v;
 };
-WsumChecked attn_wsum_row(Program& p, size_t blocks, size_t dims, const std::function<WsumRowBlock(size_t)>& block_at);
+WsumChecked attn_wsum_row(Program& p, size_t blocks, size_t dims, const std::function<WsumRowBlock(size_t)>& block_at,
+                          const std::function<WsumChecked(size_t, const WsumChecked&)>& between = {});
 
 // ---- (d) the exact slow path (docs/npu-attention.md 6.4): C's chain with no flush, for the
 // heads whose lanes the unsafe bit sends there. Two-tier values, C's products, the block.

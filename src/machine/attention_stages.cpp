@@ -404,9 +404,26 @@ void AttentionStages::build(const std::vector<ValueId>& q, const std::vector<std
   // flag, SUM's or RE / RX's (the stages that read the heads). PROB sets exp.query, so
   // with the bits themselves every PROB cycle woke every position's head (82 GDN
   // sublayers of the 256-position machine) to read one block's.
+  // One op for every block (one sublayer reads exp.query): the copies' own ops, placed
+  // near their heads, woke ~30 sublayers on every PROB cycle.
   std::vector<std::vector<ValueId>> exp_query;
-  for (int b = 0; b < g_.blocks(); ++b)
-    exp_query.push_back(as_.gated(exp_query_, {prob_.block[at(b)], sum_on_, exp_back_}, "exp.query_bits"));
+  {
+    std::vector<Neuron> ns;
+    for (int b = 0; b < g_.blocks(); ++b) {
+      const Lin on{{{prob_.block[at(b)], kGateOn}, {sum_on_, kGateOn}, {exp_back_, kGateOn}}};
+      exp_query.push_back(p.values("exp.query_bits", static_cast<int>(exp_query_.size())));
+      for (size_t j = 0; j < exp_query_.size(); ++j)
+        ns.push_back(Neuron{on, Lin{{{exp_query_[j], 1.0f / kGateOn}}}, {{exp_query.back()[j], 1.0f}}});
+      // The copies are +0 whenever the flags' sum (0 or 1: one stage at a time) is, which
+      // this op writes too (silu(128 s) s / 128 = s), for their clears.
+      const ValueId reads = p.value("exp.query_on");
+      ns.push_back(Neuron{on, Lin{{{prob_.block[at(b)], 1.0f / kGateOn}, {sum_on_, 1.0f / kGateOn}, {exp_back_, 1.0f / kGateOn}}},
+                          {{reads, 1.0f}}});
+      as_.gate_clears_of(exp_query.back(), reads);
+      as_.gate_own_clears({reads});
+    }
+    p.mlp("exp.query_bits", std::move(ns));
+  }
   std::vector<npu::FloatRamHead> by_slot(8);
   for (size_t s = 0; s < 8; ++s) by_slot[s].data = exps[s];
   const auto negated = npu::float_ram_negations(p, by_slot, exp_.on, "exp RAM");

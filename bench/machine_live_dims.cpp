@@ -16,6 +16,9 @@
 // awake, grouped by (op label, value name) with their digits collapsed to '#': for each
 // group, how many sublayers it woke and on what share of their runs; and the sublayers
 // that ran with no live read dim (a GDN whose conv history is still draining).
+// Environment: QPU_LEFTOVERS=n lists the first n live reads of values no op wrote on the
+// cycle (a dead-value clear that did not leave +0); QPU_WATCH_DIM=d prints every change of
+// residual dim d on the first counted cycle, with the values the sublayer writes there.
 // A diagnostic, not a test: the engine and the machine are as built.
 #include <omp.h>
 
@@ -126,6 +129,33 @@ int main(int argc, char** argv) {
   std::vector<Stats> stats(static_cast<size_t>(2 * layers));
   std::vector<int> zero_inputs(static_cast<size_t>(layers), 3);  // a fresh state's history is +0
   bool counted = true;  // this cycle's input is of `family` (or no family was given)
+  // QPU_LEFTOVERS=n: list the first n live reads of a value that no op wrote on this
+  // cycle (every writer's sublayer was skipped): a value its dim still held from an
+  // earlier occupant, i.e. a dead-value clear that did not run.
+  const long leftovers_wanted = std::getenv("QPU_LEFTOVERS") ? std::atol(std::getenv("QPU_LEFTOVERS")) : 0;
+  long leftovers_found = 0;
+  std::vector<std::vector<int64_t>> writer_sublayers(static_cast<size_t>(program.num_values()));
+  for (size_t i = 0; i < ops.size(); ++i)  // the dead-value clears aside: they write -v
+    if (ops[i].label.rfind("clear ", 0) != 0)
+      for (ValueId v : ops[i].writes()) writer_sublayers[static_cast<size_t>(v)].push_back(schedule.sublayer[i]);
+  std::vector<char> reported(writer_sublayers.size(), 0);
+  std::vector<char> ran(static_cast<size_t>(2 * layers), 0);
+  const auto report_leftover = [&](int64_t s, const Read& r, float x) {
+    std::printf("leftover: sublayer %lld (%s) op '%s' reads '%s' (dim %lld) = %a, written in sublayers",
+                static_cast<long long>(s), s % 2 ? "MLP" : "GDN", ops[r.op].label.c_str(), program.name(r.value).c_str(),
+                static_cast<long long>(r.dim), static_cast<double>(x));
+    for (int64_t w : writer_sublayers[static_cast<size_t>(r.value)]) std::printf(" %lld", static_cast<long long>(w));
+    // The dim's occupant before: the value on this dim with the latest writer above s.
+    int64_t best = -1;
+    ValueId prev = kOne;
+    for (size_t v = 0; v < writer_sublayers.size(); ++v) {
+      if (static_cast<ValueId>(v) == r.value || alloc.dim_of_value[v] != r.dim) continue;
+      for (int64_t w : writer_sublayers[v])
+        if (w < s && w > best) best = w, prev = static_cast<ValueId>(v);
+    }
+    if (prev != kOne) std::printf("; the dim's last other writer: '%s' in sublayer %lld", program.name(prev).c_str(), static_cast<long long>(best));
+    std::printf("\n");
+  };
   const auto before_sublayer = [&](int64_t s, std::span<const float> x) {
     const int64_t l = s / 2;
     const bool mlp = s % 2 == 1;
@@ -137,6 +167,16 @@ int main(int argc, char** argv) {
       if (x[static_cast<size_t>(r.dim)] == 0.0f) continue;
       idle = false;
       live.push_back({r.op, r.value});
+      if (counted && leftovers_found < leftovers_wanted && r.value != kOne) {
+        const auto& w = writer_sublayers[static_cast<size_t>(r.value)];
+        const bool before = std::any_of(w.begin(), w.end(), [&](int64_t ws) { return ws < s; });  // else an input
+        const bool written = std::any_of(w.begin(), w.end(), [&](int64_t ws) { return ws < s && ran[static_cast<size_t>(ws)]; });
+        if (before && !written && !reported[static_cast<size_t>(r.value)]) {
+          reported[static_cast<size_t>(r.value)] = 1;
+          ++leftovers_found;
+          report_leftover(s, r, x[static_cast<size_t>(r.dim)]);
+        }
+      }
     }
     bool skipped = idle;
     if (!mlp) {
@@ -144,6 +184,7 @@ int main(int argc, char** argv) {
       skipped = idle && z >= 3;
       z = idle ? std::min(z + 1, 3) : 0;
     }
+    ran[static_cast<size_t>(s)] = !skipped;
     if (!counted) return;
     if (skipped) {
       ++st.skips;
@@ -153,7 +194,21 @@ int main(int argc, char** argv) {
     for (const auto& k : live) ++st.live[k];
     if (live.empty()) ++st.no_live_read;
   };
+  // QPU_WATCH_DIM=d: on the first counted cycle, every change of residual dim d after a
+  // sublayer, with the values the allocation puts on d that the sublayer's ops write.
+  const long watch = std::getenv("QPU_WATCH_DIM") ? std::atol(std::getenv("QPU_WATCH_DIM")) : -1;
+  bool watched = false, watching = false;
+  float watch_last = 0.0f;
   const engine::SublayerTap tap = [&](int64_t s, std::span<const float> residual) {
+    if (watching && residual[static_cast<size_t>(watch)] != watch_last) {
+      watch_last = residual[static_cast<size_t>(watch)];
+      std::printf("watch: dim %ld = %a after sublayer %lld:", watch, static_cast<double>(watch_last), static_cast<long long>(s));
+      for (size_t i = 0; i < ops.size(); ++i)
+        if (schedule.sublayer[i] == s)
+          for (ValueId v : ops[i].writes())
+            if (alloc.dim(v) == watch) std::printf(" '%s' writes '%s';", ops[i].label.c_str(), program.name(v).c_str());
+      std::printf("\n");
+    }
     if (s + 1 < 2 * layers) before_sublayer(s + 1, residual);
   };
   const engine::Model model = m.model();
@@ -171,12 +226,15 @@ int main(int argc, char** argv) {
   const int64_t first_control = m.id(m.control_names.front());
   const int64_t hidden = c.hidden_size;
   const auto forward = [&](int64_t t) {
+    std::fill(ran.begin(), ran.end(), 0);
+    watching = false;
     counted = all_cycles >= from &&
               (family.empty() || (t >= first_control &&
                                   runner::micro_op_family(m.control_names[static_cast<size_t>(t - first_control)]) == family));
     // Sublayer 0 reads the token's embedding row.
     before_sublayer(0, std::span<const float>(m.compiled.weights.embed_tokens).subspan(static_cast<size_t>(t * hidden),
                                                                                        static_cast<size_t>(hidden)));
+    if (counted && watch >= 0 && !watched) watched = watching = true, watch_last = 0.0f;
     // The tap starts 3 cycles early: a GDN's conv history (zero_inputs) needs the last 3.
     model.forward(t, state, logits, {}, all_cycles + 3 >= from ? tap : engine::SublayerTap{});
     ++all_cycles;

@@ -328,7 +328,7 @@ void BM_TokenMachineCycle(benchmark::State& bench) {
   bench.counters["us_per_layer"] = 1e3 * ms / static_cast<double>(s.model->config().num_hidden_layers);
 }
 // Args: positions the machine is built for, nested steps run (one step: ~2,800 cycles).
-BENCHMARK(BM_TokenMachineCycle)->ArgNames({"positions", "steps"})->Args({16, 1})->Args({32, 1})
+BENCHMARK(BM_TokenMachineCycle)->ArgNames({"positions", "steps"})->Args({16, 1})->Args({32, 1})->Args({256, 1})
     ->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(3);
 
 void BM_SmallGdnLayers(benchmark::State& bench) {

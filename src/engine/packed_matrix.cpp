@@ -48,6 +48,7 @@ constexpr int64_t kColumnCallCost = 64;
 constexpr int64_t kColumnPathMaxTermsPerRow = 2;
 
 std::atomic<int64_t> column_product_count{0};
+std::atomic<int64_t> supported_plan_count{0};
 
 }  // namespace
 
@@ -207,6 +208,14 @@ void PackedMatrix::mark_nonzero_columns(std::vector<uint8_t>& used) const {
   }
 }
 
+void PackedMatrix::mark_stored_columns(std::vector<uint8_t>& used) const {
+  if (format_ != Format::SparseCsr) {
+    std::fill(used.begin(), used.begin() + cols_, uint8_t{1});
+    return;
+  }
+  for (const uint32_t c : col_index_) used[c] = 1;
+}
+
 int64_t PackedMatrix::nonzeros() const {
   if (format_ == Format::SparseCsr) return static_cast<int64_t>(f32_.size());
   int64_t count = 0;
@@ -301,11 +310,17 @@ bool PackedMatrix::plan_columns(const float* x, ColumnMatrix::Plan& plan, Column
   thread_local std::vector<uint64_t> active_bits;
   thread_local std::vector<int32_t> own;
   const bool reuse = shared != nullptr && shared->x == x && shared->cols == cols_;
+  // The caller's support of x: the blocks to scan, listing the columns in the same pass.
+  const bool supported = !reuse && shared != nullptr && shared->support.x == x && shared->support.n == cols_;
   if (reuse) {
     plan = shared->plan;
+  } else if (supported) {
+    ColumnMatrix::list_columns_in(x, cols_, shared->support.blocks, plan, active);
+    supported_plan_count.fetch_add(1, std::memory_order_relaxed);
+    *shared = ColumnScan{x, cols_, false, plan, shared->support};  // listed once the bits are built
   } else {
     plan = columns_.count(x);
-    if (shared != nullptr) *shared = ColumnScan{x, cols_, false, plan};
+    if (shared != nullptr) *shared = ColumnScan{x, cols_, false, plan, shared->support};
   }
   // 0 * inf / 0 * NaN: the dense sum is NaN where the column product leaves the term
   // out, so a non-finite x takes the row path (the CSR behaviour of dot.h).
@@ -314,7 +329,7 @@ bool PackedMatrix::plan_columns(const float* x, ColumnMatrix::Plan& plan, Column
   if (reuse && shared->listed) {
     plan.active = active.data();  // this x's list, written by an earlier job's plan
   } else {
-    ColumnMatrix::list_columns(x, cols_, plan, active);
+    if (!supported) ColumnMatrix::list_columns(x, cols_, plan, active);
     active_bits.assign(static_cast<size_t>((cols_ + 63) / 64), 0);
     for (int64_t a = 0; a < plan.active_cols; ++a) {
       const auto j = static_cast<size_t>(plan.active[a]);
@@ -350,6 +365,7 @@ PackedMatrix::Path PackedMatrix::path_for(const float* x) const {
 }
 
 int64_t PackedMatrix::column_products() { return column_product_count.load(std::memory_order_relaxed); }
+int64_t PackedMatrix::supported_plans() { return supported_plan_count.load(std::memory_order_relaxed); }
 
 void PackedMatrix::multiply(const float* x, float* y) const {
   if (try_columns(x, y)) return;
@@ -365,7 +381,9 @@ void PackedMatrix::multiply(const float* x, float* y) const {
   }
 }
 
-void PackedMatrix::multiply_all(std::span<const Job> jobs) {
+void PackedMatrix::multiply_all(std::span<const Job> jobs) { multiply_all(jobs, Support{}); }
+
+void PackedMatrix::multiply_all(std::span<const Job> jobs, const Support& support) {
   // Column-path jobs run now, one after the other; the rest share one parallel region.
   // Their row blocks are numbered consecutively: block b belongs to the job whose range
   // contains it. (On the stack for the usual handful of jobs: no allocation.)
@@ -384,6 +402,7 @@ void PackedMatrix::multiply_all(std::span<const Job> jobs) {
   }
   size_t count = 0;
   ColumnScan scan;  // jobs with the same x (the GDN's in_proj_*, the MLP's gate and up) scan it once
+  scan.support = support;
   for (const Job& job : jobs) {
     if (!job.matrix->try_columns(job.x, job.y, &scan)) row_jobs[count++] = &job;
   }

@@ -71,6 +71,9 @@ class PackedMatrix {
   // column c holding a weight != 0.0f (used has cols() entries).
   bool all_finite() const;
   void mark_nonzero_columns(std::vector<uint8_t>& used) const;
+  // used[c] = 1 for every column c whose input a product can read: a CSR matrix's stored
+  // columns (a -0 weight included: -0 * NaN is NaN), every column of a dense one.
+  void mark_stored_columns(std::vector<uint8_t>& used) const;
 
   // y[0..rows) = W x. Rows are split between OpenMP threads; each row is summed by
   // one thread in the canonical order of dot.h, so y does not depend on the thread
@@ -87,7 +90,18 @@ class PackedMatrix {
     const float* x;
     float* y;
   };
+  // What the caller knows about one input: x[0, n) is +-0 outside the blocks of 16 set
+  // in `blocks` (bit b of word b / 64: x[16 b, 16 b + 16)) and the tail past the last
+  // full block. The column plan of that x (its nonzero columns, their count, whether all
+  // are finite) is then found by scanning those blocks only: the plan of the full scan,
+  // so the same path and the same bits, for the cost of the blocks instead of the width.
+  struct Support {
+    const float* x = nullptr;
+    int64_t n = 0;
+    const uint64_t* blocks = nullptr;
+  };
   static void multiply_all(std::span<const Job> jobs);
+  static void multiply_all(std::span<const Job> jobs, const Support& support);
 
   // One row upcast to fp32 (embedding lookup of a tied matrix).
   void copy_row(int64_t row, float* out) const;
@@ -97,6 +111,9 @@ class PackedMatrix {
   // that the path they mean to exercise is the one that ran).
   Path path_for(const float* x) const;
   static int64_t column_products();
+  // How many column plans were found from a Support's blocks (tests: the path they mean to
+  // exercise is the one that ran).
+  static int64_t supported_plans();
 
  private:
   void multiply_rows(const float* x, float* y, int64_t row_begin, int64_t row_end) const;
@@ -108,6 +125,7 @@ class PackedMatrix {
     int64_t cols = -1;
     bool listed = false;
     ColumnMatrix::Plan plan;
+    Support support;  // multiply_all's: used for the x it describes
   };
   // The column path when this call should take it (plans x, and runs it): true if done.
   bool try_columns(const float* x, float* y, ColumnScan* shared = nullptr) const;

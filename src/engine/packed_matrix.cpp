@@ -164,11 +164,16 @@ PackedMatrix PackedMatrix::pack(std::span<const float> values, int64_t rows, int
         widest = std::max(widest, m.row_start_[r + 1] - m.row_start_[r]);
       }
       m.single_term_rows_ = widest <= 1;
-      if (2 * live < rows && rows <= std::numeric_limits<int32_t>::max()) {
+      if (2 * live < rows && rows <= std::numeric_limits<int32_t>::max() &&
+          m.f32_.size() <= std::numeric_limits<uint32_t>::max()) {
         m.live_rows_listed_ = true;
         m.live_rows_.reserve(static_cast<size_t>(live));
         for (int64_t r = 0; r < rows; ++r) {
-          if (m.row_start_[r + 1] > m.row_start_[r]) m.live_rows_.push_back(static_cast<int32_t>(r));
+          if (m.row_start_[r + 1] > m.row_start_[r]) {
+            m.live_rows_.push_back({static_cast<int32_t>(r), static_cast<uint32_t>(m.row_start_[r]),
+                                    static_cast<uint32_t>(m.row_start_[r + 1]),
+                                    m.program_start_[r + 1] - m.program_start_[r] == 1 ? 1u : 0u});
+          }
         }
       }
       // No column copy where it would never run: Rows, or Auto on a matrix with almost
@@ -228,7 +233,7 @@ size_t PackedMatrix::bytes() const {
   return f32_.size() * sizeof(float) + bf16_.size() * sizeof(uint16_t) +
          col_index_.size() * sizeof(uint32_t) + row_start_.size() * sizeof(int64_t) +
          program_.size() * sizeof(uint32_t) + program_start_.size() * sizeof(int64_t) +
-         live_rows_.size() * sizeof(int32_t) + columns_.bytes();
+         live_rows_.size() * sizeof(LiveRow) + columns_.bytes();
 }
 
 int64_t PackedMatrix::row_work() const {
@@ -248,8 +253,17 @@ void PackedMatrix::multiply_rows(const float* x, float* y, int64_t row_begin, in
         // Mostly empty rows: an empty row's sum is +0 (below), so fill and evaluate
         // only the rows with a nonzero.
         std::fill(y + row_begin, y + row_end, 0.0f);
-        auto live = std::lower_bound(live_rows_.begin(), live_rows_.end(), row_begin);
-        for (; live != live_rows_.end() && *live < row_end; ++live) y[*live] = csr_row(x, *live);
+        auto live = std::lower_bound(live_rows_.begin(), live_rows_.end(), row_begin,
+                                     [](const LiveRow& a, int64_t r) { return a.row < r; });
+        for (; live != live_rows_.end() && live->row < row_end; ++live) {
+          if (live->one_lane != 0) {  // csr_row's program for one leaf: the lane from +0, no merge
+            float lane = 0.0f;
+            for (uint32_t k = live->begin; k < live->end; ++k) lane = lane + f32_[k] * x[col_index_[k]];
+            y[live->row] = lane;
+          } else {
+            y[live->row] = csr_row(x, live->row);
+          }
+        }
         return;
       }
       if (single_term_rows_) {

@@ -149,8 +149,16 @@ class PackedMatrix {
   // CSR matrices whose rows are mostly empty (out_proj of a compiled layer): the rows
   // with a nonzero, ascending. The row path fills y with +0 (what an empty row sums
   // to) and evaluates only these (live_rows_listed_; none listed when most rows hold a
-  // nonzero).
-  std::vector<int32_t> live_rows_;
+  // nonzero). Each carries its nonzeros' range, and whether they all sit in one lane (a
+  // compiled row's usual 1-3 weights): such a row is summed right here from +0 in stored
+  // order, which is what csr_row's program does for one leaf, without reading the row's
+  // offsets and program (scattered, cold cache lines on a machine of thousands of layers).
+  struct LiveRow {
+    int32_t row;
+    uint32_t begin, end;  // its nonzeros in f32_ / col_index_
+    uint32_t one_lane;    // 1: every nonzero in one lane
+  };
+  std::vector<LiveRow> live_rows_;
   bool live_rows_listed_ = false;
   // CSR matrices whose every row holds at most one stored value (the looped machine's
   // GDN in_proj_z: 1,024 rows, 512 values): the row path writes 0 + w * x[c] or +0 per

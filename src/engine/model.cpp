@@ -90,6 +90,9 @@ struct Layer {
   // gate/up can read (PackedMatrix::mark_stored_columns; LiveNorm's read_blocks): the
   // norm writes only those, and the products scan only what it wrote.
   std::vector<uint64_t> mixer_read_blocks, mlp_read_blocks;
+  // The 64-dim words of the residual holding a row that the GDN's out_proj / down_proj can
+  // write (PackedMatrix::mark_stored_rows): their output is +0 everywhere else.
+  std::vector<uint32_t> mixer_written, mlp_written;
   GatedDeltaNet linear;
   GatedAttention full;
   PackedMatrix gate_proj, up_proj, down_proj;
@@ -113,6 +116,15 @@ std::vector<uint64_t> read_blocks(const std::vector<uint8_t>& used) {
     if (used[d] != 0) bits[d / 16 / 64] |= uint64_t{1} << (d / 16 % 64);
   }
   return bits;
+}
+
+// The words w (dims [64 w, 64 w + 64)) holding a used dim, ascending.
+std::vector<uint32_t> used_words(const std::vector<uint8_t>& used) {
+  std::vector<uint32_t> words;
+  for (size_t d = 0; d < used.size(); ++d) {
+    if (used[d] != 0 && (words.empty() || words.back() != d / 64)) words.push_back(static_cast<uint32_t>(d / 64));
+  }
+  return words;
 }
 
 std::vector<float> one_plus(std::vector<float>&& w, int64_t size, const std::string& name) {
@@ -254,6 +266,9 @@ void Model::build(io::Qwen35Weights weights, const LayerSource& source, const Mo
       std::fill(used.begin(), used.end(), uint8_t{0});
       for (size_t i = 0; i < 4; ++i) projections[i]->mark_stored_columns(used);
       layer.mixer_read_blocks = read_blocks(used);
+      std::fill(used.begin(), used.end(), uint8_t{0});
+      projections[4]->mark_stored_rows(used);  // out_proj
+      layer.mixer_written = used_words(used);
     } else {
       layer.full = GatedAttention(std::move(w.full), attn_shape, m.eps, pack, name + ".self_attn");
     }
@@ -281,6 +296,9 @@ void Model::build(io::Qwen35Weights weights, const LayerSource& source, const Mo
       layer.gate_proj.mark_stored_columns(used);
       layer.up_proj.mark_stored_columns(used);
       layer.mlp_read_blocks = read_blocks(used);
+      std::fill(used.begin(), used.end(), uint8_t{0});
+      layer.down_proj.mark_stored_rows(used);
+      layer.mlp_written = used_words(used);
       layer.mlp_reads.eligible = eps_ok && weight_scan::all_finite(layer.post_scale) &&
                                  layer.gate_proj.all_finite() && layer.up_proj.all_finite() &&
                                  layer.down_proj.all_finite();
@@ -442,7 +460,8 @@ void Model::forward(int64_t token, State& state, std::span<float> logits, std::s
     }
     return nullptr;
   };
-  const auto add_mixed = [&] {
+  // x = x + mixed, after which x's facts are stale; add_mixed below keeps them.
+  const auto add_all = [&] {
     if (fast) {
       kernels.add(x.data(), mixed, d);
     } else {
@@ -481,6 +500,26 @@ void Model::forward(int64_t token, State& state, std::span<float> logits, std::s
     for (int64_t i = 0; i < d; ++i) xs[i] = xs[i] + 0.0f;
     x_may_hold_minus_zero = false;
   };
+  // x = x + mixed where `written` (nullptr: anywhere) lists the 64-dim words outside
+  // which mixed is +0 (the output projection has no stored row there). Once the first
+  // add_zero has run, x holds no -0 and no signalling NaN (every value has been through an
+  // add), so x + (+0) is x bit for bit there: only the written words are added, and x's
+  // facts are updated on them alone (a value that is not finite stays so under an add, so
+  // finiteness is the old flag AND the written words'). Otherwise the full add.
+  const auto add_mixed = [&](const std::vector<uint32_t>* written) {
+    if (fast && written != nullptr && !x_may_hold_minus_zero) {
+      for (const uint32_t w : *written) {
+        const int64_t begin = 64 * static_cast<int64_t>(w), count = std::min<int64_t>(64, d - begin);
+        kernels.add(x.data() + begin, mixed + begin, count);
+        if (x_facts_known) {
+          x_facts.finite = kernels.live_words(x.data() + begin, count, &x_facts.live[w]) && x_facts.finite;
+        }
+      }
+      return;
+    }
+    add_all();
+    x_changed();
+  };
   int64_t skipped_mlp = 0, skipped_gdn = 0;
   x_changed();
 
@@ -515,16 +554,14 @@ void Model::forward(int64_t token, State& state, std::span<float> logits, std::s
                                         layer.mixer_read_blocks.data());
         layer.linear.step(normed, state.conv_state[l], state.recurrent_state[l], first_token, mixed,
                           state.conv_zero_blocks[l], projections_zero, support);
-        add_mixed();
-        x_changed();
+        add_mixed(&layer.mixer_written);
       }
       zero_inputs = idle ? std::min(zero_inputs + 1, history) : 0;
       recurrent_zero = recurrent_zero != 0 && fully_idle ? 1 : 0;
     } else {
       rms_norm(layer.input_scale, layer.input_plain, layer.input_odd, nullptr);
       layer.full.step(normed, state.position, state.key_cache[l], state.value_cache[l], mixed);
-      add_mixed();
-      x_changed();
+      add_mixed(nullptr);
     }
     // x is what the mixer left, bit for bit (a skipped one's x + (+0) included).
     if (tap) tap(static_cast<int64_t>(2 * l), x);
@@ -546,8 +583,7 @@ void Model::forward(int64_t token, State& state, std::span<float> logits, std::s
       for (int64_t i = 0; i < c.intermediate_size; ++i) gate[i] = numerics::silu(gate[i]) * up[i];
     }
     layer.down_proj.multiply(gate, mixed);
-    add_mixed();
-    x_changed();
+    add_mixed(&layer.mlp_written);
     if (tap) tap(static_cast<int64_t>(2 * l + 1), x);
   }
   if (skipped_mlp != 0) m.skipped_mlp.fetch_add(skipped_mlp, std::memory_order_relaxed);

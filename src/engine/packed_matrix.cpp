@@ -221,6 +221,12 @@ void PackedMatrix::mark_stored_columns(std::vector<uint8_t>& used) const {
   for (const uint32_t c : col_index_) used[c] = 1;
 }
 
+void PackedMatrix::mark_stored_rows(std::vector<uint8_t>& used) const {
+  for (int64_t r = 0; r < rows_; ++r) {
+    if (format_ != Format::SparseCsr || !row_always_zero(r)) used[static_cast<size_t>(r)] = 1;
+  }
+}
+
 int64_t PackedMatrix::nonzeros() const {
   if (format_ == Format::SparseCsr) return static_cast<int64_t>(f32_.size());
   int64_t count = 0;

@@ -74,6 +74,9 @@ class PackedMatrix {
   // used[c] = 1 for every column c whose input a product can read: a CSR matrix's stored
   // columns (a -0 weight included: -0 * NaN is NaN), every column of a dense one.
   void mark_stored_columns(std::vector<uint8_t>& used) const;
+  // used[r] = 1 for every row whose product can be other than +0: a CSR matrix's rows
+  // with a stored entry (the others are row_always_zero), every row of a dense one.
+  void mark_stored_rows(std::vector<uint8_t>& used) const;
 
   // y[0..rows) = W x. Rows are split between OpenMP threads; each row is summed by
   // one thread in the canonical order of dot.h, so y does not depend on the thread

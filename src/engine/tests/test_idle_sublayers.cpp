@@ -396,6 +396,40 @@ TEST(IdleSublayers, NormSupportGivesThePlainModelBits) {
   EXPECT_GT(PackedMatrix::supported_plans() - supported_before, 100);
 }
 
+// The sublayers that run add their output only on the words their output projection can
+// write, once x holds no -0. Before that (no sublayer skipped yet), the full add must run:
+// it turns the embedding's -0s into +0 in the words the sublayer does not write. Every
+// sublayer here reads group 0 (live on every token, so none is skipped) and writes group
+// 8 only (another 64-dim word); the plain model's adds run everywhere.
+TEST(IdleSublayers, RunSublayersAddEverywhereWhileXMayHoldMinusZero) {
+  TinySpec spec;
+  spec.seed = 5;
+  spec.hidden = 256;
+  spec.layers = {LayerType::LinearAttention, LayerType::LinearAttention, LayerType::LinearAttention};
+  io::Qwen35Weights w = testing::make_tiny_weights(spec);
+  Wiring r;
+  r.mixer_reads = r.mlp_reads = 1u << 0;
+  r.mixer_writes = r.mlp_writes = 1u << 8;
+  wire(w, std::vector<Wiring>(spec.layers.size(), r));
+  embed_groups(w, 6, [](int64_t) { return 1u; });  // group 0 live, every other dim +0 or -0
+  ModelOptions plain;
+  plain.elementwise = Elementwise::Dense;
+  plain.idle_sublayers = IdleSublayers::Compute;
+  const Model a(w, plain), b(w);
+  State sa = a.new_state(), sb = b.new_state();
+  std::vector<float> la(w.config.vocab_size), lb(w.config.vocab_size), ha(spec.hidden), hb(spec.hidden);
+  for (const int64_t token : {3, 7, 11}) {
+    a.forward(token, sa, la, ha);
+    b.forward(token, sb, lb, hb);
+    expect_bits(hb, ha, "hidden after token " + std::to_string(token));
+    expect_bits(lb, la, "logits after token " + std::to_string(token));
+  }
+  EXPECT_EQ(b.skipped_sublayers().mlp + b.skipped_sublayers().gdn, 0);
+  int minus_zeros = 0;
+  for (int64_t i = 0; i < spec.hidden; ++i) minus_zeros += float_bits(w.embed_tokens[3 * spec.hidden + i]) == 0x80000000u;
+  EXPECT_GT(minus_zeros, 50);
+}
+
 // Non-finite residuals never take the skip (rsqrt of a NaN mean, 0 * inf in a dense
 // product): an inf in an unread dim of an otherwise idle token, a NaN, a huge value whose
 // square overflows; the bits still match, NaN payloads included.

@@ -492,6 +492,21 @@ TEST(IdleChannels, MostlyEmptyCsrRowsGiveTheDenseRowBits) {
   omp_set_num_threads(saved);
 }
 
+// y = m x in the dense order with the unstored (+0) weights left out, as CSR defines it
+// (dense 0 * inf would be NaN); a stored -0 weight multiplies x like any other.
+std::vector<float> csr_order_rows(const std::vector<float>& m, int64_t rows, int64_t cols, const std::vector<float>& x) {
+  std::vector<float> y(static_cast<size_t>(rows));
+  for (int64_t r = 0; r < rows; ++r) {
+    float lanes[dot::kLanes] = {};
+    for (int64_t c = 0; c < cols; ++c) {
+      const float w = m[static_cast<size_t>(r * cols + c)];
+      if (float_bits(w) != 0) lanes[c % dot::kLanes] = lanes[c % dot::kLanes] + w * x[static_cast<size_t>(c)];
+    }
+    y[static_cast<size_t>(r)] = dot::combine_lanes(lanes);
+  }
+  return y;
+}
+
 TEST(IdleChannels, MostlyEmptyCsrRowsOfOneLaneAndOfManyLanes) {
   // The live-row list sums a row whose weights all sit in one lane (columns c, c + 64,
   // c + 128, ...) in place, and hands the others to the row program (up to 12 lanes) or
@@ -532,15 +547,8 @@ TEST(IdleChannels, MostlyEmptyCsrRowsOfOneLaneAndOfManyLanes) {
       omp_set_num_threads(threads);
       for (int trial = 0; trial < 4; ++trial) {
         const std::vector<float> x = sparse_values(rng, cols, trial == 0 ? 0.0 : 0.5, trial == 3);
-        std::vector<float> want(static_cast<size_t>(rows)), got(static_cast<size_t>(rows), -1.0f);
-        for (int64_t r = 0; r < rows; ++r) {
-          float lanes[dot::kLanes] = {};
-          for (int64_t c = 0; c < cols; ++c) {
-            const float w = m[static_cast<size_t>(r * cols + c)];
-            if (float_bits(w) != 0) lanes[c % dot::kLanes] = lanes[c % dot::kLanes] + w * x[static_cast<size_t>(c)];
-          }
-          want[static_cast<size_t>(r)] = dot::combine_lanes(lanes);
-        }
+        const std::vector<float> want = csr_order_rows(m, rows, cols, x);
+        std::vector<float> got(static_cast<size_t>(rows), -1.0f);
         csr.multiply(x.data(), got.data());
         for (int64_t r = 0; r < rows; ++r) {
           ASSERT_EQ(float_bits(got[r]), float_bits(want[r]))
@@ -582,17 +590,8 @@ TEST(IdleChannels, SingleTermCsrRowsGiveTheDenseRowBits) {
         for (int trial = 0; trial < 4; ++trial) {
           std::vector<float> x = sparse_values(rng, cols, trial == 0 ? 0.0 : 0.5, wild);
           if (trial == 3) x[0] = 1e-30f;  // products that underflow to +-0
-          std::vector<float> want(static_cast<size_t>(rows)), got(static_cast<size_t>(rows), -1.0f);
-          // The dense order with the unstored (+0) weights left out, as CSR defines it
-          // (dense 0 * inf would be NaN); a stored -0 weight multiplies x like any other.
-          for (int64_t r = 0; r < rows; ++r) {
-            float lanes[dot::kLanes] = {};
-            for (int64_t c = 0; c < cols; ++c) {
-              const float w = m[static_cast<size_t>(r * cols + c)];
-              if (float_bits(w) != 0) lanes[c % dot::kLanes] = lanes[c % dot::kLanes] + w * x[static_cast<size_t>(c)];
-            }
-            want[static_cast<size_t>(r)] = dot::combine_lanes(lanes);
-          }
+          const std::vector<float> want = csr_order_rows(m, rows, cols, x);
+          std::vector<float> got(static_cast<size_t>(rows), -1.0f);
           csr.multiply(x.data(), got.data());
           for (int64_t r = 0; r < rows; ++r, ++checked) {
             ASSERT_TRUE(same(got[static_cast<size_t>(r)], want[static_cast<size_t>(r)]))

@@ -28,6 +28,7 @@
 namespace qpu::engine {
 namespace {
 
+using testing::live_bits;
 using testing::TinyRandom;
 
 constexpr float kInf = std::numeric_limits<float>::infinity();
@@ -168,14 +169,6 @@ TEST(NormSupport, ProductsWithASupportGiveTheUnsupportedBits) {
 std::vector<float> residual(TinyRandom& rng, int64_t n, double live, bool wild) {
   std::vector<uint64_t> blocks = random_blocks(rng, n, live);
   return supported_x(rng, n, blocks, 0.3, wild);
-}
-
-std::vector<uint64_t> live_bits(const std::vector<float>& x) {
-  std::vector<uint64_t> live((x.size() + 63) / 64, 0);
-  for (size_t i = 0; i < x.size(); ++i) {
-    if (x[i] != 0.0f || std::isnan(x[i])) live[i / 64] |= uint64_t{1} << (i % 64);
-  }
-  return live;
 }
 
 // One buffer over many calls (the blocks one call writes are cleared by the next), the

@@ -294,6 +294,31 @@ void ColumnMatrix::list_columns(const float* x, int64_t cols, Plan& plan, std::v
   kernel(x, cols, active.data());
 }
 
+void ColumnMatrix::list_columns_in(const float* x, int64_t cols, const uint64_t* blocks, Plan& plan,
+                                   std::vector<int32_t>& active) {
+  if (static_cast<int64_t>(active.size()) < cols) active.resize(static_cast<size_t>(cols));
+  int32_t* list = active.data();
+  int64_t count = 0;
+  bool finite = true;
+  // One float: listed when not +-0 (NaN counts, as in count()); x - x is NaN for inf/NaN.
+  const auto visit = [&](int64_t j) {
+    const float v = x[j];
+    list[count] = static_cast<int32_t>(j);  // branch-free: overwritten unless v counts
+    count += v != 0.0f || v != v;
+    finite = finite && v - v == 0.0f;
+  };
+  const int64_t full = cols / 16;
+  for (int64_t w = 0; w * 64 < full; ++w) {
+    for (uint64_t bits = blocks[w]; bits != 0; bits &= bits - 1) {
+      const int64_t b = 64 * w + std::countr_zero(bits);
+      if (b >= full) break;
+      for (int64_t j = 16 * b; j < 16 * b + 16; ++j) visit(j);
+    }
+  }
+  for (int64_t j = 16 * full; j < cols; ++j) visit(j);
+  plan = Plan{list, count, 0, finite};
+}
+
 int64_t ColumnMatrix::active_entries(const Plan& plan) const {
   int64_t entries = 0;
   for (int64_t a = 0; a < plan.active_cols; ++a) entries += col_entries_[static_cast<size_t>(plan.active[a])];
@@ -306,6 +331,7 @@ int64_t ColumnMatrix::narrow(Plan& plan, const uint64_t* active_bits, std::vecto
   int32_t* list = own.data();
   if (plan.active_cols > 0) {
     for (size_t w = 0; w < nonempty_.size(); ++w) {
+      if (active_bits[w] == 0) continue;  // an idle word: no need to read this matrix's (cold) word
       for (uint64_t bits = active_bits[w] & nonempty_[w]; bits != 0; bits &= bits - 1) {
         const auto j = static_cast<int32_t>(64 * w + static_cast<size_t>(std::countr_zero(bits)));
         list[count++] = j;

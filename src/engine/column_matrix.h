@@ -61,6 +61,11 @@ class ColumnMatrix {
   // (cols entries; plan.active_cols must be count()'s) and points plan.active at it;
   // active_entries() is the stored weights of those columns in this matrix.
   static void list_columns(const float* x, int64_t cols, Plan& plan, std::vector<int32_t>& active);
+  // count() and list_columns() in one pass over the blocks of 16 set in `blocks` (bit b of
+  // word b / 64) and the tail past the last full block, for an x that is +-0 everywhere
+  // else (PackedMatrix::Support): the same plan as the scan of the whole x.
+  static void list_columns_in(const float* x, int64_t cols, const uint64_t* blocks, Plan& plan,
+                              std::vector<int32_t>& active);
   int64_t active_entries(const Plan& plan) const;
   // active_entries, and the plan narrowed to this matrix: `plan.active` (an x's list)
   // becomes the ascending columns that also hold a stored weight here, written to

@@ -360,7 +360,7 @@ float sum_squares_live(const float* x, int64_t n, const uint64_t* live) {
 }
 
 bool LiveNorm::run(const float* x, int64_t n, const float* scale, float eps, const uint64_t* live,
-                   const std::vector<int32_t>& odd_blocks, float* out) {
+                   const std::vector<int32_t>& odd_blocks, float* out, const uint64_t* read_blocks) {
   const int64_t words = (n + 63) / 64;
   int64_t live_dims = 0;
   for (int64_t w = 0; w < words; ++w) {
@@ -376,6 +376,7 @@ bool LiveNorm::run(const float* x, int64_t n, const float* scale, float eps, con
   const float r = numerics::rsqrt(sum_squares_live(x, n, live) / static_cast<float>(n) + eps);
   if (!std::isfinite(r)) return false;
   const Kernels& k = kernels();
+  const int64_t blocks = n / kBlock;
   if (!known_ || n_ != n || out_ != out) {
     std::fill(out, out + n, 0.0f);
     written_.clear();
@@ -386,19 +387,23 @@ bool LiveNorm::run(const float* x, int64_t n, const float* scale, float eps, con
     for (const int32_t b : written_) std::fill(out + b * kBlock, out + (b + 1) * kBlock, 0.0f);
     written_.clear();
   }
-  const int64_t blocks = n / kBlock;
+  written_bits_.assign(static_cast<size_t>((blocks + 63) / 64), 0);
+  const auto read = [&](int64_t b) { return read_blocks == nullptr || (read_blocks[b / 64] >> (b % 64) & 1u) != 0; };
+  const auto write = [&](int64_t b) {
+    k.scale_mul(x + b * kBlock, r, scale + b * kBlock, out + b * kBlock, kBlock);
+    written_.push_back(static_cast<int32_t>(b));
+    written_bits_[static_cast<size_t>(b / 64)] |= uint64_t{1} << (b % 64);
+  };
   for (int64_t w = 0; w < words; ++w) {
     for (uint64_t bits = live[w]; bits != 0;) {
       const int64_t b = 4 * w + std::countr_zero(bits) / 16;  // the block of the lowest live dim
       bits &= ~(uint64_t{0xffff} << (16 * (b % 4)));
       if (b >= blocks) break;  // the tail, below
-      k.scale_mul(x + b * kBlock, r, scale + b * kBlock, out + b * kBlock, kBlock);
-      written_.push_back(static_cast<int32_t>(b));
+      if (read(b)) write(b);
     }
   }
   for (const int32_t b : odd_blocks) {  // (+-0 * r) * inf = NaN: computed
-    k.scale_mul(x + b * kBlock, r, scale + b * kBlock, out + b * kBlock, kBlock);
-    written_.push_back(b);
+    if (read(b) && (written_bits_[static_cast<size_t>(b / 64)] >> (b % 64) & 1u) == 0) write(b);
   }
   for (int64_t i = blocks * kBlock; i < n; ++i) out[i] = (x[i] * r) * scale[i];  // rewritten every call
   return true;

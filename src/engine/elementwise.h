@@ -100,6 +100,13 @@ float sum_squares_live(const float* x, int64_t n, const uint64_t* live);
 //   the tail past the last full block, and is +0 elsewhere. The +0s are kept from the
 //   previous call: only the blocks it wrote are cleared (the first call clears all).
 // A looped machine's layer then costs its live dims instead of two passes over the width.
+//
+// read_blocks (bit b of word b / 64: block b of 16 dims; nullptr: every block): the blocks
+// holding a column that the products reading `out` store (PackedMatrix::mark_stored_columns).
+// A product reads x only at stored columns (the CSR rows, the column walk over nonempty
+// columns), so a block no product reads may hold +0 instead of its value: only the live
+// and odd blocks that are read are written (the tail always). Those products then give
+// the bits of the plain norm's out, and so does every other reader that reads only there.
 class LiveNorm {
  public:
   // The buffer's content is unknown (a new forward, another buffer, a dense write).
@@ -107,13 +114,17 @@ class LiveNorm {
   // false when this path does not apply (r not finite, or too many live dims to pay);
   // nothing is written then and the caller runs the plain RMSNorm (and forget()).
   bool run(const float* x, int64_t n, const float* scale, float eps, const uint64_t* live,
-           const std::vector<int32_t>& odd_blocks, float* out);
+           const std::vector<int32_t>& odd_blocks, float* out, const uint64_t* read_blocks = nullptr);
+  // After a run that returned true: bit b is set for each block of 16 that the run wrote;
+  // every other full block of out is +0 (the tail past n / 16 blocks is always written).
+  const uint64_t* written_blocks() const { return written_bits_.data(); }
 
  private:
   bool known_ = false;
   int64_t n_ = 0;
   const float* out_ = nullptr;
   std::vector<int32_t> written_;  // blocks written since the buffer was last all +-0
+  std::vector<uint64_t> written_bits_;  // the blocks the last run wrote
 };
 // The blocks of 16 of a scale vector that hold a non-finite value (LiveNorm's odd_blocks).
 std::vector<int32_t> non_finite_blocks(const float* scale, int64_t n);

@@ -287,7 +287,7 @@ int64_t GatedDeltaNet::dead_value_heads() const { return std::count(dead_heads_.
 
 void GatedDeltaNet::step(const float* h, std::span<float> conv_state, std::span<float> recurrent_state,
                          bool first_token, float* out, std::span<uint8_t> conv_zero_blocks,
-                         bool projections_zero) const {
+                         bool projections_zero, const uint64_t* h_blocks) const {
   const GatedDeltaNetShape& s = shape_;
   const int64_t conv_dim = s.conv_dim();
   const int64_t taps = s.conv_kernel;
@@ -326,7 +326,7 @@ void GatedDeltaNet::step(const float* h, std::span<float> conv_state, std::span<
     std::fill(b, b + v_heads, 0.0f);
     std::fill(a, a + v_heads, 0.0f);
   } else {
-    PackedMatrix::multiply_all(projections);
+    PackedMatrix::multiply_all(projections, {h_blocks != nullptr ? h : nullptr, s.hidden, h_blocks});
   }
 
   // Causal depthwise conv over [previous kernel-1 inputs, this input], no bias, then

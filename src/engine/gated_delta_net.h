@@ -97,9 +97,11 @@ class GatedDeltaNet {
   //   this h (Model's idle test: every dim they read is +-0, h finite, the weights finite),
   //   so they are not run and h is not read: +0 is what they would write. A GDN layer
   //   whose input has gone idle while its conv history is still live runs this way.
+  // h_blocks: nullptr, or h's support (PackedMatrix::Support): h is +-0 outside these
+  //   blocks of 16, so the projections scan only them (the same plan, the same bits).
   void step(const float* h, std::span<float> conv_state, std::span<float> recurrent_state,
             bool first_token, float* out, std::span<uint8_t> conv_zero_blocks = {},
-            bool projections_zero = false) const;
+            bool projections_zero = false, const uint64_t* h_blocks = nullptr) const;
   // The number of conv_zero_blocks counts (conv channel blocks of 16).
   int64_t conv_blocks() const;
   // Conv blocks with no input row and value heads that step() leaves out while those

@@ -86,6 +86,13 @@ struct Layer {
   std::vector<uint64_t> input_plain, post_plain;
   // elementwise::non_finite_blocks of the two scales (LiveNorm computes them always).
   std::vector<int32_t> input_odd, post_odd;
+  // The blocks of 16 residual dims that the mixer's input projections (GDN layers) and
+  // gate/up can read (PackedMatrix::mark_stored_columns; LiveNorm's read_blocks): the
+  // norm writes only those, and the products scan only what it wrote.
+  std::vector<uint64_t> mixer_read_blocks, mlp_read_blocks;
+  // The 64-dim words of the residual holding a row that the GDN's out_proj / down_proj can
+  // write (PackedMatrix::mark_stored_rows): their output is +0 everywhere else.
+  std::vector<uint32_t> mixer_written, mlp_written;
   GatedDeltaNet linear;
   GatedAttention full;
   PackedMatrix gate_proj, up_proj, down_proj;
@@ -99,6 +106,26 @@ struct Layer {
   // (idle decay 1 in every head and the SkipZeros recurrence).
   bool idle_state_untouched = false;
 };
+
+// Bit b (of word b / 64) set iff one of dims [16 b, 16 b + 16) is used: the read_blocks of
+// elementwise::LiveNorm.
+std::vector<uint64_t> read_blocks(const std::vector<uint8_t>& used) {
+  const size_t blocks = used.size() / static_cast<size_t>(elementwise::kBlock);
+  std::vector<uint64_t> bits((blocks + 63) / 64, 0);
+  for (size_t d = 0; d < blocks * static_cast<size_t>(elementwise::kBlock); ++d) {
+    if (used[d] != 0) bits[d / 16 / 64] |= uint64_t{1} << (d / 16 % 64);
+  }
+  return bits;
+}
+
+// The words w (dims [64 w, 64 w + 64)) holding a used dim, ascending.
+std::vector<uint32_t> used_words(const std::vector<uint8_t>& used) {
+  std::vector<uint32_t> words;
+  for (size_t d = 0; d < used.size(); ++d) {
+    if (used[d] != 0 && (words.empty() || words.back() != d / 64)) words.push_back(static_cast<uint32_t>(d / 64));
+  }
+  return words;
+}
 
 std::vector<float> one_plus(std::vector<float>&& w, int64_t size, const std::string& name) {
   if (static_cast<int64_t>(w.size()) != size) fail("{}: expected {} values, got {}", name, size, w.size());
@@ -236,6 +263,12 @@ void Model::build(io::Qwen35Weights weights, const LayerSource& source, const Mo
       const std::vector<const PackedMatrix*> projections = layer.linear.matrices();
       for (size_t i = 0; i < 4; ++i) projections[i]->mark_nonzero_columns(used);
       layer.mixer_reads.build(used);
+      std::fill(used.begin(), used.end(), uint8_t{0});
+      for (size_t i = 0; i < 4; ++i) projections[i]->mark_stored_columns(used);
+      layer.mixer_read_blocks = read_blocks(used);
+      std::fill(used.begin(), used.end(), uint8_t{0});
+      projections[4]->mark_stored_rows(used);  // out_proj
+      layer.mixer_written = used_words(used);
     } else {
       layer.full = GatedAttention(std::move(w.full), attn_shape, m.eps, pack, name + ".self_attn");
     }
@@ -259,6 +292,13 @@ void Model::build(io::Qwen35Weights weights, const LayerSource& source, const Mo
       layer.gate_proj.mark_nonzero_columns(used);
       layer.up_proj.mark_nonzero_columns(used);
       layer.mlp_reads.build(used);
+      std::fill(used.begin(), used.end(), uint8_t{0});
+      layer.gate_proj.mark_stored_columns(used);
+      layer.up_proj.mark_stored_columns(used);
+      layer.mlp_read_blocks = read_blocks(used);
+      std::fill(used.begin(), used.end(), uint8_t{0});
+      layer.down_proj.mark_stored_rows(used);
+      layer.mlp_written = used_words(used);
       layer.mlp_reads.eligible = eps_ok && weight_scan::all_finite(layer.post_scale) &&
                                  layer.gate_proj.all_finite() && layer.up_proj.all_finite() &&
                                  layer.down_proj.all_finite();
@@ -404,18 +444,24 @@ void Model::forward(int64_t token, State& state, std::span<float> logits, std::s
   // a zero input). Per calling thread, like the scratch it writes.
   thread_local elementwise::LiveNorm live_norm;
   live_norm.forget();
+  // Returns normed's support (PackedMatrix::Support's blocks) when LiveNorm wrote it,
+  // else nullptr. read_blocks: LiveNorm's (nullptr: every block).
   const auto rms_norm = [&](const std::vector<float>& scale, const std::vector<uint64_t>& plain,
-                            const std::vector<int32_t>& odd) {
+                            const std::vector<int32_t>& odd, const uint64_t* read_blocks) -> const uint64_t* {
     if (fast) {
       know_x();
-      if (live_norm.run(x.data(), d, scale.data(), m.eps, x_facts.live.data(), odd, normed)) return;
+      if (live_norm.run(x.data(), d, scale.data(), m.eps, x_facts.live.data(), odd, normed, read_blocks)) {
+        return live_norm.written_blocks();
+      }
       live_norm.forget();
       elementwise::rms_norm(x.data(), d, scale.data(), m.eps, normed, plain.data());
     } else {
       numerics::rms_norm(x.data(), d, scale.data(), m.eps, normed);
     }
+    return nullptr;
   };
-  const auto add_mixed = [&] {
+  // x = x + mixed, after which x's facts are stale; add_mixed below keeps them.
+  const auto add_all = [&] {
     if (fast) {
       kernels.add(x.data(), mixed, d);
     } else {
@@ -428,11 +474,13 @@ void Model::forward(int64_t token, State& state, std::span<float> logits, std::s
   // which keeps x finite or not, and leaves no -0 in x once its add has been done.
   // x_facts: valid while x_facts_known (a skipped sublayer keeps them: x + (+0) changes
   // no value's finiteness and no block's liveness). Scratch per calling thread.
+  // x_may_hold_minus_zero: only the embedding row can put a -0 into x. Every later write
+  // is an add x + y, and in round to nearest a + b is -0 only when a and b are both -0
+  // (a + (-a) is +0, and a nonzero exact sum never rounds to zero), so once x holds no
+  // -0 no sublayer can make one: the first add_zero is the only one that does anything
+  // (a full-width pass after every sublayer that ran, before this was known).
   bool x_may_hold_minus_zero = true;
-  const auto x_changed = [&] {
-    x_facts_known = false;
-    x_may_hold_minus_zero = true;
-  };
+  const auto x_changed = [&] { x_facts_known = false; };
   // The sublayer's input projections are all +0 on this token (ReadDims::eligible: given
   // every read dim +-0 and x finite).
   const auto idle_input = [&](const SublayerTest& t) {
@@ -451,6 +499,26 @@ void Model::forward(int64_t token, State& state, std::span<float> logits, std::s
 #pragma omp simd
     for (int64_t i = 0; i < d; ++i) xs[i] = xs[i] + 0.0f;
     x_may_hold_minus_zero = false;
+  };
+  // x = x + mixed where `written` (nullptr: anywhere) lists the 64-dim words outside
+  // which mixed is +0 (the output projection has no stored row there). Once the first
+  // add_zero has run, x holds no -0 and no signalling NaN (every value has been through an
+  // add), so x + (+0) is x bit for bit there: only the written words are added, and x's
+  // facts are updated on them alone (a value that is not finite stays so under an add, so
+  // finiteness is the old flag AND the written words'). Otherwise the full add.
+  const auto add_mixed = [&](const std::vector<uint32_t>* written) {
+    if (fast && written != nullptr && !x_may_hold_minus_zero) {
+      for (const uint32_t w : *written) {
+        const int64_t begin = 64 * static_cast<int64_t>(w), count = std::min<int64_t>(64, d - begin);
+        kernels.add(x.data() + begin, mixed + begin, count);
+        if (x_facts_known) {
+          x_facts.finite = kernels.live_words(x.data() + begin, count, &x_facts.live[w]) && x_facts.finite;
+        }
+      }
+      return;
+    }
+    add_all();
+    x_changed();
   };
   int64_t skipped_mlp = 0, skipped_gdn = 0;
   x_changed();
@@ -480,19 +548,20 @@ void Model::forward(int64_t token, State& state, std::span<float> logits, std::s
         // idle but the history is live (the cycles after a micro-op fed the layer): the
         // projections are +0 (the idle test's proof), so neither they nor the norm run.
         const bool projections_zero = m.skip_idle_sublayers && idle;
-        if (!projections_zero) rms_norm(layer.input_scale, layer.input_plain, layer.input_odd);
+        const uint64_t* support =
+            projections_zero ? nullptr
+                             : rms_norm(layer.input_scale, layer.input_plain, layer.input_odd,
+                                        layer.mixer_read_blocks.data());
         layer.linear.step(normed, state.conv_state[l], state.recurrent_state[l], first_token, mixed,
-                          state.conv_zero_blocks[l], projections_zero);
-        add_mixed();
-        x_changed();
+                          state.conv_zero_blocks[l], projections_zero, support);
+        add_mixed(&layer.mixer_written);
       }
       zero_inputs = idle ? std::min(zero_inputs + 1, history) : 0;
       recurrent_zero = recurrent_zero != 0 && fully_idle ? 1 : 0;
     } else {
-      rms_norm(layer.input_scale, layer.input_plain, layer.input_odd);
+      rms_norm(layer.input_scale, layer.input_plain, layer.input_odd, nullptr);
       layer.full.step(normed, state.position, state.key_cache[l], state.value_cache[l], mixed);
-      add_mixed();
-      x_changed();
+      add_mixed(nullptr);
     }
     // x is what the mixer left, bit for bit (a skipped one's x + (+0) included).
     if (tap) tap(static_cast<int64_t>(2 * l), x);
@@ -504,25 +573,24 @@ void Model::forward(int64_t token, State& state, std::span<float> logits, std::s
       continue;
     }
     // MLP: down(silu(gate(h)) * up(h))
-    rms_norm(layer.post_scale, layer.post_plain, layer.post_odd);
+    const uint64_t* support = rms_norm(layer.post_scale, layer.post_plain, layer.post_odd, layer.mlp_read_blocks.data());
     const PackedMatrix::Job gate_up[] = {{&layer.gate_proj, normed, gate},
                                          {&layer.up_proj, normed, up}};
-    PackedMatrix::multiply_all(gate_up);
+    PackedMatrix::multiply_all(gate_up, {support != nullptr ? normed : nullptr, d, support});
     if (fast) {
       kernels.silu_mul(gate, up, c.intermediate_size);
     } else {
       for (int64_t i = 0; i < c.intermediate_size; ++i) gate[i] = numerics::silu(gate[i]) * up[i];
     }
     layer.down_proj.multiply(gate, mixed);
-    add_mixed();
-    x_changed();
+    add_mixed(&layer.mlp_written);
     if (tap) tap(static_cast<int64_t>(2 * l + 1), x);
   }
   if (skipped_mlp != 0) m.skipped_mlp.fetch_add(skipped_mlp, std::memory_order_relaxed);
   if (skipped_gdn != 0) m.skipped_gdn.fetch_add(skipped_gdn, std::memory_order_relaxed);
 
   if (!hidden.empty()) std::copy(x.begin(), x.end(), hidden.begin());
-  rms_norm(m.final_scale, m.final_plain, m.final_odd);
+  rms_norm(m.final_scale, m.final_plain, m.final_odd, nullptr);
   m.output().multiply(normed, logits.data());
   ++state.position;
 }

@@ -48,6 +48,7 @@ constexpr int64_t kColumnCallCost = 64;
 constexpr int64_t kColumnPathMaxTermsPerRow = 2;
 
 std::atomic<int64_t> column_product_count{0};
+std::atomic<int64_t> supported_plan_count{0};
 
 }  // namespace
 
@@ -163,11 +164,16 @@ PackedMatrix PackedMatrix::pack(std::span<const float> values, int64_t rows, int
         widest = std::max(widest, m.row_start_[r + 1] - m.row_start_[r]);
       }
       m.single_term_rows_ = widest <= 1;
-      if (2 * live < rows && rows <= std::numeric_limits<int32_t>::max()) {
+      if (2 * live < rows && rows <= std::numeric_limits<int32_t>::max() &&
+          m.f32_.size() <= std::numeric_limits<uint32_t>::max()) {
         m.live_rows_listed_ = true;
         m.live_rows_.reserve(static_cast<size_t>(live));
         for (int64_t r = 0; r < rows; ++r) {
-          if (m.row_start_[r + 1] > m.row_start_[r]) m.live_rows_.push_back(static_cast<int32_t>(r));
+          if (m.row_start_[r + 1] > m.row_start_[r]) {
+            m.live_rows_.push_back({static_cast<int32_t>(r), static_cast<uint32_t>(m.row_start_[r]),
+                                    static_cast<uint32_t>(m.row_start_[r + 1]),
+                                    m.program_start_[r + 1] - m.program_start_[r] == 1 ? 1u : 0u});
+          }
         }
       }
       // No column copy where it would never run: Rows, or Auto on a matrix with almost
@@ -207,6 +213,20 @@ void PackedMatrix::mark_nonzero_columns(std::vector<uint8_t>& used) const {
   }
 }
 
+void PackedMatrix::mark_stored_columns(std::vector<uint8_t>& used) const {
+  if (format_ != Format::SparseCsr) {
+    std::fill(used.begin(), used.begin() + cols_, uint8_t{1});
+    return;
+  }
+  for (const uint32_t c : col_index_) used[c] = 1;
+}
+
+void PackedMatrix::mark_stored_rows(std::vector<uint8_t>& used) const {
+  for (int64_t r = 0; r < rows_; ++r) {
+    if (format_ != Format::SparseCsr || !row_always_zero(r)) used[static_cast<size_t>(r)] = 1;
+  }
+}
+
 int64_t PackedMatrix::nonzeros() const {
   if (format_ == Format::SparseCsr) return static_cast<int64_t>(f32_.size());
   int64_t count = 0;
@@ -219,7 +239,7 @@ size_t PackedMatrix::bytes() const {
   return f32_.size() * sizeof(float) + bf16_.size() * sizeof(uint16_t) +
          col_index_.size() * sizeof(uint32_t) + row_start_.size() * sizeof(int64_t) +
          program_.size() * sizeof(uint32_t) + program_start_.size() * sizeof(int64_t) +
-         live_rows_.size() * sizeof(int32_t) + columns_.bytes();
+         live_rows_.size() * sizeof(LiveRow) + columns_.bytes();
 }
 
 int64_t PackedMatrix::row_work() const {
@@ -239,8 +259,17 @@ void PackedMatrix::multiply_rows(const float* x, float* y, int64_t row_begin, in
         // Mostly empty rows: an empty row's sum is +0 (below), so fill and evaluate
         // only the rows with a nonzero.
         std::fill(y + row_begin, y + row_end, 0.0f);
-        auto live = std::lower_bound(live_rows_.begin(), live_rows_.end(), row_begin);
-        for (; live != live_rows_.end() && *live < row_end; ++live) y[*live] = csr_row(x, *live);
+        auto live = std::lower_bound(live_rows_.begin(), live_rows_.end(), row_begin,
+                                     [](const LiveRow& a, int64_t r) { return a.row < r; });
+        for (; live != live_rows_.end() && live->row < row_end; ++live) {
+          if (live->one_lane != 0) {  // csr_row's program for one leaf: the lane from +0, no merge
+            float lane = 0.0f;
+            for (uint32_t k = live->begin; k < live->end; ++k) lane = lane + f32_[k] * x[col_index_[k]];
+            y[live->row] = lane;
+          } else {
+            y[live->row] = csr_row(x, live->row);
+          }
+        }
         return;
       }
       if (single_term_rows_) {
@@ -301,11 +330,17 @@ bool PackedMatrix::plan_columns(const float* x, ColumnMatrix::Plan& plan, Column
   thread_local std::vector<uint64_t> active_bits;
   thread_local std::vector<int32_t> own;
   const bool reuse = shared != nullptr && shared->x == x && shared->cols == cols_;
+  // The caller's support of x: the blocks to scan, listing the columns in the same pass.
+  const bool supported = !reuse && shared != nullptr && shared->support.x == x && shared->support.n == cols_;
   if (reuse) {
     plan = shared->plan;
+  } else if (supported) {
+    ColumnMatrix::list_columns_in(x, cols_, shared->support.blocks, plan, active);
+    supported_plan_count.fetch_add(1, std::memory_order_relaxed);
+    *shared = ColumnScan{x, cols_, false, plan, shared->support};  // listed once the bits are built
   } else {
     plan = columns_.count(x);
-    if (shared != nullptr) *shared = ColumnScan{x, cols_, false, plan};
+    if (shared != nullptr) *shared = ColumnScan{x, cols_, false, plan, shared->support};
   }
   // 0 * inf / 0 * NaN: the dense sum is NaN where the column product leaves the term
   // out, so a non-finite x takes the row path (the CSR behaviour of dot.h).
@@ -314,7 +349,7 @@ bool PackedMatrix::plan_columns(const float* x, ColumnMatrix::Plan& plan, Column
   if (reuse && shared->listed) {
     plan.active = active.data();  // this x's list, written by an earlier job's plan
   } else {
-    ColumnMatrix::list_columns(x, cols_, plan, active);
+    if (!supported) ColumnMatrix::list_columns(x, cols_, plan, active);
     active_bits.assign(static_cast<size_t>((cols_ + 63) / 64), 0);
     for (int64_t a = 0; a < plan.active_cols; ++a) {
       const auto j = static_cast<size_t>(plan.active[a]);
@@ -350,6 +385,7 @@ PackedMatrix::Path PackedMatrix::path_for(const float* x) const {
 }
 
 int64_t PackedMatrix::column_products() { return column_product_count.load(std::memory_order_relaxed); }
+int64_t PackedMatrix::supported_plans() { return supported_plan_count.load(std::memory_order_relaxed); }
 
 void PackedMatrix::multiply(const float* x, float* y) const {
   if (try_columns(x, y)) return;
@@ -365,7 +401,9 @@ void PackedMatrix::multiply(const float* x, float* y) const {
   }
 }
 
-void PackedMatrix::multiply_all(std::span<const Job> jobs) {
+void PackedMatrix::multiply_all(std::span<const Job> jobs) { multiply_all(jobs, Support{}); }
+
+void PackedMatrix::multiply_all(std::span<const Job> jobs, const Support& support) {
   // Column-path jobs run now, one after the other; the rest share one parallel region.
   // Their row blocks are numbered consecutively: block b belongs to the job whose range
   // contains it. (On the stack for the usual handful of jobs: no allocation.)
@@ -384,6 +422,7 @@ void PackedMatrix::multiply_all(std::span<const Job> jobs) {
   }
   size_t count = 0;
   ColumnScan scan;  // jobs with the same x (the GDN's in_proj_*, the MLP's gate and up) scan it once
+  scan.support = support;
   for (const Job& job : jobs) {
     if (!job.matrix->try_columns(job.x, job.y, &scan)) row_jobs[count++] = &job;
   }

@@ -71,6 +71,12 @@ class PackedMatrix {
   // column c holding a weight != 0.0f (used has cols() entries).
   bool all_finite() const;
   void mark_nonzero_columns(std::vector<uint8_t>& used) const;
+  // used[c] = 1 for every column c whose input a product can read: a CSR matrix's stored
+  // columns (a -0 weight included: -0 * NaN is NaN), every column of a dense one.
+  void mark_stored_columns(std::vector<uint8_t>& used) const;
+  // used[r] = 1 for every row whose product can be other than +0: a CSR matrix's rows
+  // with a stored entry (the others are row_always_zero), every row of a dense one.
+  void mark_stored_rows(std::vector<uint8_t>& used) const;
 
   // y[0..rows) = W x. Rows are split between OpenMP threads; each row is summed by
   // one thread in the canonical order of dot.h, so y does not depend on the thread
@@ -87,7 +93,18 @@ class PackedMatrix {
     const float* x;
     float* y;
   };
+  // What the caller knows about one input: x[0, n) is +-0 outside the blocks of 16 set
+  // in `blocks` (bit b of word b / 64: x[16 b, 16 b + 16)) and the tail past the last
+  // full block. The column plan of that x (its nonzero columns, their count, whether all
+  // are finite) is then found by scanning those blocks only: the plan of the full scan,
+  // so the same path and the same bits, for the cost of the blocks instead of the width.
+  struct Support {
+    const float* x = nullptr;
+    int64_t n = 0;
+    const uint64_t* blocks = nullptr;
+  };
   static void multiply_all(std::span<const Job> jobs);
+  static void multiply_all(std::span<const Job> jobs, const Support& support);
 
   // One row upcast to fp32 (embedding lookup of a tied matrix).
   void copy_row(int64_t row, float* out) const;
@@ -97,6 +114,9 @@ class PackedMatrix {
   // that the path they mean to exercise is the one that ran).
   Path path_for(const float* x) const;
   static int64_t column_products();
+  // How many column plans were found from a Support's blocks (tests: the path they mean to
+  // exercise is the one that ran).
+  static int64_t supported_plans();
 
  private:
   void multiply_rows(const float* x, float* y, int64_t row_begin, int64_t row_end) const;
@@ -108,6 +128,7 @@ class PackedMatrix {
     int64_t cols = -1;
     bool listed = false;
     ColumnMatrix::Plan plan;
+    Support support;  // multiply_all's: used for the x it describes
   };
   // The column path when this call should take it (plans x, and runs it): true if done.
   bool try_columns(const float* x, float* y, ColumnScan* shared = nullptr) const;
@@ -131,8 +152,16 @@ class PackedMatrix {
   // CSR matrices whose rows are mostly empty (out_proj of a compiled layer): the rows
   // with a nonzero, ascending. The row path fills y with +0 (what an empty row sums
   // to) and evaluates only these (live_rows_listed_; none listed when most rows hold a
-  // nonzero).
-  std::vector<int32_t> live_rows_;
+  // nonzero). Each carries its nonzeros' range, and whether they all sit in one lane (a
+  // compiled row's usual 1-3 weights): such a row is summed right here from +0 in stored
+  // order, which is what csr_row's program does for one leaf, without reading the row's
+  // offsets and program (scattered, cold cache lines on a machine of thousands of layers).
+  struct LiveRow {
+    int32_t row;
+    uint32_t begin, end;  // its nonzeros in f32_ / col_index_
+    uint32_t one_lane;    // 1: every nonzero in one lane
+  };
+  std::vector<LiveRow> live_rows_;
   bool live_rows_listed_ = false;
   // CSR matrices whose every row holds at most one stored value (the looped machine's
   // GDN in_proj_z: 1,024 rows, 512 values): the row path writes 0 + w * x[c] or +0 per

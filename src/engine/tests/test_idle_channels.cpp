@@ -492,6 +492,76 @@ TEST(IdleChannels, MostlyEmptyCsrRowsGiveTheDenseRowBits) {
   omp_set_num_threads(saved);
 }
 
+// y = m x in the dense order with the unstored (+0) weights left out, as CSR defines it
+// (dense 0 * inf would be NaN); a stored -0 weight multiplies x like any other.
+std::vector<float> csr_order_rows(const std::vector<float>& m, int64_t rows, int64_t cols, const std::vector<float>& x) {
+  std::vector<float> y(static_cast<size_t>(rows));
+  for (int64_t r = 0; r < rows; ++r) {
+    float lanes[dot::kLanes] = {};
+    for (int64_t c = 0; c < cols; ++c) {
+      const float w = m[static_cast<size_t>(r * cols + c)];
+      if (float_bits(w) != 0) lanes[c % dot::kLanes] = lanes[c % dot::kLanes] + w * x[static_cast<size_t>(c)];
+    }
+    y[static_cast<size_t>(r)] = dot::combine_lanes(lanes);
+  }
+  return y;
+}
+
+TEST(IdleChannels, MostlyEmptyCsrRowsOfOneLaneAndOfManyLanes) {
+  // The live-row list sums a row whose weights all sit in one lane (columns c, c + 64,
+  // c + 128, ...) in place, and hands the others to the row program (up to 12 lanes) or
+  // to the full 64-lane tree (more): every kind against the dense rows, with -0 and
+  // subnormal weights and x with +-0, subnormals, inf and NaN (the dense order with the
+  // unstored +0 weights left out, as CSR defines it), serial and in parallel.
+  TinyRandom rng(53);
+  const int saved = omp_get_max_threads();
+  int64_t one_lane = 0, many_lanes = 0;
+  for (const auto& shape : {std::pair<int64_t, int64_t>{40, 200}, {4480, 300}, {9000, 130}}) {
+    const int64_t rows = shape.first, cols = shape.second;
+    std::vector<float> m(static_cast<size_t>(rows * cols), 0.0f);
+    const auto weight = [&] {
+      const double u = rng.unit();
+      return u < 0.05 ? -0.0f : u < 0.1 ? 1e-40f : rng.uniform(2.0);
+    };
+    for (int64_t r = 0; r < rows; ++r) {
+      const double u = rng.unit();
+      if (u < 0.6) continue;  // empty
+      if (u < 0.8) {          // one lane, 1 to 4 terms
+        const int64_t lane = static_cast<int64_t>(rng.unit() * 64.0);
+        const int terms = 1 + static_cast<int>(rng.unit() * 4.0);
+        for (int t = 0; t < terms && lane + 64 * t < cols; ++t) m[static_cast<size_t>(r * cols + lane + 64 * t)] = weight();
+        ++one_lane;
+      } else {  // 2 to 30 terms anywhere: a few lanes or more than 12
+        const int terms = 2 + static_cast<int>(rng.unit() * 29.0);
+        for (int t = 0; t < terms; ++t) {
+          m[static_cast<size_t>(r * cols + static_cast<int64_t>(rng.unit() * static_cast<double>(cols)))] = weight();
+        }
+        ++many_lanes;
+      }
+    }
+    PackedMatrix::Options o;
+    o.force = PackedMatrix::Format::SparseCsr;
+    o.path = PackedMatrix::Path::Rows;
+    const PackedMatrix csr = PackedMatrix::pack(m, rows, cols, o, "m");
+    for (int threads : {1, 2, 3}) {
+      omp_set_num_threads(threads);
+      for (int trial = 0; trial < 4; ++trial) {
+        const std::vector<float> x = sparse_values(rng, cols, trial == 0 ? 0.0 : 0.5, trial == 3);
+        const std::vector<float> want = csr_order_rows(m, rows, cols, x);
+        std::vector<float> got(static_cast<size_t>(rows), -1.0f);
+        csr.multiply(x.data(), got.data());
+        for (int64_t r = 0; r < rows; ++r) {
+          ASSERT_EQ(float_bits(got[r]), float_bits(want[r]))
+              << rows << " x " << cols << " row " << r << " trial " << trial << " threads " << threads;
+        }
+      }
+    }
+  }
+  omp_set_num_threads(saved);
+  EXPECT_GT(one_lane, 1500);
+  EXPECT_GT(many_lanes, 700);
+}
+
 TEST(IdleChannels, SingleTermCsrRowsGiveTheDenseRowBits) {
   // CSR matrices with at most one stored value per row (a compiled in_proj_z) skip the
   // row program: 0 + w * x[c] per row, +0 for an empty row. Against the dense rows with
@@ -520,17 +590,8 @@ TEST(IdleChannels, SingleTermCsrRowsGiveTheDenseRowBits) {
         for (int trial = 0; trial < 4; ++trial) {
           std::vector<float> x = sparse_values(rng, cols, trial == 0 ? 0.0 : 0.5, wild);
           if (trial == 3) x[0] = 1e-30f;  // products that underflow to +-0
-          std::vector<float> want(static_cast<size_t>(rows)), got(static_cast<size_t>(rows), -1.0f);
-          // The dense order with the unstored (+0) weights left out, as CSR defines it
-          // (dense 0 * inf would be NaN); a stored -0 weight multiplies x like any other.
-          for (int64_t r = 0; r < rows; ++r) {
-            float lanes[dot::kLanes] = {};
-            for (int64_t c = 0; c < cols; ++c) {
-              const float w = m[static_cast<size_t>(r * cols + c)];
-              if (float_bits(w) != 0) lanes[c % dot::kLanes] = lanes[c % dot::kLanes] + w * x[static_cast<size_t>(c)];
-            }
-            want[static_cast<size_t>(r)] = dot::combine_lanes(lanes);
-          }
+          const std::vector<float> want = csr_order_rows(m, rows, cols, x);
+          std::vector<float> got(static_cast<size_t>(rows), -1.0f);
           csr.multiply(x.data(), got.data());
           for (int64_t r = 0; r < rows; ++r, ++checked) {
             ASSERT_TRUE(same(got[static_cast<size_t>(r)], want[static_cast<size_t>(r)]))

@@ -17,6 +17,7 @@
 
 #include "common/float_bits.h"
 #include "engine/model.h"
+#include "engine/packed_matrix.h"
 #include "tiny_model.h"
 
 namespace qpu::engine {
@@ -281,8 +282,7 @@ TinySpec random_spec(uint64_t seed) {
   return spec;
 }
 
-io::Qwen35Weights random_checkpoint(uint64_t seed) {
-  const TinySpec spec = random_spec(seed);
+io::Qwen35Weights random_checkpoint(uint64_t seed, const TinySpec& spec) {
   io::Qwen35Weights w = testing::make_tiny_weights(spec);
   TinyRandom rng(seed * 7919 + 3);
   const double group_count = static_cast<double>((spec.hidden + kGroup - 1) / kGroup);
@@ -304,6 +304,8 @@ io::Qwen35Weights random_checkpoint(uint64_t seed) {
   embed_groups(w, seed + 11, [&](int64_t t) { return t % 3 == 0 ? 0u : groups(2); });
   return w;
 }
+
+io::Qwen35Weights random_checkpoint(uint64_t seed) { return random_checkpoint(seed, random_spec(seed)); }
 
 std::vector<int64_t> random_tokens(uint64_t seed, int64_t vocab, int steps) {
   TinyRandom rng(seed * 31 + 1);
@@ -360,6 +362,72 @@ TEST(IdleSublayers, RandomWiringOnEveryPath) {
   }
   EXPECT_GT(total.mlp, 200);
   EXPECT_GT(total.gdn, 30);
+}
+
+// ---- The norm's support (docs/engine.md, "Where a 256-position cycle goes in the engine"):
+// at hidden 256 (16 groups) a token's few live groups keep the residual sparse enough for
+// LiveNorm, which then writes only the blocks that its sublayer's projections store and
+// hands what it wrote to the products as their support. Against the plain model (scalar
+// norms, the row path, nothing skipped): logits, hidden and every State vector.
+TEST(IdleSublayers, NormSupportGivesThePlainModelBits) {
+  const int64_t supported_before = PackedMatrix::supported_plans();
+  for (uint64_t seed = 1; seed <= 12; ++seed) {
+    TinySpec spec = random_spec(seed);
+    spec.hidden = seed % 2 == 0 ? 256 : 262;  // 262: a tail of 6 dims after the blocks of 16
+    const io::Qwen35Weights w = random_checkpoint(seed, spec);
+    ModelOptions plain;
+    plain.elementwise = Elementwise::Dense;
+    plain.sparse_path = SparsePath::Rows;
+    plain.idle_sublayers = IdleSublayers::Compute;
+    const Model a(w, plain), b(w);
+    State sa = a.new_state(), sb = b.new_state();
+    std::vector<float> la(w.config.vocab_size), lb(w.config.vocab_size), ha(spec.hidden), hb(spec.hidden);
+    const std::vector<int64_t> tokens = random_tokens(seed, w.config.vocab_size, 60);
+    for (size_t step = 0; step < tokens.size(); ++step) {
+      const std::string at = "seed " + std::to_string(seed) + " step " + std::to_string(step);
+      a.forward(tokens[step], sa, la, ha);
+      b.forward(tokens[step], sb, lb, hb);
+      expect_bits(lb, la, at + " logits");
+      expect_bits(hb, ha, at + " hidden");
+      expect_same_state(sb, sa, at);
+      if (HasFatalFailure()) return;
+    }
+  }
+  EXPECT_GT(PackedMatrix::supported_plans() - supported_before, 100);
+}
+
+// The sublayers that run add their output only on the words their output projection can
+// write, once x holds no -0. Before that (no sublayer skipped yet), the full add must run:
+// it turns the embedding's -0s into +0 in the words the sublayer does not write. Every
+// sublayer here reads group 0 (live on every token, so none is skipped) and writes group
+// 8 only (another 64-dim word); the plain model's adds run everywhere.
+TEST(IdleSublayers, RunSublayersAddEverywhereWhileXMayHoldMinusZero) {
+  TinySpec spec;
+  spec.seed = 5;
+  spec.hidden = 256;
+  spec.layers = {LayerType::LinearAttention, LayerType::LinearAttention, LayerType::LinearAttention};
+  io::Qwen35Weights w = testing::make_tiny_weights(spec);
+  Wiring r;
+  r.mixer_reads = r.mlp_reads = 1u << 0;
+  r.mixer_writes = r.mlp_writes = 1u << 8;
+  wire(w, std::vector<Wiring>(spec.layers.size(), r));
+  embed_groups(w, 6, [](int64_t) { return 1u; });  // group 0 live, every other dim +0 or -0
+  ModelOptions plain;
+  plain.elementwise = Elementwise::Dense;
+  plain.idle_sublayers = IdleSublayers::Compute;
+  const Model a(w, plain), b(w);
+  State sa = a.new_state(), sb = b.new_state();
+  std::vector<float> la(w.config.vocab_size), lb(w.config.vocab_size), ha(spec.hidden), hb(spec.hidden);
+  for (const int64_t token : {3, 7, 11}) {
+    a.forward(token, sa, la, ha);
+    b.forward(token, sb, lb, hb);
+    expect_bits(hb, ha, "hidden after token " + std::to_string(token));
+    expect_bits(lb, la, "logits after token " + std::to_string(token));
+  }
+  EXPECT_EQ(b.skipped_sublayers().mlp + b.skipped_sublayers().gdn, 0);
+  int minus_zeros = 0;
+  for (int64_t i = 0; i < spec.hidden; ++i) minus_zeros += float_bits(w.embed_tokens[3 * spec.hidden + i]) == 0x80000000u;
+  EXPECT_GT(minus_zeros, 50);
 }
 
 // Non-finite residuals never take the skip (rsqrt of a NaN mean, 0 * inf in a dense

@@ -36,6 +36,7 @@
 namespace qpu::engine {
 namespace {
 
+using testing::live_bits;
 using testing::TinyRandom;
 
 constexpr float kInf = std::numeric_limits<float>::infinity();
@@ -62,14 +63,6 @@ std::vector<float> residual(TinyRandom& rng, int64_t n, double live, bool wild) 
     x[static_cast<size_t>(i)] = v;
   }
   return x;
-}
-
-std::vector<uint64_t> live_bits(const std::vector<float>& x) {
-  std::vector<uint64_t> live((x.size() + 63) / 64, 0);
-  for (size_t i = 0; i < x.size(); ++i) {
-    if (x[i] != 0.0f || std::isnan(x[i])) live[i / 64] |= uint64_t{1} << (i % 64);
-  }
-  return live;
 }
 
 TEST(LayerFloor, LiveSumOfSquaresIsTheCanonicalDot) {

@@ -45,6 +45,16 @@ class TinyRandom {
   std::mt19937_64 gen_;
 };
 
+// The residual's live words as the engine's idle tests see them: bit k of word w is set
+// iff x[64 w + k] is not +-0 (NaN is live).
+inline std::vector<uint64_t> live_bits(const std::vector<float>& x) {
+  std::vector<uint64_t> live((x.size() + 63) / 64, 0);
+  for (size_t i = 0; i < x.size(); ++i) {
+    if (x[i] != 0.0f || std::isnan(x[i])) live[i / 64] |= uint64_t{1} << (i % 64);
+  }
+  return live;
+}
+
 inline float round_bf16(float v) {
   uint32_t b = __builtin_bit_cast(uint32_t, v);
   b += 0x7fffu + ((b >> 16) & 1u);  // round to nearest even (finite values)

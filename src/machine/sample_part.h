@@ -116,6 +116,9 @@ struct SampleValues {
   std::vector<compiler::ValueId> sorted_p, sorted_q;  // SORTED.b: the sorted RAM's ranks 8b .. 8b + 7
   std::vector<compiler::ValueId> cum;            // SORTED.b (NUCLEUS): C's cumulative_prob after ranks 8b .. 8b + 7 (all 128)
   compiler::ValueId last_idx = 0, cumulative_prob = 0;  // SORTED.15 (NUCLEUS)
+  compiler::ValueId r = 0;                       // SORTED.15 (R): coin * cumulative_prob
+  compiler::ValueId pick = 0;                    // PICK.15: run.c's top-p token (the story token's index)
+  compiler::ValueId pick_cum_in = 0, pick_part = 0;  // PICK.b: cum of rank 8b - 1, the block's token (0 unless picked there)
 };
 
 class SamplePart {
@@ -131,7 +134,15 @@ class SamplePart {
   static std::string rank_name(int i, int j);
   static std::string rsum_name(int i);
   static std::string sorted_name(int b);
+  static std::string rnext_name(int i);
+  static std::string pick_name(int b);
   static int slot_rows();  // the kept RAM's rows (SLOT cycles): kToppSlots / kToppHeads
+  // The stages' control names of one sampled position, from TEMP.0 to the cycle that names
+  // the story token: TEMP.b, MAX, EXP.b, SUM, PROB.b (b < blocks), then CDF; with top-p
+  // (`kept`: run.c's n0) KEEP.b, SLOT.r, RANK.i.j for i, j < ceil(n0 / 8) with RNEXT.i
+  // after each row block i, RSUM.i, SORTED.b, PICK.b, or for n0 = 0 or n0 > kToppSlots
+  // SLOT.15 then REFUSE (which names DONE).
+  static std::vector<std::string> stream(int blocks, bool topp, int kept);
 
   // Appends the units and RAMs. `logits`: the vocabulary's logits, complete on the cycle
   // whose flag `logits_on` is 1 (HEAD's) and +-0 on every other; `temperature` a
@@ -171,9 +182,23 @@ class SamplePart {
     std::vector<compiler::ValueId> wipe;   // per banked head: set at its row 0
   };
   void with_block(MicroOp& op, const Stage& s, int b, bool wipes) const;
+  // A banked RAM: head g holds blocks [rows_ g, rows_ g + rows_), block b at row b mod
+  // rows_; written by stage w (its group flag and row bits; head g wiped at its row 0),
+  // read by stage r. `negated`: the data's negations when made already (empty: the RAM
+  // makes them). Returns the heads' out values (one head reads at a time).
+  std::vector<std::vector<compiler::ValueId>> banked(const std::vector<compiler::ValueId>& data,
+                                                     const std::vector<compiler::ValueId>& negated, const Stage& w,
+                                                     const Stage& r, int low_binade, const std::string& out_label,
+                                                     const std::string& label) const;
+  // The top-p stages after PROB (machine/sample_topp_part.cpp): `pe` PROB's gated exp rows
+  // (mant, exponent), `zero` a +0 value.
+  // The coin (`coin`) is read on SORTED.15.
+  void build_topp(const SampleOptions& o, const std::vector<compiler::ValueId>& pe, compiler::ValueId zero,
+                  compiler::ValueId coin);
+  void define_topp();
 
   Assembler& as_;
-  int vocab_ = 0, block_ = 0, blocks_ = 0, rows_ = 0;
+  int vocab_ = 0, block_ = 0, blocks_ = 0, rows_ = 0, groups_ = 0;
   compiler::ValueId temperature_read_ = 0;
   SampleCoin coin_;
   Stage temp_, exp_, prob_, keep_;
@@ -186,9 +211,12 @@ class SamplePart {
   std::vector<compiler::ValueId> rank_col_, rank_row_, rank_part_, rank_wipe_, rsum_row_, sorted_row_;
   compiler::ValueId sorted_wipe_ = 0, sorted_on_ = 0;
   std::vector<compiler::ValueId> nucleus_block_;  // SORTED.b: NUCLEUS instance b's flag
+  compiler::ValueId slot_last_ = 0, rnext_on_ = 0, pick_on_ = 0;
+  std::vector<compiler::ValueId> pick_block_;     // PICK.b
+  compiler::ValueId final_on_ = 0;  // the cycle whose token_ the successor reads: CDF's, with top-p PICK.15's
   SampleValues values_;
   compiler::OpRange stages_;
-  compiler::ValueId token_ = 0;  // CDF's sampled index (an exact integer, +-0 on other cycles)
+  compiler::ValueId token_ = 0;  // the sampled index, CDF's or PICK's (an exact integer, +-0 on other cycles)
 };
 
 }  // namespace qpu::machine

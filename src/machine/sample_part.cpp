@@ -31,7 +31,7 @@ std::string SamplePart::prob_name(int b) { return "PROB." + std::to_string(b); }
 std::string SamplePart::keep_name(int b) { return "KEEP." + std::to_string(b); }
 std::string SamplePart::slot_name(int r) { return "SLOT." + std::to_string(r); }
 std::string SamplePart::rank_name(int i, int j) { return "RANK." + std::to_string(i) + "." + std::to_string(j); }
-std::string SamplePart::rsum_name(int i) { return "RSUM." + std::to_string(i); }
+std::string SamplePart::rsum_name(int i) { return "RANKSUM." + std::to_string(i); }  // RSUM: the attention's read-backs
 std::string SamplePart::sorted_name(int b) { return "SORTED." + std::to_string(b); }
 std::string SamplePart::rnext_name(int i) { return "RNEXT." + std::to_string(i); }
 std::string SamplePart::pick_name(int b) { return "PICK." + std::to_string(b); }

@@ -58,7 +58,7 @@ struct SampleMachine : AssembledMachine {
   // `logit`): TEMP.0 ... PROB.(nb - 1), CDF, TOK.k, RT, the parts of k, RL, the parts of
   // the logit, DONE. With top-p (`kept`: run.c's n0, the entries that reach the cutoff)
   // KEEP.0 ... SLOT.15, then RANK.i.j for i, j < m = ceil(n0 / 8) (RNEXT.i after each
-  // row block i), RSUM.0 ... SORTED.15, PICK.0 ... PICK.15 instead of CDF; for n0 = 0 or
+  // row block i), RANKSUM.0 ... SORTED.15, PICK.0 ... PICK.15 instead of CDF; for n0 = 0 or
   // n0 > kToppSlots SLOT.15, REFUSE, DONE (no story token: k and logit unused).
   // sampled false (temperature 0, run.c's greedy argmax): TOK.k directly.
   std::vector<int64_t> expected(int k, float logit, bool sampled = true, int kept = -1) const;

@@ -1,3 +1,5 @@
+// run.c's top-p stages of the sample part (machine/sample_part.h: KEEP, SLOT, RANK, RNEXT,
+// RANKSUM, SORTED with NUCLEUS and R, PICK; REFUSE), split from sample_part.cpp.
 #include <array>
 #include <string>
 
@@ -175,7 +177,7 @@ void SamplePart::build_topp(const SampleOptions& o, const std::vector<ValueId>& 
   // RANK.i.j: the kept RAM's row block i (slots 8i ..) against its slot block j
   // (npu::topp_rank_block, 8 x 8, rows and slots >= n0 masked): partial ranks, which
   // cannot be carried from j to j + 1 at the same layers, so each pair writes them to
-  // the partial RAM (head j, row i) and RSUM.i sums the 16 heads' row i.
+  // the partial RAM (head j, row i) and RANKSUM.i sums the 16 heads' row i.
   const size_t first_rank = p.ops().size();
   Lin row_base, slot_base;
   for (size_t j = 0; j < slot_row_.size(); ++j) {
@@ -185,14 +187,14 @@ void SamplePart::build_topp(const SampleOptions& o, const std::vector<ValueId>& 
   const ValueId base_v = npu::detail::integer_value(p, row_base, "rank.base");
   const ValueId slot_base_v = npu::detail::integer_value(p, slot_base, "rank.slot_base");
   const std::vector<ValueId> rank_in = p.values("rank.in", kToppHeads);  // never written: +0
-  // The kept RAM's row block and n0 through RANK's flag: SLOT and RSUM read them too (the
+  // The kept RAM's row block and n0 through RANK's flag: SLOT and RANKSUM read them too (the
   // idle contract: an idle unit's operands are +-0).
   const std::vector<ValueId> row_p = as.gated(values_.kept_p, {rank_on_}, "rank.row_p");
   const ValueId rank_n0 = as.gated(std::vector<ValueId>{values_.n0}, {rank_on_}, "rank.n0")[0];
   const npu::ToppRankBlock rb = npu::topp_rank_block(p, row_p, base_v, col_p, slot_base_v, rank_n0, rank_in, rank_on_);
   // Only the block pairs below n0 run: RANK.i.j goes on to RANK.i.(j + 1) while slot
   // block j + 1 holds a kept slot (8 (j + 1) < n0), else to RNEXT.i, which goes on to
-  // RANK.(i + 1).0 while 8 (i + 1) < n0, else to RSUM.0.
+  // RANK.(i + 1).0 while 8 (i + 1) < n0, else to RANKSUM.0.
   as.branch(npu::attn_int_positive(p, Lin{{{rank_n0, 1.0f}, {slot_base_v, -1.0f}, {compiler::kOne, -8.0f}}}, "rank.more"));
   compiler::enable_constants(p, first_rank, rank_on_);
   as.gate_clears(first_rank, p.ops().size(), rank_on_);
@@ -216,7 +218,7 @@ void SamplePart::build_topp(const SampleOptions& o, const std::vector<ValueId>& 
       npu::FloatRamHead h;
       h.data = rb.rank;
       h.negated = neg[0];
-      h.key_bits = rank_row_;  // not slot_row_: RSUM sets those (the kept RAM's row) with this RAM's writes off
+      h.key_bits = rank_row_;  // not slot_row_: RANKSUM sets those (the kept RAM's row) with this RAM's writes off
       h.write_flag = rank_part_[at(j)];
       h.wipe_flag = rank_wipe_[at(j)];
       h.write_enable = rank_on_;
@@ -228,9 +230,9 @@ void SamplePart::build_topp(const SampleOptions& o, const std::vector<ValueId>& 
     }
     npu::float_ram(p, npu::FloatRamWindow{kToppLowBinade}, parts, rank_on_, "partial rank RAM");
   }
-  // RSUM.i: rank = the sum of row i's partial ranks (exact integers) over the heads j
+  // RANKSUM.i: rank = the sum of row i's partial ranks (exact integers) over the heads j
   // with 8 j < n0: RANK.i.j ran (and RANK.0.j wiped head j) only for those, the others
-  // hold an earlier position's ranks. RSUM.i reads the kept RAM's row i (p, q) and n0
+  // hold an earlier position's ranks. RANKSUM.i reads the kept RAM's row i (p, q) and n0
   // again (through its flag, as RANK's) for the sorted RAM below.
   const size_t first_rsum = p.ops().size();
   std::vector<ValueId> entry = values_.kept_p;
@@ -254,7 +256,7 @@ void SamplePart::build_topp(const SampleOptions& o, const std::vector<ValueId>& 
   // the kept slot with rank k (its slot mod 8). Lane s writes only its own 8 heads, one
   // per cycle (distinct ranks), and a block of ranks 8b .. 8b + 7 reads row b of every
   // head: rank 8b + t is the sum over s of head (s, t) (one written, the rest +0 after
-  // RSUM.0's wipe). RSUM.i reads the kept RAM's row i (p, q) and n0 again for this.
+  // RANKSUM.0's wipe). RANKSUM.i reads the kept RAM's row i (p, q) and n0 again for this.
   const size_t first_sorted = p.ops().size();
   Lin rsum_base;
   for (size_t j = 0; j < slot_row_.size(); ++j) rsum_base.terms.push_back({slot_row_[j], static_cast<float>(kToppHeads << j)});
@@ -454,7 +456,7 @@ void SamplePart::define_topp() {
       if (i == 0) k.sets.push_back({rank_wipe_[at(j)], 1.0f});
       as_.define(rank_name(i, j), std::move(k));
     }
-    // on to row block i + 1 while it is below n0, else RSUM.0
+    // on to row block i + 1 while it is below n0, else RANKSUM.0
     MicroOp k = i + 1 < R ? as_.branch_step(rank_name(i + 1, 0), rsum_name(0)) : as_.step(rsum_name(0));
     k.sets.push_back({rnext_on_, 1.0f});
     reads_n0(k);

@@ -25,6 +25,7 @@
 #include "cli/command_registry.h"
 #include "cli/run_c_flags.h"
 #include "common/error.h"
+#include "machine/sample_part.h"
 #include "npu/unit_topp.h"
 #include "reference/generate.h"
 #include "reference/llama2_checkpoint.h"
@@ -102,6 +103,11 @@ int run_story(const StoryOptions& o) {
          machine::TokenMachine::kMinTemperature, machine::TokenMachine::kMaxTemperature, o.temperature);
   const reference::Llama2Checkpoint checkpoint = reference::load_llama2_checkpoint(o.checkpoint);
   const reference::Tokenizer tokenizer = reference::Tokenizer::load(o.tokenizer, checkpoint.config().vocab_size);
+  const bool topp = sampled && sampling.topp > 0.0f && sampling.topp < 1.0f;
+  if (topp && !machine::SamplePart::topp_fits(sampling.topp, checkpoint.config().vocab_size))
+    fail("flag -p: the machine's top-p holds p in [2^-40, 1 - {} 2^-24] for a vocabulary of {} (run.c's cutoff "
+         "(1 - p) / {} at least 2^-24), not {}; -p 1 samples the whole distribution",
+         checkpoint.config().vocab_size - 1, checkpoint.config().vocab_size, checkpoint.config().vocab_size - 1, o.topp);
   const int steps = reference::run_c_steps(o.steps, checkpoint.config().seq_len);
   // The prompt, encoded here by run.c's BPE (the machine gets its tokens as data and forces
   // them as run.c does). Tokens past index `steps` are never used by run.c: left out.

@@ -66,6 +66,10 @@ std::vector<std::vector<ValueId>> SamplePart::banked(const std::vector<ValueId>&
 
 int SamplePart::slot_rows() { return npu::kToppSlots / kToppHeads; }
 
+bool SamplePart::topp_fits(float topp, int n) {
+  return n >= 2 && topp >= 0x1p-40f && topp < 1.0f && (1.0f - topp) / static_cast<float>(n - 1) >= npu::kToppCutoffMin;
+}
+
 std::vector<std::string> SamplePart::stream(int blocks, bool topp, int kept) {
   std::vector<std::string> s;
   for (int b = 0; b < blocks; ++b) s.push_back(temp_name(b));
@@ -148,6 +152,9 @@ SamplePart::SamplePart(Assembler& as, const reference::Llama2Config& cfg, const 
   temp_.wipe = as.inputs("temp.wipe", groups);
   exp_.wipe = as.inputs("sexp.wipe", groups);
   if (topp_) {
+    if (!topp_fits(o.topp, vocab_))
+      fail("sample part: top-p {} outside the units' windows for a vocabulary of {} (cutoff (1 - topp) / {} below 2^-24, "
+           "or topp below 2^-40)", o.topp, vocab_, vocab_ - 1);
     if (block_ != kToppHeads) fail("sample part: top-p needs blocks of {} (the kept RAM's heads), not {}", kToppHeads, block_);
     if (layout.rows() < slot_rows()) fail("sample part: the kept RAM needs {} rows, a head has {}", slot_rows(), layout.rows());
     keep_.on = as.input("keep.on");

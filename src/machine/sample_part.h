@@ -146,6 +146,10 @@ class SamplePart {
   static std::string rnext_name(int i);
   static std::string pick_name(int b);
   static int slot_rows();  // the kept RAM's rows (SLOT cycles): kToppSlots / kToppHeads
+  // Whether the top-p units' windows hold topp for a vocabulary of n (npu/unit_topp.h):
+  // run.c's cutoff (1 - topp) / (n - 1) >= 2^-24 (n = 512: topp <= 1 - 511 2^-24) and topp
+  // >= 2^-40 (greater's window for cum against topp: a nonzero difference >= 2^-70).
+  static bool topp_fits(float topp, int n);
   // The stages' control names of one sampled position, from TEMP.0 to the cycle that names
   // the story token: TEMP.b, MAX, EXP.b, SUM, PROB.b (b < blocks), then CDF; with top-p
   // (`kept`: run.c's n0) KEEP.b, SLOT.r, RANK.i.j for i, j < ceil(n0 / 8) with RNEXT.i

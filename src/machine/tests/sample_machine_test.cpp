@@ -593,6 +593,12 @@ TEST(SampleMachine, ToppPicksRunCTokenEveryStageBitExact) {
 // refuses. Real positions at that topp keep a few entries and pick run.c's token.
 TEST(SampleMachine, ToppRefusesNothingKept) {
   SampleMachineOptions o;
+  for (float outside : {0.99999f, 1.0f - 0x1p-24f, 0x1p-41f}) {  // run.c's cutoff below 2^-24; topp below 2^-40
+    o.sample.topp = outside;
+    EXPECT_THROW(build_sample_machine(stories260k(), o), Error) << outside;
+  }
+  EXPECT_TRUE(SamplePart::topp_fits(1.0f - 511 * 0x1p-24f, 512));  // the largest that fits: cutoff 2^-24
+  EXPECT_FALSE(SamplePart::topp_fits(1.0f - 510 * 0x1p-24f, 512));
   o.sample.topp = 0.001f;
   const SampleMachine m = build_sample_machine(stories260k(), o);
   std::vector<Case> cases = run_c_cases(1.0f, 42, "", 12, 5, 2, 0.001f);

@@ -127,11 +127,15 @@ TEST(StoryCli, ToppStoryPrintsWhatRefPrintsAndVerifies) {
       << story.err;
 }
 
-TEST(StoryCli, TemperatureOutsideTheSamplersWindowsIsAnError) {
+TEST(StoryCli, TemperatureOrToppOutsideTheSamplersWindowsIsAnError) {
   const std::string model = "--model '" + kModels + "stories260K.bin' -z '" + kModels + "tok512.bin'";
-  const Result r = run_qpu("story " + model + " -n 2 -t 100 -p 1");  // outside the sampler's windows
+  Result r = run_qpu("story " + model + " -n 2 -t 100 -p 1");  // outside the sampler's windows
   EXPECT_EQ(r.status, 1);
   EXPECT_NE(r.err.find("temperatures in"), std::string::npos) << r.err;
+  EXPECT_TRUE(r.out.empty());
+  r = run_qpu("story " + model + " -n 2 -t 1 -p 0.99999");  // run.c's cutoff below 2^-24: outside top-p's windows
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.err.find("flag -p"), std::string::npos) << r.err;
   EXPECT_TRUE(r.out.empty());
 }
 

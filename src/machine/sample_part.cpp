@@ -102,27 +102,10 @@ std::vector<std::string> SamplePart::stream(int blocks, bool topp, int kept) {
 std::vector<std::string> SamplePart::names(const reference::Llama2Config& cfg, const SampleOptions& o) {
   if (o.block < 1 || cfg.vocab_size % o.block != 0)
     fail("sample part: blocks of {} logits do not divide the vocabulary of {}", o.block, cfg.vocab_size);
-  const int nb = cfg.vocab_size / o.block;
-  std::vector<std::string> n;
-  for (int b = 0; b < nb; ++b) n.push_back(temp_name(b));
-  n.push_back("MAX");
-  for (int b = 0; b < nb; ++b) n.push_back(exp_name(b));
-  n.push_back("SUM");
-  for (int b = 0; b < nb; ++b) n.push_back(prob_name(b));
-  if (o.topp_on()) {
-    for (int b = 0; b < nb; ++b) n.push_back(keep_name(b));
-    for (int r = 0; r < slot_rows(); ++r) n.push_back(slot_name(r));
-    n.push_back("REFUSE");
-    for (int i = 0; i < slot_rows(); ++i) {
-      for (int j = 0; j < slot_rows(); ++j) n.push_back(rank_name(i, j));
-      n.push_back(rnext_name(i));
-    }
-    for (int i = 0; i < slot_rows(); ++i) n.push_back(rsum_name(i));
-    for (int b = 0; b < slot_rows(); ++b) n.push_back(sorted_name(b));
-    for (int b = 0; b < slot_rows(); ++b) n.push_back(pick_name(b));
-  } else {
-    n.push_back("CDF");
-  }
+  // every stage's micro-ops: a sampled position's stream with n0 = kToppSlots (all RANK
+  // block pairs), and REFUSE
+  std::vector<std::string> n = stream(cfg.vocab_size / o.block, o.topp_on(), npu::kToppSlots);
+  if (o.topp_on()) n.push_back("REFUSE");
   return n;
 }
 

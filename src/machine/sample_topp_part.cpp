@@ -21,6 +21,27 @@ using compiler::Neuron;
 using compiler::ValueId;
 using namespace sample_ram;
 
+namespace {
+
+// Entries' (p, q) and n0 through a stage's flag (Assembler::gated): other stages read the
+// same RAM outs, and an idle unit's operands must be +-0.
+struct Entries {
+  std::vector<ValueId> p, q;
+  ValueId n0 = 0;
+};
+Entries gated_entries(Assembler& as, const std::vector<ValueId>& p, const std::vector<ValueId>& q, ValueId n0,
+                      ValueId flag, const std::string& label) {
+  std::vector<ValueId> all = p;
+  all.insert(all.end(), q.begin(), q.end());
+  all.push_back(n0);
+  all = as.gated(all, {flag}, label);
+  return {{all.begin(), all.begin() + static_cast<std::ptrdiff_t>(p.size())},
+          {all.begin() + static_cast<std::ptrdiff_t>(p.size()), all.end() - 1},
+          all.back()};
+}
+
+}  // namespace
+
 void SamplePart::build_topp(const SampleOptions& o, const std::vector<ValueId>& pe, ValueId zero, ValueId coin) {
   Assembler& as = as_;
   compiler::Program& p = as.program();
@@ -235,11 +256,8 @@ void SamplePart::build_topp(const SampleOptions& o, const std::vector<ValueId>& 
   // hold an earlier position's ranks. RANKSUM.i reads the kept RAM's row i (p, q) and n0
   // again (through its flag, as RANK's) for the sorted RAM below.
   const size_t first_rsum = p.ops().size();
-  std::vector<ValueId> entry = values_.kept_p;
-  entry.insert(entry.end(), values_.kept_q.begin(), values_.kept_q.end());
-  entry.push_back(values_.n0);
-  entry = as.gated(entry, {rsum_on_}, "sorted.entry");
-  const ValueId sorted_n0 = entry.back();
+  const Entries entry = gated_entries(as, values_.kept_p, values_.kept_q, values_.n0, rsum_on_, "sorted.entry");
+  const ValueId sorted_n0 = entry.n0;
   std::vector<ValueId> ran;  // [8 j < n0]
   for (int j = 0; j < slot_rows(); ++j)
     ran.push_back(npu::attn_int_positive(p, Lin{{{sorted_n0, 1.0f}, {compiler::kOne, static_cast<float>(-kToppHeads * j)}}}, "rsum.ran"));
@@ -274,7 +292,7 @@ void SamplePart::build_topp(const SampleOptions& o, const std::vector<ValueId>& 
         npu::one_hot(p, npu::detail::integer_value(p, residue, "sorted.residue"), kToppHeads, "sorted.hot");
     for (int t = 0; t < kToppHeads; ++t) {
       npu::FloatRamHead h;
-      h.data = {entry[at(s)], entry[at(kToppHeads + s)]};
+      h.data = {entry.p[at(s)], entry.q[at(s)]};
       h.key_bits.assign(lsb.begin() + 3, lsb.end());
       h.write_flag = residue_hot[at(t)];
       h.wipe_flag = sorted_wipe_;
@@ -324,27 +342,20 @@ void SamplePart::build_topp(const SampleOptions& o, const std::vector<ValueId>& 
   for (int b = 0; b < slot_rows(); ++b) {
     const ValueId on = nucleus_block_[at(b)];
     const size_t first_b = p.ops().size();
-    std::vector<ValueId> in = values_.sorted_p;
-    in.insert(in.end(), values_.sorted_q.begin(), values_.sorted_q.end());
-    in.push_back(values_.n0);
-    in = as.gated(in, {on}, "nucleus.in");
-    const ValueId n0 = in.back();
-    in.pop_back();
-    const std::vector<ValueId> rank_q(in.begin() + kToppHeads, in.end());
-    in.resize(kToppHeads);
+    const Entries in = gated_entries(as, values_.sorted_p, values_.sorted_q, values_.n0, on, "nucleus.in");
     const ValueId cum_in = state.cum;
     const size_t first_const = p.ops().size();
     const ValueId topp_b = p.value("nucleus.topp");
     npu::const_acc(p, topp_b, o.topp, "nucleus.topp");
     const ValueId base_b = npu::detail::integer_value(p, Lin{{{compiler::kOne, static_cast<float>(b * kToppHeads)}}}, "nucleus.base");
     compiler::enable_constants(p, first_const, on);
-    const npu::ToppNucleusBlock nb = npu::topp_nucleus_block(p, in, base_b, n0, topp_b, state, on);
+    const npu::ToppNucleusBlock nb = npu::topp_nucleus_block(p, in.p, base_b, in.n0, topp_b, state, on);
     values_.cum.insert(values_.cum.end(), nb.cum.begin(), nb.cum.end());
     as.gate_clears(first_b, p.ops().size(), on);
     {
       std::vector<ValueId> data = {cum_in};
       data.insert(data.end(), nb.cum.begin(), nb.cum.end());
-      data.insert(data.end(), rank_q.begin(), rank_q.end());
+      data.insert(data.end(), in.q.begin(), in.q.end());
       const npu::FloatRamHead h = one_row_head(p, data, {}, on, pick_block_[at(b)], "pick.out");
       npu::float_ram(p, npu::FloatRamWindow{kToppLowBinade}, {h}, on, "pick RAM " + std::to_string(b));
       std::vector<Neuron> ns;

@@ -7,7 +7,8 @@
 // printing, the final newline; a BOS ends the story). With --verify every crossing float,
 // every nested logits vector (read from the host's residual on HEAD's cycle) and every
 // story token is compared with run.c (runner/story_check.h); the first difference is an
-// error. The machine samples run.c's sample_mult only: 0 < -p < 1 (top-p) is an error.
+// error. With 0 < -p < 1 the machine runs run.c's top-p (and refuses a position where no
+// entry, or more than 128, reach run.c's cutoff: an error).
 #include <omp.h>
 #include <unistd.h>
 
@@ -24,6 +25,8 @@
 #include "cli/command_registry.h"
 #include "cli/run_c_flags.h"
 #include "common/error.h"
+#include "machine/sample_part.h"
+#include "npu/unit_topp.h"
 #include "reference/generate.h"
 #include "reference/llama2_checkpoint.h"
 #include "reference/tokenizer.h"
@@ -40,7 +43,7 @@ struct StoryOptions {
   int steps = 256;
   std::string prompt;  // run.c's -i
   // run.c's -t, -p, -s as `qpu ref` reads them, but -t defaults to 0 (greedy): `qpu story`
-  // was greedy before it could sample, and -p's default 0.9 (top-p) is not on the machine.
+  // was greedy before it could sample.
   std::string temperature = "0";
   std::string topp = "0.9";
   std::optional<std::string> seed;
@@ -94,16 +97,17 @@ int run_story(const StoryOptions& o) {
   if (o.threads > 0) omp_set_num_threads(o.threads);
   const cli::RunCSampling sampling = cli::parse_run_c_sampling(o.temperature, o.topp, o.seed);
   const bool sampled = sampling.temperature > 0.0f;  // run.c: temperature 0 is the argmax, -p unused
-  if (sampled && sampling.topp > 0.0f && sampling.topp < 1.0f)
-    fail("flag -p: top-p sampling ({} in (0, 1)) is not on the machine yet; pass -p 1 (or -p 0) for run.c's "
-         "sampling over the whole distribution",
-         o.topp);
   if (sampled && !(sampling.temperature >= machine::TokenMachine::kMinTemperature &&
                    sampling.temperature <= machine::TokenMachine::kMaxTemperature))
     fail("flag -t: the machine's sampler holds temperatures in [{}, {}] (or 0), not {}",
          machine::TokenMachine::kMinTemperature, machine::TokenMachine::kMaxTemperature, o.temperature);
   const reference::Llama2Checkpoint checkpoint = reference::load_llama2_checkpoint(o.checkpoint);
   const reference::Tokenizer tokenizer = reference::Tokenizer::load(o.tokenizer, checkpoint.config().vocab_size);
+  const bool topp = sampled && sampling.topp > 0.0f && sampling.topp < 1.0f;
+  if (topp && !machine::SamplePart::topp_fits(sampling.topp, checkpoint.config().vocab_size))
+    fail("flag -p: the machine's top-p holds p in [2^-40, 1 - {} 2^-24] for a vocabulary of {} (run.c's cutoff "
+         "(1 - p) / {} at least 2^-24), not {}; -p 1 samples the whole distribution",
+         checkpoint.config().vocab_size - 1, checkpoint.config().vocab_size, checkpoint.config().vocab_size - 1, o.topp);
   const int steps = reference::run_c_steps(o.steps, checkpoint.config().seq_len);
   // The prompt, encoded here by run.c's BPE (the machine gets its tokens as data and forces
   // them as run.c does). Tokens past index `steps` are never used by run.c: left out.
@@ -116,6 +120,7 @@ int run_story(const StoryOptions& o) {
   // The prompt RAM holds a token at its own position: the machine covers the prompt too.
   machine::TokenMachineOptions options = runner::token_machine_options(std::max(steps, static_cast<int>(prompt.size())));
   options.sampling = sampled;
+  if (sampled) options.sample.topp = sampling.topp;  // 0 < topp < 1: run.c's top-p on the machine, else sample_mult
   const machine::TokenMachine m = machine::build_token_machine(checkpoint, options);
   const double built = since(t0);
   const auto t1 = Clock::now();
@@ -170,6 +175,10 @@ int run_story(const StoryOptions& o) {
   if (o.profile) print_profile(r.profile);  // also when the check below fails: where the time went
 
   if (checker && checker->first_difference()) fail("verify: {}", checker->first_difference()->message());
+  if (r.counts.refused)
+    fail("story: the machine refused top-p at nested position {}: no entry or more than {} entries reach run.c's "
+         "cutoff (1 - p) / (vocab - 1) (run.c reads out of bounds for none; the machine orders at most {})",
+         r.counts.story_tokens - 1, npu::kToppSlots, npu::kToppSlots);
   const int64_t expected_tokens = steps + 1;
   if (!bos_stop && r.counts.story_tokens < expected_tokens)
     fail("story: the machine stopped after {} of {} story tokens ({}, {} host cycles)", r.counts.story_tokens,
@@ -195,7 +204,7 @@ qpu::cli::Runner setup(CLI::App& app) {
   app.footer(
       "The checkpoint is compiled into one Qwen3.5 token machine whose host forward passes, greedy argmax fed back, "
       "run the nested model. With -t > 0 the machine samples as run.c's sample_mult (its coins drawn from -s "
-      "inside the machine); top-p (0 < -p < 1) is not on the machine yet. The prompt (-i) is encoded "
+      "inside the machine), with top-p for 0 < -p < 1. The prompt (-i) is encoded "
       "by the CLI with run.c's BPE; the machine forces its tokens as run.c does.");
   app.add_option("--model", o->checkpoint, "llama2.c checkpoint (version 0), e.g. stories260K.bin")->required();
   app.add_option("-z", o->tokenizer, "tokenizer.bin-format tokenizer (default: tokenizer.bin)");
@@ -204,8 +213,8 @@ qpu::cli::Runner setup(CLI::App& app) {
   app.add_option("-t", o->temperature,
                  "temperature: 0 = greedy (default 0), else in [0.05, 32], sampled on the machine as run.c");
   app.add_option("-p", o->topp,
-                 "top-p as run.c (default 0.9); the machine samples the whole distribution only: with -t > 0 pass "
-                 "-p 1 (or -p 0)");
+                 "top-p as run.c (default 0.9; -p 0 or 1: the whole distribution); the machine refuses a position "
+                 "where no entry or more than 128 reach run.c's cutoff (1 - p) / (vocab - 1)");
   app.add_option("-s", o->seed, "random seed as run.c's and qpu ref's; 0 or absent = current time");
   app.add_flag("--verify", o->verify,
                "compare every float crossing the machine's boundary, every nested logits vector (read inside the "

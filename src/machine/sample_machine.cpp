@@ -56,21 +56,14 @@ std::vector<int64_t> SampleMachine::load_and_run_seeded(const std::vector<float>
   return t;
 }
 
-std::vector<int64_t> SampleMachine::expected(int k, float logit, bool sampled) const {
+std::vector<int64_t> SampleMachine::expected(int k, float logit, bool sampled, int kept) const {
   std::vector<int64_t> s;
-  for (int b = 0; sampled && b < blocks; ++b) s.push_back(id(SamplePart::temp_name(b)));
   if (sampled) {
-    s.push_back(id("MAX"));
-    for (int b = 0; b < blocks; ++b) s.push_back(id(SamplePart::exp_name(b)));
-    s.push_back(id("SUM"));
-    for (int b = 0; b < blocks; ++b) s.push_back(id(SamplePart::prob_name(b)));
-    for (int b = 0; topp && b < blocks; ++b) s.push_back(id(SamplePart::keep_name(b)));
-    for (int r = 0; topp && r < SamplePart::slot_rows(); ++r) s.push_back(id(SamplePart::slot_name(r)));
-    for (int i = 0; topp && i < SamplePart::slot_rows(); ++i)
-      for (int j = 0; j < SamplePart::slot_rows(); ++j) s.push_back(id(SamplePart::rank_name(i, j)));
-    for (int i = 0; topp && i < SamplePart::slot_rows(); ++i) s.push_back(id(SamplePart::rsum_name(i)));
-    for (int b = 0; topp && b < SamplePart::slot_rows(); ++b) s.push_back(id(SamplePart::sorted_name(b)));
-    s.push_back(id("CDF"));
+    for (const std::string& n : SamplePart::stream(blocks, topp, kept)) s.push_back(id(n));
+    if (topp && s.back() == id("REFUSE")) {  // no story token
+      s.push_back(done());
+      return s;
+    }
   }
   s.push_back(story_token(k));
   s.push_back(id("RT"));
@@ -173,6 +166,10 @@ SampleMachine build_sample_machine(const reference::Llama2Checkpoint& ck, const 
     probed.insert(probed.end(), v.cum.begin(), v.cum.end());
     probed.push_back(v.last_idx);
     probed.push_back(v.cumulative_prob);
+    probed.push_back(v.r);
+    probed.push_back(v.pick);
+    probed.push_back(v.pick_cum_in);
+    probed.push_back(v.pick_part);
   }
   m.value_probes = m.probes(probed);
   m.probed_values = probed;

@@ -16,6 +16,7 @@
 //   SUM                  softmax's sum, in run.c's order
 //   PROB.b               e / sum, block b
 //   CDF                  sample_mult with the coin: its one-hot names the story token TOK.k
+//                        (with top-p, 0 < topp < 1: KEEP ... PICK instead, machine/sample_part.h)
 //   TOK.k, RT, RL        as the HEAD machine: k sent up, then HEAD's (argmax) logit, DONE.
 //
 // nb = vocab / block (stories260K: 64 blocks of 8): 3 nb + 4 host cycles per sampled
@@ -43,7 +44,7 @@ struct SampleMachine : AssembledMachine {
   // order: scaled (block), block max, max, mant (block), exponent (block), sum, pm
   // (block), cdf (vocab), lt (vocab), one-hot (vocab), with rng the coin, with top-p the cutoff, count_in, keep
   // (block), slot (block), kept_p (8), kept_q (8), n0, rank (8), sorted_p (8), sorted_q (8), cum
-  // (128), last_idx, cumulative_prob).
+  // (128), last_idx, cumulative_prob, r, pick; with top-p no cdf and lt: no CDF).
   std::vector<ValueProbe> value_probes;
   std::vector<compiler::ValueId> probed_values;  // the program's values behind value_probes
 
@@ -54,10 +55,13 @@ struct SampleMachine : AssembledMachine {
   std::vector<int64_t> load_and_run_seeded(const std::vector<float>& x, float temperature, uint64_t seed, int plen,
                                            int pos) const;
   // What the machine generates after HEAD when the sampler picks k (HEAD's argmax logit
-  // `logit`): TEMP.0 ... PROB.(nb - 1) (with top-p KEEP.0 ... SLOT.15, RANK.0.0 ... SORTED.15),
-  // CDF, TOK.k, RT, the parts of k, RL, the parts of the logit, DONE.
+  // `logit`): TEMP.0 ... PROB.(nb - 1), CDF, TOK.k, RT, the parts of k, RL, the parts of
+  // the logit, DONE. With top-p (`kept`: run.c's n0, the entries that reach the cutoff)
+  // KEEP.0 ... SLOT.15, then RANK.i.j for i, j < m = ceil(n0 / 8) (RNEXT.i after each
+  // row block i), RANKSUM.0 ... SORTED.15, PICK.0 ... PICK.15 instead of CDF; for n0 = 0 or
+  // n0 > kToppSlots SLOT.15, REFUSE, DONE (no story token: k and logit unused).
   // sampled false (temperature 0, run.c's greedy argmax): TOK.k directly.
-  std::vector<int64_t> expected(int k, float logit, bool sampled = true) const;
+  std::vector<int64_t> expected(int k, float logit, bool sampled = true, int kept = -1) const;
   int64_t story_token(int k) const;  // TOK.k
 };
 

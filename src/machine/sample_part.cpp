@@ -7,6 +7,7 @@
 #include "common/error.h"
 #include "compiler/enable.h"
 #include "compiler/gdn_layout.h"
+#include "machine/sample_ram.h"
 #include "npu/float_ram.h"
 #include "npu/primitives.h"
 #include "npu/rng_draw.h"
@@ -22,72 +23,7 @@ using compiler::Lin;
 using compiler::Neuron;
 using compiler::ValueId;
 
-namespace {
-
-constexpr float kGateOn = 128.0f;  // silu(128) == 128: a gate of 128 flag passes a value exactly
-// pm is 0 or in [2^-54, 4): wider than a RAM window, so the prob RAM stores pm itself when
-// pm >= 2^-22 and pm 2^30 below (one of the two +-0), as the attention's prob RAM.
-constexpr float kProbSplit = 0x1p-22f, kProbSmallScale = 0x1p30f;
-
-size_t at(int i) { return static_cast<size_t>(i); }
-
-// The kept RAM: slot c at head c mod kToppHeads, row c / kToppHeads, so a KEEP block's
-// (at most 8) kept entries, whose slots are consecutive, go to distinct heads: each head
-// takes at most one data-addressed write per cycle.
-constexpr int kToppHeads = 8;
-constexpr int kToppLowBinade = -25;  // kept p in [2^-24, 1], keep bits, slots and q in [0, 512]: [2^-25, 2^12)
-
-int bits_for(int n) {
-  int b = 0;
-  while ((1 << b) < n) ++b;
-  return b;
-}
-
-std::vector<ValueId> slice(const std::vector<ValueId>& v, int first, int count) {
-  return {v.begin() + first, v.begin() + first + count};
-}
-
-// One head: its data (with negations made once for all heads of that data), written and
-// wiped by `write`, read when `read`, into fresh out values.
-npu::FloatRamHead one_row_head(compiler::Program& p, const std::vector<ValueId>& data,
-                               const std::vector<ValueId>& negated, ValueId write, ValueId read,
-                               const std::string& label) {
-  npu::FloatRamHead h;
-  h.data = data;
-  h.negated = negated;
-  h.write_flag = h.wipe_flag = write;
-  h.read_flag = read;
-  h.out = p.values(label, static_cast<int>(data.size()));
-  return h;
-}
-
-// A one-row float RAM of one value (one_row_head, its own negation), `on` its enable too;
-// returns the value it reads.
-ValueId one_row_ram(compiler::Program& p, ValueId value, ValueId on, ValueId read, int low_binade,
-                    const std::string& out_name, const std::string& label) {
-  const npu::FloatRamHead h = one_row_head(p, {value}, {}, on, read, out_name);
-  npu::float_ram(p, npu::FloatRamWindow{low_binade}, {h}, on, label);
-  return h.out[0];
-}
-
-// A RAM of one value with a one-row head per block: head b written (and wiped) when
-// writes[b], read when reads[b]; the negation made once. Returns the heads' reads.
-std::vector<ValueId> per_block_ram(compiler::Program& p, ValueId value, const std::vector<ValueId>& writes,
-                                   const std::vector<ValueId>& reads, ValueId enable, int low_binade,
-                                   const std::string& out_name, const std::string& label) {
-  std::vector<npu::FloatRamHead> one(1);
-  one[0].data = {value};
-  const auto neg = npu::float_ram_negations(p, one, enable, label);
-  std::vector<npu::FloatRamHead> heads;
-  std::vector<ValueId> outs;
-  for (size_t b = 0; b < writes.size(); ++b) {
-    heads.push_back(one_row_head(p, {value}, neg[0], writes[b], reads[b], out_name));
-    outs.push_back(heads.back().out[0]);
-  }
-  npu::float_ram(p, npu::FloatRamWindow{low_binade}, heads, enable, label);
-  return outs;
-}
-}  // namespace
+using namespace sample_ram;
 
 std::string SamplePart::temp_name(int b) { return "TEMP." + std::to_string(b); }
 std::string SamplePart::exp_name(int b) { return "EXP." + std::to_string(b); }
@@ -95,29 +31,81 @@ std::string SamplePart::prob_name(int b) { return "PROB." + std::to_string(b); }
 std::string SamplePart::keep_name(int b) { return "KEEP." + std::to_string(b); }
 std::string SamplePart::slot_name(int r) { return "SLOT." + std::to_string(r); }
 std::string SamplePart::rank_name(int i, int j) { return "RANK." + std::to_string(i) + "." + std::to_string(j); }
-std::string SamplePart::rsum_name(int i) { return "RSUM." + std::to_string(i); }
+std::string SamplePart::rsum_name(int i) { return "RANKSUM." + std::to_string(i); }  // RSUM: the attention's read-backs
 std::string SamplePart::sorted_name(int b) { return "SORTED." + std::to_string(b); }
+std::string SamplePart::rnext_name(int i) { return "RNEXT." + std::to_string(i); }
+std::string SamplePart::pick_name(int b) { return "PICK." + std::to_string(b); }
+
+// A banked RAM: head g holds blocks [rows_ g, rows_ g + rows_), block b at row b mod
+// rows_; written by stage w (its group flag and row bits; head g wiped at its row 0),
+// read by stage r. `negated`: the data's negations when made already (empty: the RAM
+// makes them). Returns the heads' out values (one head reads at a time).
+std::vector<std::vector<ValueId>> SamplePart::banked(const std::vector<ValueId>& data, const std::vector<ValueId>& negated,
+                                                   const Stage& w, const Stage& r, int low_binade,
+                                                   const std::string& out_label, const std::string& label) const {
+  compiler::Program& p = as_.program();
+  std::vector<npu::FloatRamHead> heads;
+  std::vector<std::vector<ValueId>> outs;
+  for (int g = 0; g < groups_; ++g) {
+    npu::FloatRamHead h;
+    h.data = data;
+    h.negated = negated;
+    h.key_bits = w.row;
+    h.write_flag = w.group[at(g)];
+    h.wipe_flag = w.wipe[at(g)];
+    h.write_enable = w.on;  // idle, the writer's group flags and row bits are +-0
+    h.query_bits = r.row;
+    h.read_flag = r.group[at(g)];
+    h.out = p.values(out_label + std::to_string(g), static_cast<int>(data.size()));
+    outs.push_back(h.out);
+    heads.push_back(std::move(h));
+  }
+  npu::float_ram(p, npu::FloatRamWindow{low_binade}, heads, w.on, label);
+  return outs;
+}
+
 int SamplePart::slot_rows() { return npu::kToppSlots / kToppHeads; }
+
+bool SamplePart::topp_fits(float topp, int n) {
+  return n >= 2 && topp >= 0x1p-40f && topp < 1.0f && (1.0f - topp) / static_cast<float>(n - 1) >= npu::kToppCutoffMin;
+}
+
+std::vector<std::string> SamplePart::stream(int blocks, bool topp, int kept) {
+  std::vector<std::string> s;
+  for (int b = 0; b < blocks; ++b) s.push_back(temp_name(b));
+  s.push_back("MAX");
+  for (int b = 0; b < blocks; ++b) s.push_back(exp_name(b));
+  s.push_back("SUM");
+  for (int b = 0; b < blocks; ++b) s.push_back(prob_name(b));
+  if (!topp) {
+    s.push_back("CDF");
+    return s;
+  }
+  const int R = slot_rows();
+  for (int b = 0; b < blocks; ++b) s.push_back(keep_name(b));
+  for (int r = 0; r < R; ++r) s.push_back(slot_name(r));
+  if (kept < 1 || kept > npu::kToppSlots) {
+    s.push_back("REFUSE");
+    return s;
+  }
+  const int m = (kept + kToppHeads - 1) / kToppHeads;  // the slot blocks below n0
+  for (int i = 0; i < m; ++i) {
+    for (int j = 0; j < m; ++j) s.push_back(rank_name(i, j));
+    s.push_back(rnext_name(i));
+  }
+  for (int i = 0; i < R; ++i) s.push_back(rsum_name(i));
+  for (int b = 0; b < R; ++b) s.push_back(sorted_name(b));
+  for (int b = 0; b < R; ++b) s.push_back(pick_name(b));
+  return s;
+}
 
 std::vector<std::string> SamplePart::names(const reference::Llama2Config& cfg, const SampleOptions& o) {
   if (o.block < 1 || cfg.vocab_size % o.block != 0)
     fail("sample part: blocks of {} logits do not divide the vocabulary of {}", o.block, cfg.vocab_size);
-  const int nb = cfg.vocab_size / o.block;
-  std::vector<std::string> n;
-  for (int b = 0; b < nb; ++b) n.push_back(temp_name(b));
-  n.push_back("MAX");
-  for (int b = 0; b < nb; ++b) n.push_back(exp_name(b));
-  n.push_back("SUM");
-  for (int b = 0; b < nb; ++b) n.push_back(prob_name(b));
-  if (o.topp_on()) {
-    for (int b = 0; b < nb; ++b) n.push_back(keep_name(b));
-    for (int r = 0; r < slot_rows(); ++r) n.push_back(slot_name(r));
-    for (int i = 0; i < slot_rows(); ++i)
-      for (int j = 0; j < slot_rows(); ++j) n.push_back(rank_name(i, j));
-    for (int i = 0; i < slot_rows(); ++i) n.push_back(rsum_name(i));
-    for (int b = 0; b < slot_rows(); ++b) n.push_back(sorted_name(b));
-  }
-  n.push_back("CDF");
+  // every stage's micro-ops: a sampled position's stream with n0 = kToppSlots (all RANK
+  // block pairs), and REFUSE
+  std::vector<std::string> n = stream(cfg.vocab_size / o.block, o.topp_on(), npu::kToppSlots);
+  if (o.topp_on()) n.push_back("REFUSE");
   return n;
 }
 
@@ -136,7 +124,8 @@ SamplePart::SamplePart(Assembler& as, const reference::Llama2Config& cfg, const 
   // Banked RAMs (written one block per cycle, read one block per cycle): rows_ blocks per
   // head, the row a block's address bits.
   rows_ = static_cast<int>(std::min<int64_t>(layout.rows(), blocks_));
-  const int groups = (blocks_ + rows_ - 1) / rows_, row_bits = bits_for(rows_);
+  groups_ = (blocks_ + rows_ - 1) / rows_;
+  const int groups = groups_, row_bits = bits_for(rows_);
   for (auto [s, prefix] : {std::pair{&temp_, "temp"}, std::pair{&exp_, "sexp"}, std::pair{&prob_, "sprob"}}) {
     s->on = as.input(std::string(prefix) + ".on");
     s->block = as.inputs(std::string(prefix) + ".block", blocks_);
@@ -146,6 +135,9 @@ SamplePart::SamplePart(Assembler& as, const reference::Llama2Config& cfg, const 
   temp_.wipe = as.inputs("temp.wipe", groups);
   exp_.wipe = as.inputs("sexp.wipe", groups);
   if (topp_) {
+    if (!topp_fits(o.topp, vocab_))
+      fail("sample part: top-p {} outside the units' windows for a vocabulary of {} (cutoff (1 - topp) / {} below 2^-24, "
+           "or topp below 2^-40)", o.topp, vocab_, vocab_ - 1);
     if (block_ != kToppHeads) fail("sample part: top-p needs blocks of {} (the kept RAM's heads), not {}", kToppHeads, block_);
     if (layout.rows() < slot_rows()) fail("sample part: the kept RAM needs {} rows, a head has {}", slot_rows(), layout.rows());
     keep_.on = as.input("keep.on");
@@ -169,38 +161,18 @@ SamplePart::SamplePart(Assembler& as, const reference::Llama2Config& cfg, const 
     sorted_on_ = as.input("sorted.on");
     sorted_row_ = as.inputs("sorted.row", bits_for(slot_rows()));
     nucleus_block_ = as.inputs("nucleus.block", slot_rows());
+    slot_last_ = as.input("slot.last");
+    rnext_on_ = as.input("rnext.on");
+    pick_on_ = as.input("pick.on");
+    pick_block_ = as.inputs("pick.block", slot_rows());
   }
   max_on_ = as.input("smax.on");
   sum_on_ = as.input("ssum.on");
-  cdf_on_ = as.input("cdf.on");
+  cdf_on_ = topp_ ? compiler::kNever : as.input("cdf.on");
+  final_on_ = topp_ ? pick_block_.back() : cdf_on_;
   compiler::Program& p = as.program();
   const int B = block_;
 
-  // A banked RAM: head g holds blocks [rows_ g, rows_ g + rows_), block b at row b mod
-  // rows_; written by stage w (its group flag and row bits; head g wiped at its row 0),
-  // read by stage r. `negated`: the data's negations when made already (empty: the RAM
-  // makes them). Returns the heads' out values (one head reads at a time).
-  auto banked = [&](const std::vector<ValueId>& data, const std::vector<ValueId>& negated, const Stage& w,
-                    const Stage& r, int low_binade, const std::string& out_label, const std::string& label) {
-    std::vector<npu::FloatRamHead> heads;
-    std::vector<std::vector<ValueId>> outs;
-    for (int g = 0; g < groups; ++g) {
-      npu::FloatRamHead h;
-      h.data = data;
-      h.negated = negated;
-      h.key_bits = w.row;
-      h.write_flag = w.group[at(g)];
-      h.wipe_flag = w.wipe[at(g)];
-      h.write_enable = w.on;  // idle, the writer's group flags and row bits are +-0
-      h.query_bits = r.row;
-      h.read_flag = r.group[at(g)];
-      h.out = p.values(out_label + std::to_string(g), static_cast<int>(data.size()));
-      outs.push_back(h.out);
-      heads.push_back(std::move(h));
-    }
-    npu::float_ram(p, npu::FloatRamWindow{low_binade}, heads, w.on, label);
-    return outs;
-  };
 
   // The logit RAM: a head per block, all written (and wiped) on the logits' cycle, block b
   // read by TEMP.b into TEMP's lanes x (one gather op per head: x += the head's out, gate
@@ -295,7 +267,7 @@ SamplePart::SamplePart(Assembler& as, const reference::Llama2Config& cfg, const 
     // The draw's 38 sublayers beside the narrow stretch after the SUM chain (nothing else
     // pins them: they read only registers), not beside the classifier or the chains.
     p.order(sum_ops, compiler::OpRange{first_rng, p.ops().size()});
-    cdf_coin = one_row_ram(p, values_.coin, max_on_, cdf_on_, -25, "rng.coin_out", "coin RAM");  // 0 or k 2^-24, k < 2^24
+    cdf_coin = one_row_ram(p, values_.coin, max_on_, topp_ ? nucleus_block_.back() : cdf_on_, -25, "rng.coin_out", "coin RAM");  // 0 or k 2^-24, k < 2^24
   }
 
   // PROB: run.c's x[i] /= sum for block b, as (pm, exponent) with pm 2^exponent == C's
@@ -324,299 +296,9 @@ SamplePart::SamplePart(Assembler& as, const reference::Llama2Config& cfg, const 
   const std::vector<ValueId> prob_neg = npu::float_ram_negations(p, prob_one, prob_.on, "prob RAM")[0];
 
   if (topp_) {
-    // Top-p's KEEP (docs/npu-machine.md, M3 "Top-p on the machine"). The count of kept
-    // entries before block b cannot go from KEEP.(b - 1) to KEEP.b at the same layers
-    // (a RAM is read at or below where it is written), so PROB.b computes each block's
-    // keep bits and in-block slots (npu::topp_keep_block from count 0) into the keep RAM
-    // (banked) and its count into the count RAM (a head per block); KEEP.b, below, reads
-    // them back, adds the counts of the blocks before b (an exact integer sum) and writes
-    // each kept (p, q) into the kept RAM at its slot: an address that is data.
-    const size_t first_keep = p.ops().size();
-    const ValueId topp_value = p.value("topp.p");
-    npu::const_acc(p, topp_value, o.topp, "topp.p");
-    compiler::enable_constants(p, first_keep, prob_.on);
-    values_.cutoff = npu::topp_cutoff(p, topp_value, vocab_, prob_.on);
-    std::vector<ValueId> pm = values_.pm, exponent(pe.begin() + B, pe.end());
-    const npu::ToppKeepBlock kb = npu::topp_keep_block(p, pm, exponent, values_.cutoff, p.value("keep.count0"), prob_.on);
-    std::vector<ValueId> keep_data;  // kept p (0 when not kept: p may lie below the window), keep, in-block slot
-    const size_t first_sel = p.ops().size();
-    for (int s = 0; s < B; ++s) keep_data.push_back(npu::select(p, kb.keep[at(s)], kb.prob[at(s)], zero, "keep.kept_p"));
-    compiler::enable_constants(p, first_sel, prob_.on);
-    keep_data.insert(keep_data.end(), kb.keep.begin(), kb.keep.end());
-    keep_data.insert(keep_data.end(), kb.slot.begin(), kb.slot.end());
-    as.gate_clears(first_keep, p.ops().size(), prob_.on);
-    const auto keep_rows = banked(keep_data, {}, prob_, keep_, kToppLowBinade, "keep RAM.out", "keep RAM");
-    const std::vector<ValueId> counts =
-        per_block_ram(p, kb.count, prob_.block, keep_before_, prob_.on, kToppLowBinade, "keep.count_out", "count RAM");
-
-    // KEEP.b: slot c_q = count_in + the in-block slot j_q. The block's kept slots are
-    // consecutive from count_in = 8 base + d, so the lane with j goes to head (d + j) mod 8
-    // and every head h to one row: base + [h < d] (the wrapped heads). A lane's one-hot over
-    // the 8 heads (of an index past them when not kept) says which head it writes; a head
-    // whose row is >= kToppSlots / 8 (slot >= kToppSlots: refused) writes nothing.
-    const size_t first = p.ops().size();
-    const std::vector<ValueId> row = as.gated(keep_rows, {keep_.on}, "keep.row");
-    Lin count_in;
-    for (ValueId c : counts) count_in.terms.push_back({c, 1.0f});
-    values_.count_in = npu::detail::integer_value(p, count_in, "keep.count_in");
-    const int count_bits = bits_for(vocab_ + 1), kept_row_bits = bits_for(slot_rows());
-    const std::vector<ValueId> cb = npu::int_to_bits(p, values_.count_in, count_bits);  // most significant first
-    Lin d, base;
-    for (int j = 0; j < count_bits; ++j) {
-      const ValueId bit = cb[at(count_bits - 1 - j)];
-      if (j < 3) d.terms.push_back({bit, static_cast<float>(1 << j)});
-      else base.terms.push_back({bit, static_cast<float>(1 << (j - 3))});
-    }
-    // The two rows a block writes, as bits (least significant first, as key bits).
-    std::array<std::vector<ValueId>, 2> row_of;
-    for (int w = 0; w < 2; ++w) {
-      Lin r = base;
-      r.terms.push_back({compiler::kOne, static_cast<float>(w)});
-      std::vector<ValueId> msb = npu::int_to_bits(p, npu::detail::integer_value(p, r, "kept.base"), count_bits - 3);
-      row_of[at(w)].assign(msb.rbegin(), msb.rend());
-    }
-    std::vector<std::vector<ValueId>> hot;
-    std::vector<ValueId> q;
-    for (int s = 0; s < B; ++s) {
-      const ValueId keep = row[at(B + s)], in_block = row[at(2 * B + s)];
-      values_.keep.push_back(keep);
-      values_.slot.push_back(npu::detail::integer_value(p, Lin{{{values_.count_in, 1.0f}, {in_block, 1.0f}}}, "keep.slot"));
-      Lin t = d;  // d + j = d + slot - count_in, 0 .. 14
-      t.terms.push_back({values_.slot.back(), 1.0f});
-      t.terms.push_back({values_.count_in, -1.0f});
-      Lin wrap = t;  // [d + j >= 8]
-      wrap.terms.push_back({compiler::kOne, -7.0f});
-      const ValueId wrapped = npu::attn_int_positive(p, wrap, "keep.wrap");
-      Lin head = t;  // (d + j) mod 8, or past the heads when not kept
-      head.terms.push_back({wrapped, -8.0f});
-      head.terms.push_back({compiler::kOne, 8.0f});
-      head.terms.push_back({keep, -8.0f});
-      hot.push_back(npu::one_hot(p, npu::detail::integer_value(p, head, "keep.head"), kToppHeads, "keep.hot"));
-      Lin qs;  // q = 8 b + s from KEEP's block flags
-      for (int b = 0; b < blocks_; ++b) qs.terms.push_back({keep_.block[at(b)], static_cast<float>(b * B + s)});
-      q.push_back(npu::detail::integer_value(p, qs, "keep.q"));
-    }
-    std::vector<npu::FloatRamHead> heads;
-    for (int h = 0; h < kToppHeads; ++h) {
-      npu::FloatRamHead ram;
-      ram.data = {p.value("kept.p"), p.value("kept.q")};
-      std::vector<Neuron> pass;  // the one lane at head h passes its p and q
-      Lin written{{{compiler::kOne, -1.0f}}};
-      for (int s = 0; s < B; ++s) {
-        const ValueId v = hot[at(s)][at(h)];
-        written.terms.push_back({v, 1.0f});
-        pass.push_back(Neuron{Lin{{{v, kGateOn}}}, Lin{{{row[at(s)], 1.0f / kGateOn}}}, {{ram.data[0], 1.0f}}});
-        pass.push_back(Neuron{Lin{{{v, kGateOn}}}, Lin{{{q[at(s)], 1.0f / kGateOn}}}, {{ram.data[1], 1.0f}}});
-      }
-      p.mlp("kept.pass", std::move(pass));
-      Lin dh = d;  // [h < d]: the head's slot wrapped into the next row
-      dh.terms.push_back({compiler::kOne, static_cast<float>(-h)});
-      const ValueId next = npu::attn_int_positive(p, dh, "kept.next");
-      Lin room = base;  // [base + next < kToppSlots / 8], as 16 - base - next >= 1
-      for (compiler::Term& term : room.terms) term.weight = -term.weight;
-      room.terms.push_back({next, -1.0f});
-      room.terms.push_back({compiler::kOne, static_cast<float>(slot_rows())});
-      written.terms.push_back({npu::attn_int_positive(p, room, "kept.room"), 1.0f});
-      ram.write_flag = npu::detail::bit_value(p, written, "kept.write");  // a lane here and room
-      for (int j = 0; j < kept_row_bits; ++j)
-        ram.key_bits.push_back(npu::select(p, next, row_of[1][at(j)], row_of[0][at(j)], "kept.row"));
-      ram.wipe_flag = keep_wipe_;  // KEEP.0 empties every row (rows are write-once)
-      ram.write_enable = keep_.on;
-      ram.query_bits = slot_row_;
-      ram.read_flag = kept_read_;
-      ram.out = p.values("kept.out", 2);
-      values_.kept_p.push_back(ram.out[0]);
-      values_.kept_q.push_back(ram.out[1]);
-      heads.push_back(std::move(ram));
-    }
-    compiler::enable_constants(p, first, keep_.on);
-    as.gate_clears(first, p.ops().size(), keep_.on);
-    // A second copy (the same writes) that RANK reads at its slot block's row: a head
-    // reads one row per cycle, RANK needs two (its row block's and its slot block's).
-    std::vector<npu::FloatRamHead> copies = heads;
-    std::vector<ValueId> col_p;
-    for (npu::FloatRamHead& h : copies) {
-      h.query_bits = rank_col_;
-      h.read_flag = rank_on_;
-      h.out = p.values("kept.col_out", 2);
-      col_p.push_back(h.out[0]);
-    }
-    heads.insert(heads.end(), copies.begin(), copies.end());
-    npu::float_ram(p, npu::FloatRamWindow{kToppLowBinade}, heads, keep_.on, "kept RAM");
-    // SLOT.r reads the kept RAM's row r (slots 8 r .. 8 r + 7) and every block's count
-    // (n0, which RANK's masks and the n0 = 0 / n0 > kToppSlots refusals need) for the
-    // test; until RANK reads them, a sink op does (a probe needs a reader that does not
-    // write the value).
-    const size_t first_n0 = p.ops().size();
-    values_.n0 = npu::detail::integer_value(p, count_in, "slot.n0");
-    compiler::enable_constants(p, first_n0, kept_read_);
-    std::vector<ValueId> read = values_.kept_p;
-    read.insert(read.end(), values_.kept_q.begin(), values_.kept_q.end());
-    read.push_back(values_.n0);
-    const ValueId sink = p.value("kept.sink");
-    std::vector<Neuron> sink_ns;
-    for (ValueId v : read) sink_ns.push_back(Neuron{Lin{{{slot_on_, kGateOn}}}, Lin{{{v, 1.0f / kGateOn}}}, {{sink, 1.0f}}});
-    p.mlp("kept.sink", std::move(sink_ns));
-    as.discard({sink}, slot_on_, "kept.sink_unread");
-
-    // RANK.i.j: the kept RAM's row block i (slots 8i ..) against its slot block j
-    // (npu::topp_rank_block, 8 x 8, rows and slots >= n0 masked): partial ranks, which
-    // cannot be carried from j to j + 1 at the same layers, so each pair writes them to
-    // the partial RAM (head j, row i) and RSUM.i sums the 16 heads' row i.
-    const size_t first_rank = p.ops().size();
-    Lin row_base, slot_base;
-    for (size_t j = 0; j < slot_row_.size(); ++j) {
-      row_base.terms.push_back({slot_row_[j], static_cast<float>(kToppHeads << j)});
-      slot_base.terms.push_back({rank_col_[j], static_cast<float>(kToppHeads << j)});
-    }
-    const ValueId base_v = npu::detail::integer_value(p, row_base, "rank.base");
-    const ValueId slot_base_v = npu::detail::integer_value(p, slot_base, "rank.slot_base");
-    const std::vector<ValueId> rank_in = p.values("rank.in", kToppHeads);  // never written: +0
-    // The kept RAM's row block and n0 through RANK's flag: SLOT and RSUM read them too (the
-    // idle contract: an idle unit's operands are +-0).
-    const std::vector<ValueId> row_p = as.gated(values_.kept_p, {rank_on_}, "rank.row_p");
-    const ValueId rank_n0 = as.gated(std::vector<ValueId>{values_.n0}, {rank_on_}, "rank.n0")[0];
-    const npu::ToppRankBlock rb = npu::topp_rank_block(p, row_p, base_v, col_p, slot_base_v, rank_n0, rank_in, rank_on_);
-    compiler::enable_constants(p, first_rank, rank_on_);
-    as.gate_clears(first_rank, p.ops().size(), rank_on_);
-    std::vector<npu::FloatRamHead> parts;
-    std::vector<std::vector<ValueId>> part_out;
-    {
-      std::vector<npu::FloatRamHead> one(1);
-      one[0].data = rb.rank;
-      const auto neg = npu::float_ram_negations(p, one, rank_on_, "partial rank RAM");
-      for (int j = 0; j < slot_rows(); ++j) {
-        npu::FloatRamHead h;
-        h.data = rb.rank;
-        h.negated = neg[0];
-        h.key_bits = rank_row_;  // not slot_row_: RSUM sets those (the kept RAM's row) with this RAM's writes off
-        h.write_flag = rank_part_[at(j)];
-        h.wipe_flag = rank_wipe_[at(j)];
-        h.write_enable = rank_on_;
-        h.query_bits = rsum_row_;
-        h.read_flag = rsum_on_;
-        h.out = p.values("rank.part_out", kToppHeads);
-        part_out.push_back(h.out);
-        parts.push_back(std::move(h));
-      }
-      npu::float_ram(p, npu::FloatRamWindow{kToppLowBinade}, parts, rank_on_, "partial rank RAM");
-    }
-    // RSUM.i: rank = the sum of row i's partial ranks (exact integers).
-    const size_t first_rsum = p.ops().size();
-    for (int s = 0; s < kToppHeads; ++s) {
-      Lin sum;
-      for (const auto& out : part_out) sum.terms.push_back({out[at(s)], 1.0f});
-      values_.rank.push_back(npu::detail::integer_value(p, sum, "rsum.rank"));
-    }
-    compiler::enable_constants(p, first_rsum, rsum_on_);
-    as.gate_clears(first_rsum, p.ops().size(), rsum_on_);
-    // The sorted RAM: rank k at head (lane s, k mod 8), row k / 8, where s is the lane of
-    // the kept slot with rank k (its slot mod 8). Lane s writes only its own 8 heads, one
-    // per cycle (distinct ranks), and a block of ranks 8b .. 8b + 7 reads row b of every
-    // head: rank 8b + t is the sum over s of head (s, t) (one written, the rest +0 after
-    // RSUM.0's wipe). RSUM.i reads the kept RAM's row i (p, q) and n0 again for this.
-    const size_t first_sorted = p.ops().size();
-    std::vector<ValueId> entry = values_.kept_p;  // through RSUM's flag (as RANK's)
-    entry.insert(entry.end(), values_.kept_q.begin(), values_.kept_q.end());
-    entry.push_back(values_.n0);
-    entry = as.gated(entry, {rsum_on_}, "sorted.entry");
-    const ValueId sorted_n0 = entry.back();
-    Lin rsum_base;
-    for (size_t j = 0; j < slot_row_.size(); ++j) rsum_base.terms.push_back({slot_row_[j], static_cast<float>(kToppHeads << j)});
-    std::vector<npu::FloatRamHead> sorted;
-    for (int s = 0; s < kToppHeads; ++s) {
-      // valid = [8i + s < n0]: ranks of slots past n0 are 0 and must not write
-      Lin valid{{{sorted_n0, 1.0f}, {compiler::kOne, static_cast<float>(-s)}}};
-      for (const compiler::Term& t : rsum_base.terms) valid.terms.push_back({t.value, -t.weight});
-      const ValueId ok = npu::attn_int_positive(p, valid, "sorted.valid");
-      const std::vector<ValueId> msb = npu::int_to_bits(p, values_.rank[at(s)], bits_for(npu::kToppSlots));
-      const std::vector<ValueId> lsb(msb.rbegin(), msb.rend());
-      Lin residue{{{compiler::kOne, 8.0f}, {ok, -8.0f}}};  // rank mod 8, past the heads when not valid
-      for (int j = 0; j < 3; ++j) residue.terms.push_back({lsb[at(j)], static_cast<float>(1 << j)});
-      const std::vector<ValueId> residue_hot =
-          npu::one_hot(p, npu::detail::integer_value(p, residue, "sorted.residue"), kToppHeads, "sorted.hot");
-      for (int t = 0; t < kToppHeads; ++t) {
-        npu::FloatRamHead h;
-        h.data = {entry[at(s)], entry[at(kToppHeads + s)]};
-        h.key_bits.assign(lsb.begin() + 3, lsb.end());
-        h.write_flag = residue_hot[at(t)];
-        h.wipe_flag = sorted_wipe_;
-        h.write_enable = rsum_on_;
-        h.query_bits = sorted_row_;
-        h.read_flag = sorted_on_;
-        h.out = p.values("sorted.out", 2);
-        sorted.push_back(std::move(h));
-      }
-    }
-    compiler::enable_constants(p, first_sorted, rsum_on_);
-    as.gate_clears(first_sorted, p.ops().size(), rsum_on_);
-    npu::float_ram(p, npu::FloatRamWindow{kToppLowBinade}, sorted, rsum_on_, "sorted RAM");
-    // SORTED.b: ranks 8b .. 8b + 7 (p, q), for the test (NUCLEUS's and PICK's reads, to come).
-    const size_t first_read = p.ops().size();
-    for (int t = 0; t < kToppHeads; ++t) {
-      const ValueId sp = p.value("sorted.p"), sq = p.value("sorted.q");
-      std::vector<Neuron> ns;
-      for (int s = 0; s < kToppHeads; ++s) {
-        const npu::FloatRamHead& h = sorted[at(s * kToppHeads + t)];
-        ns.push_back(Neuron{Lin{{{sorted_on_, kGateOn}}}, Lin{{{h.out[0], 1.0f / kGateOn}}}, {{sp, 1.0f}}});
-        ns.push_back(Neuron{Lin{{{sorted_on_, kGateOn}}}, Lin{{{h.out[1], 1.0f / kGateOn}}}, {{sq, 1.0f}}});
-      }
-      p.mlp("sorted.gather", std::move(ns));
-      values_.sorted_p.push_back(sp);
-      values_.sorted_q.push_back(sq);
-    }
-    as.gate_clears(first_read, p.ops().size(), sorted_on_);
-    std::vector<ValueId> sorted_read = values_.sorted_p;
-    sorted_read.insert(sorted_read.end(), values_.sorted_q.begin(), values_.sorted_q.end());
-    const ValueId sorted_sink = p.value("sorted.sink");
-    std::vector<Neuron> sorted_ns;
-    for (ValueId v : sorted_read)
-      sorted_ns.push_back(Neuron{Lin{{{sorted_on_, kGateOn}}}, Lin{{{v, 1.0f / kGateOn}}}, {{sorted_sink, 1.0f}}});
-    p.mlp("sorted.sink", std::move(sorted_ns));
-
-    // NUCLEUS on SORTED.b: npu::topp_nucleus_block over ranks 8b .. 8b + 7. Its state
-    // (cum, crossed, count, selected) cannot go from SORTED.b to SORTED.(b + 1) at the same
-    // layers, so each block has its own instance, below the one before: instance b writes
-    // its state into state RAM b, instance b + 1 reads it (the depth law's stack).
-    npu::ToppNucleusState state{p.value("nucleus.cum0"), p.value("nucleus.crossed0"), p.value("nucleus.count0"),
-                                p.value("nucleus.selected0")};  // never written: +0
-    for (int b = 0; b < slot_rows(); ++b) {
-      const ValueId on = nucleus_block_[at(b)];
-      const size_t first_b = p.ops().size();
-      std::vector<ValueId> in = values_.sorted_p;
-      in.push_back(values_.n0);
-      in = as.gated(in, {on}, "nucleus.in");
-      const ValueId n0 = in.back();
-      in.pop_back();
-      const size_t first_const = p.ops().size();
-      const ValueId topp_b = p.value("nucleus.topp");
-      npu::const_acc(p, topp_b, o.topp, "nucleus.topp");
-      const ValueId base_b = npu::detail::integer_value(p, Lin{{{compiler::kOne, static_cast<float>(b * kToppHeads)}}}, "nucleus.base");
-      compiler::enable_constants(p, first_const, on);
-      const npu::ToppNucleusBlock nb = npu::topp_nucleus_block(p, in, base_b, n0, topp_b, state, on);
-      values_.cum.insert(values_.cum.end(), nb.cum.begin(), nb.cum.end());
-      as.gate_clears(first_b, p.ops().size(), on);
-      if (b + 1 < slot_rows()) {
-        const std::vector<ValueId> data = {nb.out.cum, nb.out.crossed, nb.out.count, nb.out.selected};
-        const npu::FloatRamHead h = one_row_head(p, data, {}, on, nucleus_block_[at(b + 1)], "nucleus.state");
-        npu::float_ram(p, npu::FloatRamWindow{kToppLowBinade}, {h}, on, "nucleus state RAM " + std::to_string(b));
-        state = {h.out[0], h.out[1], h.out[2], h.out[3]};
-      } else {
-        values_.last_idx = nb.out.count;
-        values_.cumulative_prob = nb.out.selected;
-      }
-    }
-    {  // until R and PICK read them
-      const ValueId on = nucleus_block_.back();
-      const ValueId nucleus_sink = p.value("nucleus.sink");
-      p.mlp("nucleus.sink", {Neuron{Lin{{{on, kGateOn}}}, Lin{{{values_.last_idx, 1.0f / kGateOn}}}, {{nucleus_sink, 1.0f}}},
-                             Neuron{Lin{{{on, kGateOn}}}, Lin{{{values_.cumulative_prob, 1.0f / kGateOn}}}, {{nucleus_sink, 1.0f}}}});
-      as.discard({values_.last_idx, values_.cumulative_prob}, on, "nucleus.unread");
-      as.discard({nucleus_sink}, on, "nucleus.sink_unread");
-    }
-    as.discard(sorted_read, sorted_on_, "sorted.unread");
-    as.discard({sorted_sink}, sorted_on_, "sorted.sink_unread");
-    as.discard(read, kept_read_, "kept.unread");  // after the last reader of n0 (NUCLEUS)
+    build_topp(o, pe, zero, cdf_coin);
+    stages_.end = p.ops().size();
+    return;  // top-p's PICK chooses the token: no CDF
   }
 
   // CDF: sample_mult over every probability (C's cdf += p_q in index order) and the coin;
@@ -680,10 +362,10 @@ std::vector<ValueId> SamplePart::successor(const std::vector<ValueId>& head_oneh
   }
   const size_t first_hot = p.ops().size();
   const ValueId chosen = p.value("story.index"), enable = p.value("story.on");
-  p.mlp("story.index", {Neuron{Lin{{{pick, kGateOn}, {cdf_on_, kGateOn}}},
+  p.mlp("story.index", {Neuron{Lin{{{pick, kGateOn}, {final_on_, kGateOn}}},
                                Lin{{{index, 1.0f / kGateOn}, {token_, 1.0f / kGateOn}}}, {{chosen, 1.0f}}},
-                        Neuron{Lin{{{pick, kGateOn}, {cdf_on_, kGateOn}}},
-                               Lin{{{pick, 1.0f / kGateOn}, {cdf_on_, 1.0f / kGateOn}}}, {{enable, 1.0f}}}});
+                        Neuron{Lin{{{pick, kGateOn}, {final_on_, kGateOn}}},
+                               Lin{{{pick, 1.0f / kGateOn}, {final_on_, 1.0f / kGateOn}}}, {{enable, 1.0f}}}});
   as_.gate_own_clears({enable});
   as_.gate_clears_of({chosen}, enable);
   const size_t first_one_hot = p.ops().size();
@@ -720,57 +402,7 @@ void SamplePart::define() {
     with_block(q, prob_, b, topp_);  // reads the exp row RAM's row b (with top-p writes the keep RAM's)
     as_.define(prob_name(b), std::move(q));
   }
-  for (int b = 0; topp_ && b < blocks_; ++b) {
-    MicroOp k = as_.step(b + 1 < blocks_ ? keep_name(b + 1) : slot_name(0));
-    with_block(k, keep_, b, false);  // reads the keep RAM's row b
-    for (int c = 0; c < b; ++c) k.sets.push_back({keep_before_[at(c)], 1.0f});
-    if (b == 0) k.sets.push_back({keep_wipe_, 1.0f});
-    as_.define(keep_name(b), std::move(k));
-  }
-  for (int r = 0; topp_ && r < slot_rows(); ++r) {
-    MicroOp k = as_.step(r + 1 < slot_rows() ? slot_name(r + 1) : rank_name(0, 0));
-    k.sets.push_back({slot_on_, 1.0f});
-    k.sets.push_back({kept_read_, 1.0f});
-    for (ValueId before : keep_before_) k.sets.push_back({before, 1.0f});  // every count: n0
-    for (size_t j = 0; j < slot_row_.size(); ++j)
-      if ((r >> j) & 1) k.sets.push_back({slot_row_[j], 1.0f});
-    as_.define(slot_name(r), std::move(k));
-  }
-  const int R = slot_rows();
-  for (int i = 0; topp_ && i < R; ++i)
-    for (int j = 0; j < R; ++j) {
-      MicroOp k = as_.step(j + 1 < R ? rank_name(i, j + 1) : i + 1 < R ? rank_name(i + 1, 0) : rsum_name(0));
-      k.sets.push_back({rank_on_, 1.0f});
-      k.sets.push_back({kept_read_, 1.0f});
-      for (ValueId before : keep_before_) k.sets.push_back({before, 1.0f});  // n0
-      for (size_t t = 0; t < slot_row_.size(); ++t) {
-        if ((i >> t) & 1) k.sets.push_back({slot_row_[t], 1.0f}), k.sets.push_back({rank_row_[t], 1.0f});
-        if ((j >> t) & 1) k.sets.push_back({rank_col_[t], 1.0f});
-      }
-      k.sets.push_back({rank_part_[at(j)], 1.0f});
-      if (i == 0) k.sets.push_back({rank_wipe_[at(j)], 1.0f});
-      as_.define(rank_name(i, j), std::move(k));
-    }
-  for (int i = 0; topp_ && i < R; ++i) {
-    MicroOp k = as_.step(i + 1 < R ? rsum_name(i + 1) : sorted_name(0));
-    k.sets.push_back({rsum_on_, 1.0f});
-    k.sets.push_back({kept_read_, 1.0f});  // row i's (p, q) and n0
-    for (ValueId before : keep_before_) k.sets.push_back({before, 1.0f});
-    for (size_t t = 0; t < rsum_row_.size(); ++t)
-      if ((i >> t) & 1) k.sets.push_back({rsum_row_[t], 1.0f}), k.sets.push_back({slot_row_[t], 1.0f});
-    if (i == 0) k.sets.push_back({sorted_wipe_, 1.0f});
-    as_.define(rsum_name(i), std::move(k));
-  }
-  for (int b = 0; topp_ && b < R; ++b) {
-    MicroOp k = as_.step(b + 1 < R ? sorted_name(b + 1) : std::string("CDF"));
-    k.sets.push_back({sorted_on_, 1.0f});
-    k.sets.push_back({nucleus_block_[at(b)], 1.0f});
-    k.sets.push_back({kept_read_, 1.0f});  // n0 (NUCLEUS)
-    for (ValueId before : keep_before_) k.sets.push_back({before, 1.0f});
-    for (size_t t = 0; t < sorted_row_.size(); ++t)
-      if ((b >> t) & 1) k.sets.push_back({sorted_row_[t], 1.0f});
-    as_.define(sorted_name(b), std::move(k));
-  }
+  if (topp_) define_topp();
   MicroOp m = as_.step(exp_name(0));
   m.sets = {{max_on_, 1.0f}};
   for (ValueId r : coin_.reads) m.sets.push_back({r, 1.0f});
@@ -778,6 +410,7 @@ void SamplePart::define() {
   MicroOp s = as_.step(prob_name(0));
   s.sets = {{sum_on_, 1.0f}};
   as_.define("SUM", std::move(s));
+  if (topp_) return;  // PICK.15 names the story token (define_topp)
   MicroOp c;
   c.sets = {{cdf_on_, 1.0f}};
   if (!coin_.rng) c.sets.push_back({coin_.read, 1.0f});

@@ -25,7 +25,7 @@
 //           computed successor, the story token TOK.k (HEAD's argmax when t = 0).
 //
 // With SampleOptions::topp_on (run.c's top-p; docs/npu-machine.md, M3 "Top-p on the
-// machine"; built so far: KEEP, RANK, the sorted RAM, NUCLEUS):
+// sample machine"; machine/sample_topp_part.cpp), instead of CDF:
 //
 //   PROB.b  also the cutoff (npu::topp_cutoff of the constant topp), block b's keep bits
 //           and in-block slots (npu::topp_keep_block from count 0) -> the keep RAM
@@ -36,20 +36,29 @@
 //           head c_q mod 8, row c_q / 8, the row bits data (count_in's bits), at most one
 //           write per head per cycle (a block's kept slots are consecutive); KEEP.0 wipes it;
 //   SLOT.r  (r < 16) the kept RAM's row r (slots 8r .. 8r + 7) and n0 (every count), read
-//           for the test;
-//   RANK.i.j (i, j < 16) npu::topp_rank_block (8 x 8) of the kept RAM's row i against its
-//           row j (a second copy of the kept RAM: a head reads one row per cycle) ->
-//           the partial rank RAM (head j, row i);
-//   RSUM.i  the ranks of slots 8i .. 8i + 7: the sum of row i's 16 partial ranks; their
-//           (p, q) -> the sorted RAM (head (lane, rank mod 8), row rank / 8);
+//           for the test; SLOT.15 branches on [1 <= n0 <= kToppSlots] to RANK.0.0, else to
+//           REFUSE (names DONE: no story token; run.c reads out of bounds for n0 = 0);
+//   RANK.i.j (i, j < ceil(n0 / 8)) npu::topp_rank_block (8 x 8) of the kept RAM's row i
+//           against its row j (a second copy of the kept RAM: a head reads one row per
+//           cycle) -> the partial rank RAM (head j, row i); a branch to RANK.i.(j + 1)
+//           while 8 (j + 1) < n0, else RNEXT.i (to RANK.(i + 1).0 while 8 (i + 1) < n0,
+//           else RANKSUM.0);
+//   RANKSUM.i the ranks of slots 8i .. 8i + 7: the sum of row i's partial ranks over the
+//           heads j with 8 j < n0 (the others are stale); their (p, q) -> the sorted RAM
+//           (head (lane, rank mod 8), row rank / 8);
 //   SORTED.b ranks 8b .. 8b + 7 read back; NUCLEUS instance b (npu::topp_nucleus_block,
 //           one instance per block, each below the one before: its state through a
-//           one-row state RAM); after the last, last_idx and cumulative_prob.
+//           one-row state RAM) -> the pick RAM head b (cum before the block, its 8 running
+//           sums, its 8 token indices); after the last, last_idx and cumulative_prob, and
+//           R: r = coin * cumulative_prob (the coin read on SORTED.15) -> the r RAM;
+//   PICK.b  the pick RAM's head b, r and last_idx: npu::topp_pick_block (one instance,
+//           the lt before the block recomputed from its cum) -> the block's token (0 unless
+//           the pick is there) into the token RAM; PICK.15 sums them: run.c's top-p token,
+//           whose one-hot (successor()) names TOK.k.
 //
 // A count cannot go from KEEP.(b - 1) to KEEP.b at the same layers (a RAM is read at or
 // below where it is written): that is why PROB writes the counts and KEEP sums them; the
-// partial ranks likewise, and NUCLEUS's state by stacking. Not yet: R, PICK and the
-// n0 = 0 / n0 > 128 refusals; CDF (sample_mult with the same coin) still picks the successor.
+// partial ranks and PICK's tokens likewise, and NUCLEUS's state by stacking.
 //
 // Every unit keeps the idle contract: its constants are its stage's flag, its operands
 // RAM reads or registers read only on its cycles, so on every other cycle each value it
@@ -112,16 +121,19 @@ struct SampleValues {
   std::vector<compiler::ValueId> keep, slot;     // KEEP.b: [p_q >= cutoff], c_q = #{kept q' < q}
   std::vector<compiler::ValueId> kept_p, kept_q; // SLOT.r: the kept RAM's slots 8r .. 8r + 7 read back
   compiler::ValueId n0 = 0;                      // SLOT.r: the kept entries (every block's count)
-  std::vector<compiler::ValueId> rank;           // RSUM.i: the stable ranks of slots 8i .. 8i + 7 (0 past n0)
+  std::vector<compiler::ValueId> rank;           // RANKSUM.i: the stable ranks of slots 8i .. 8i + 7 (0 past n0)
   std::vector<compiler::ValueId> sorted_p, sorted_q;  // SORTED.b: the sorted RAM's ranks 8b .. 8b + 7
   std::vector<compiler::ValueId> cum;            // SORTED.b (NUCLEUS): C's cumulative_prob after ranks 8b .. 8b + 7 (all 128)
   compiler::ValueId last_idx = 0, cumulative_prob = 0;  // SORTED.15 (NUCLEUS)
+  compiler::ValueId r = 0;                       // SORTED.15 (R): coin * cumulative_prob
+  compiler::ValueId pick = 0;                    // PICK.15: run.c's top-p token (the story token's index)
+  compiler::ValueId pick_cum_in = 0, pick_part = 0;  // PICK.b: cum of rank 8b - 1, the block's token (0 unless picked there)
 };
 
 class SamplePart {
  public:
-  // TEMP.b, MAX, EXP.b, SUM, PROB.b (b < nb), with top-p KEEP.b (b < nb), SLOT.r, RANK.i.j,
-  // RSUM.i and SORTED.r (r, i, j < kToppSlots / 8), CDF.
+  // TEMP.b, MAX, EXP.b, SUM, PROB.b (b < nb), then CDF, or with top-p KEEP.b (b < nb),
+  // SLOT.r, REFUSE, RANK.i.j with RNEXT.i, RANKSUM.i, SORTED.r and PICK.r (r, i, j < kToppSlots / 8).
   static std::vector<std::string> names(const reference::Llama2Config& config, const SampleOptions& options);
   static std::string temp_name(int b);
   static std::string exp_name(int b);
@@ -131,7 +143,19 @@ class SamplePart {
   static std::string rank_name(int i, int j);
   static std::string rsum_name(int i);
   static std::string sorted_name(int b);
+  static std::string rnext_name(int i);
+  static std::string pick_name(int b);
   static int slot_rows();  // the kept RAM's rows (SLOT cycles): kToppSlots / kToppHeads
+  // Whether the top-p units' windows hold topp for a vocabulary of n (npu/unit_topp.h):
+  // run.c's cutoff (1 - topp) / (n - 1) >= 2^-24 (n = 512: topp <= 1 - 511 2^-24) and topp
+  // >= 2^-40 (greater's window for cum against topp: a nonzero difference >= 2^-70).
+  static bool topp_fits(float topp, int n);
+  // The stages' control names of one sampled position, from TEMP.0 to the cycle that names
+  // the story token: TEMP.b, MAX, EXP.b, SUM, PROB.b (b < blocks), then CDF; with top-p
+  // (`kept`: run.c's n0) KEEP.b, SLOT.r, RANK.i.j for i, j < ceil(n0 / 8) with RNEXT.i
+  // after each row block i, RANKSUM.i, SORTED.b, PICK.b, or for n0 = 0 or n0 > kToppSlots
+  // SLOT.15 then REFUSE (which names DONE).
+  static std::vector<std::string> stream(int blocks, bool topp, int kept);
 
   // Appends the units and RAMs. `logits`: the vocabulary's logits, complete on the cycle
   // whose flag `logits_on` is 1 (HEAD's) and +-0 on every other; `temperature` a
@@ -171,9 +195,23 @@ class SamplePart {
     std::vector<compiler::ValueId> wipe;   // per banked head: set at its row 0
   };
   void with_block(MicroOp& op, const Stage& s, int b, bool wipes) const;
+  // A banked RAM: head g holds blocks [rows_ g, rows_ g + rows_), block b at row b mod
+  // rows_; written by stage w (its group flag and row bits; head g wiped at its row 0),
+  // read by stage r. `negated`: the data's negations when made already (empty: the RAM
+  // makes them). Returns the heads' out values (one head reads at a time).
+  std::vector<std::vector<compiler::ValueId>> banked(const std::vector<compiler::ValueId>& data,
+                                                     const std::vector<compiler::ValueId>& negated, const Stage& w,
+                                                     const Stage& r, int low_binade, const std::string& out_label,
+                                                     const std::string& label) const;
+  // The top-p stages after PROB (machine/sample_topp_part.cpp): `pe` PROB's gated exp rows
+  // (mant, exponent), `zero` a +0 value.
+  // The coin (`coin`) is read on SORTED.15.
+  void build_topp(const SampleOptions& o, const std::vector<compiler::ValueId>& pe, compiler::ValueId zero,
+                  compiler::ValueId coin);
+  void define_topp();
 
   Assembler& as_;
-  int vocab_ = 0, block_ = 0, blocks_ = 0, rows_ = 0;
+  int vocab_ = 0, block_ = 0, blocks_ = 0, rows_ = 0, groups_ = 0;
   compiler::ValueId temperature_read_ = 0;
   SampleCoin coin_;
   Stage temp_, exp_, prob_, keep_;
@@ -181,14 +219,17 @@ class SamplePart {
   bool topp_ = false;
   std::vector<compiler::ValueId> keep_before_;  // KEEP.b sets those of the blocks before b (count RAM reads)
   compiler::ValueId keep_wipe_ = 0, slot_on_ = 0;
-  std::vector<compiler::ValueId> slot_row_;     // the kept RAM's row read on SLOT.r / RANK.i.j (i), RSUM.i (bits)
+  std::vector<compiler::ValueId> slot_row_;     // the kept RAM's row read on SLOT.r / RANK.i.j (i), RANKSUM.i (bits)
   compiler::ValueId kept_read_ = 0, rank_on_ = 0, rsum_on_ = 0;
   std::vector<compiler::ValueId> rank_col_, rank_row_, rank_part_, rank_wipe_, rsum_row_, sorted_row_;
   compiler::ValueId sorted_wipe_ = 0, sorted_on_ = 0;
   std::vector<compiler::ValueId> nucleus_block_;  // SORTED.b: NUCLEUS instance b's flag
+  compiler::ValueId slot_last_ = 0, rnext_on_ = 0, pick_on_ = 0;
+  std::vector<compiler::ValueId> pick_block_;     // PICK.b
+  compiler::ValueId final_on_ = 0;  // the cycle whose token_ the successor reads: CDF's, with top-p PICK.15's
   SampleValues values_;
   compiler::OpRange stages_;
-  compiler::ValueId token_ = 0;  // CDF's sampled index (an exact integer, +-0 on other cycles)
+  compiler::ValueId token_ = 0;  // the sampled index, CDF's or PICK's (an exact integer, +-0 on other cycles)
 };
 
 }  // namespace qpu::machine

@@ -224,6 +224,7 @@ TokenMachine build_token_machine(const reference::Llama2Checkpoint& ck, const To
   m.exp_groups = attention.exp_groups();
   m.max_positions = o.positions(cfg);
   m.sample_blocks = sample ? sample->blocks() : 0;
+  m.sample_topp = o.sampling && o.sample.topp_on();
   m.logit_probes = m.probes(head.logits());
   return m;
 }
@@ -291,12 +292,11 @@ std::vector<int64_t> TokenMachine::expected_position(const PositionRecord& r) co
   emit("HEAD");
   if (r.sampled) {
     if (sample_blocks == 0) fail("token machine: a sampled record on a greedy machine");
-    for (int b = 0; b < sample_blocks; ++b) emit(SamplePart::temp_name(b));
-    emit("MAX");
-    for (int b = 0; b < sample_blocks; ++b) emit(SamplePart::exp_name(b));
-    emit("SUM");
-    for (int b = 0; b < sample_blocks; ++b) emit(SamplePart::prob_name(b));
-    emit("CDF");
+    for (const std::string& n : SamplePart::stream(sample_blocks, sample_topp, r.kept)) emit(n);
+    if (sample_topp && s.back() == id("REFUSE")) {  // top-p refused: no story token
+      emit("DONE");
+      return s;
+    }
   }
   emit(story_token_name(r.next));
   return s;

@@ -69,6 +69,7 @@ struct PositionRecord {
   std::vector<std::vector<float>> x_att_res, x_ffn_res;  // [layer][dim]
   int next = 0;
   bool sampled = false;  // next is run.c's sample() (temperature > 0, not a prompt token)
+  int kept = -1;         // with top-p: run.c's n0 at a sampled position (entries >= the cutoff)
 };
 
 struct TokenMachine : AssembledMachine {
@@ -76,6 +77,7 @@ struct TokenMachine : AssembledMachine {
 
   int max_positions = 0;
   int sample_blocks = 0;  // the sampler's nb (TEMP.b, EXP.b, PROB.b); 0: a greedy machine
+  bool sample_topp = false;  // run.c's top-p (0 < topp < 1) on the sampling machine
 
   // Where HEAD's classifier leaves run.c's logits on HEAD's cycle, per vocabulary entry
   // (verification only: they never leave the forward pass; runner/story_stream.h).
@@ -98,7 +100,9 @@ struct TokenMachine : AssembledMachine {
   // position's TOK (QKV.0) through the next TOK: every control token and the value
   // tokens of every float it sends up (x after the FFN of every layer, POS + 1; x after
   // the attention stays below, record.x_att_res is only size-checked); a sampled record
-  // (sampling machine only) has TEMP.0 ... CDF between HEAD and TOK.k.
+  // (sampling machine only) has TEMP.0 ... CDF (with top-p TEMP.0 ... PICK.15,
+  // SamplePart::stream of record.kept) between HEAD and TOK.k; a refused top-p position
+  // ends in REFUSE, DONE instead of TOK.k.
   std::vector<int64_t> expected_position(const PositionRecord& record) const;
 };
 

@@ -67,6 +67,8 @@ StreamParser::StreamParser(StreamVocabulary vocabulary) : v_(std::move(vocabular
       m.token = parse_int(name.substr(m.first_printed ? 5 : 4));
       if (m.token < 0) fail("story stream: story token name '{}' has no token number", name);
       m.kind = Meaning::Story;
+    } else if (name == "REFUSE") {  // the sampler's top-p refuses this position (machine/sample_part.h)
+      m.kind = Meaning::Refuse;
     } else if (name == "INC") {
       m.kind = Meaning::Crossing;
       m.op = CrossingOp::Inc;
@@ -124,6 +126,10 @@ bool StreamParser::feed(int64_t id, const StreamCallbacks& callbacks) {
       counts_.done = true;
       ++counts_.other_controls;
       return false;
+    case Meaning::Refuse:
+      counts_.refused = true;
+      ++counts_.other_controls;
+      return true;  // DONE follows
     case Meaning::Story: {
       const StoryTokenEvent e{m.token, static_cast<int>(counts_.story_tokens), m.first_printed, cycle};
       ++counts_.story_tokens;

@@ -65,6 +65,7 @@ struct StreamCounts {
   int64_t other_floats = 0;  // floats after a control token that is not a crossing
   int64_t other_controls = 0;  // every other control token
   bool done = false;         // the machine's DONE came out
+  bool refused = false;      // the machine's REFUSE came out (top-p: n0 = 0 or > 128 entries at the cutoff)
 };
 
 // The nested logits of one position, read from the host's residual stream on HEAD's
@@ -101,7 +102,7 @@ class StreamParser {
 
  private:
   struct Meaning {
-    enum Kind { Other, Story, Crossing, Done } kind = Other;
+    enum Kind { Other, Story, Crossing, Done, Refuse } kind = Other;
     int token = 0;  // Story
     bool first_printed = false;
     CrossingOp op = CrossingOp::Inc;

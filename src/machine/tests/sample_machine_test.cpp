@@ -18,6 +18,7 @@
 #include <map>
 #include <set>
 
+#include "common/error.h"
 #include "common/float_bits.h"
 #include "machine/sample_machine.h"
 #include "machine_runner.h"
@@ -333,77 +334,64 @@ TEST(SampleMachine, CoinsFromTheSeedGiveRunCSampledTokensOnTheEngine) {
 }
 
 
-// Stage 3 of top-p, first part (docs/npu-machine.md, M3 "Top-p on the sample machine"):
-// with SampleOptions::topp = 0.9, PROB.b also computes the cutoff and each block's keep
-// bits, KEEP.b the slots c_q = #{kept q' < q} and writes each kept (p, q) into the kept RAM
-// at its slot (a data-addressed write), SLOT.r reads the kept RAM's slots 8r .. 8r + 7
-// back with n0, RANK.i.j / RSUM.i give every kept slot its stable descending rank and write
-// the sorted RAM, SORTED.b reads it back and runs NUCLEUS.
-// Positions of run.c's -p 0.9 runs (-t 1.0 -s 42, -t 0.8 -s 7 -i "Lily", -t 3 -s 2 with
-// n0 > 128; run.c's coins): reference::sample_topp_trace (whose pick must be run.c's
-// token) is the oracle for the cutoff, every count, keep bit and slot, every kept slot's
-// (p, q) (+0 past n0: KEEP.0 wipes the kept RAM), n0 and (not for n0 > 128, which the
-// machine must refuse: to come) every rank, every sorted (p, q), every running sum,
-// last_idx and cumulative_prob. NOT YET top-p's token: R and PICK are not on the
-// machine, so the successor is still CDF's
-// (sample_mult's pick with the same coin), which the stream check expects.
-TEST(SampleMachine, ToppKeepAndRankEveryKeptEntryBitExact) {
-  SampleMachineOptions base;
-  const SampleMachine plain = build_sample_machine(stories260k(), base);
-  testing::print_shape("sample machine", plain);
-  SampleMachineOptions o;
-  o.sample.topp = 0.9f;
-  const auto build_start = std::chrono::steady_clock::now();
-  const SampleMachine m = build_sample_machine(stories260k(), o);
-  const double build_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - build_start).count();
-  testing::print_shape("sample machine with top-p KEEP and RANK", m);
-  std::printf("sample machine with top-p KEEP and RANK: built in %.1f s\n", build_s);
-  EXPECT_LE(m.compiled.weights.config.intermediate_size, 1024);
-  ASSERT_TRUE(m.topp);
+// run.c's top-p on the sample machine (docs/npu-machine.md, M3 "Top-p on the sample
+// machine"): with SampleOptions::topp, PROB.b also computes the cutoff and each block's
+// keep bits, KEEP.b the slots c_q = #{kept q' < q} and writes each kept (p, q) into the
+// kept RAM at its slot (a data-addressed write), SLOT.r reads the kept RAM's slots 8r ..
+// 8r + 7 back with n0 (SLOT.15 refuses n0 = 0 and n0 > 128: REFUSE, DONE), RANK.i.j for
+// the block pairs below n0 and RSUM.i give every kept slot its stable descending rank and
+// write the sorted RAM, SORTED.b reads it back and runs NUCLEUS (SORTED.15 also R), PICK.b
+// picks, and PICK.15 names the story token. reference::sample_topp_trace (whose pick must
+// be run.c's token) is the oracle for the cutoff, every count, keep bit and slot, every
+// kept slot's (p, q) (+0 past n0: KEEP.0 wipes the kept RAM), n0, every rank, every sorted
+// (p, q), every running sum, last_idx, cumulative_prob, r and the pick; the stream names
+// run.c's token (or REFUSE). All cases in one host session (stale RAM rows from the case
+// before: the masks past n0 must hold).
+// x = 0: run.c's rmsnorm gives 0 and every classifier dot product 0, so every logit is +0
+// and softmax is flat: p = 1/512 for every token (run.c: expf(0) = 1, sum 512).
+Case flat_case(float coin) {
+  Case c;
+  c.what = "x = 0 (flat: every p = 2^-9)";
+  c.x.assign(static_cast<size_t>(stories260k().config().dim), 0.0f);
+  c.logits.assign(static_cast<size_t>(stories260k().config().vocab_size), 0.0f);
+  c.coin = coin;
+  return c;
+}
+
+std::string name_of(const SampleMachine& m, int64_t token) {
+  for (const std::string& n : m.control_names)
+    if (m.id(n) == token) return n;
+  return "value token " + std::to_string(token);
+}
+
+void expect_topp(const SampleMachine& m, float topp, const std::vector<Case>& cases) {
   const int n = m.vocab, B = m.block, NB = m.blocks, rows = SamplePart::slot_rows();
   const size_t slots = static_cast<size_t>(npu::kToppSlots);
-
-  auto kept_count = [](const Case& k) {
-    return reference::sample_topp_trace(npu::sample_reference(k.logits, k.temperature, k.coin).prob, 0.9f, k.coin).kept.size();
-  };
-  std::vector<Case> cases;
-  for (auto& k : run_c_cases(1.0f, 42, "", 24, 5, 4, 0.9f)) cases.push_back(std::move(k));
-  for (auto& k : run_c_cases(0.8f, 7, "Lily", 24, 5, 3, 0.9f)) cases.push_back(std::move(k));
-  {  // the -t 1.0 run's two widest kept sets of 96 steps (n0 near the measured max of 95)
-    std::vector<Case> all = run_c_cases(1.0f, 42, "", 96, 1, 96, 0.9f);
-    std::sort(all.begin(), all.end(), [&](const Case& a, const Case& b) { return kept_count(a) > kept_count(b); });
-    cases.insert(cases.end(), all.begin(), all.begin() + 2);
-    EXPECT_GT(kept_count(all.front()), 64u);  // rows past 8: every row bit of the kept RAM written
-  }
-  {  // n0 > kToppSlots (run.c -t 3 -p 0.9): the machine must refuse it (not built yet); the
-     // kept RAM holds exactly the first kToppSlots kept entries (no write past its rows)
-    std::vector<Case> hot = run_c_cases(3.0f, 2, "", 8, 1, 8, 0.9f);
-    const auto it = std::find_if(hot.begin(), hot.end(), [&](const Case& k) { return kept_count(k) > slots; });
-    ASSERT_NE(it, hot.end()) << "no -t 3 position with more than " << slots << " kept entries";
-    cases.push_back(*it);
-  }
-  ASSERT_GE(cases.size(), 10u);
-
   const engine::Model model = m.model();
   engine::State state = model.new_state();
   ProbeTap probes(m);
   std::vector<float>& seen = probes.seen;
   const engine::SublayerTap tap = probes.tap();
-  const size_t o_cutoff = static_cast<size_t>(B + 1 + 1 + 2 * B + 1 + B + 3 * n), o_count = o_cutoff + 1,
+  // SampleMachine::value_probes' order; with top-p no cdf and lt (no CDF)
+  const size_t o_cutoff = static_cast<size_t>(B + 1 + 1 + 2 * B + 1 + B + n), o_count = o_cutoff + 1,
                o_keep = o_count + 1, o_slot = o_keep + B, o_kp = o_slot + B, o_kq = o_kp + 8;
   const size_t o_n0 = o_kq + 8, o_rank = o_n0 + 1, o_sp = o_rank + 8, o_sq = o_sp + 8, o_cum = o_sq + 8,
-               o_last = o_cum + slots, o_cp = o_last + 1;
-  ASSERT_EQ(m.value_probes.size(), o_cp + 1);
+               o_last = o_cum + slots, o_cp = o_last + 1, o_r = o_cp + 1, o_pick = o_r + 1;
+  const size_t o_cum_in = o_pick + 1, o_part = o_cum_in + 1;
+  ASSERT_EQ(m.value_probes.size(), o_part + 1 + (m.rng ? 1 : 0));
   std::map<int64_t, std::pair<char, int>> stage;
   for (int b = 0; b < NB; ++b) {
     stage[m.id(SamplePart::prob_name(b))] = {'P', b};
     stage[m.id(SamplePart::keep_name(b))] = {'K', b};
   }
-  for (int r = 0; r < rows; ++r) stage[m.id(SamplePart::slot_name(r))] = {'R', r};
-  for (int r = 0; r < rows; ++r) stage[m.id(SamplePart::rsum_name(r))] = {'S', r};
-  for (int r = 0; r < rows; ++r) stage[m.id(SamplePart::sorted_name(r))] = {'O', r};
-  std::vector<float> cutoff, count_in, keep, slot, kept_p, kept_q, n0, rank, sorted_p, sorted_q, cum;
-  float last_idx = -1.0f, cumulative_prob = -1.0f;
+  for (int r = 0; r < rows; ++r) {
+    stage[m.id(SamplePart::slot_name(r))] = {'R', r};
+    stage[m.id(SamplePart::rsum_name(r))] = {'S', r};
+    stage[m.id(SamplePart::sorted_name(r))] = {'O', r};
+  }
+  for (int r = 0; r < rows; ++r) stage[m.id(SamplePart::pick_name(r))] = {'X', r};
+  std::vector<float> cutoff, count_in, keep, slot, kept_p, kept_q, n0, rank, sorted_p, sorted_q, cum, cum_in, part;
+  float last_idx = -1.0f, cumulative_prob = -1.0f, r = -1.0f, pick = -1.0f;
   bool in_prompt = true;
   int64_t idle_nonzero = 0, idle_checked = 0;
   const int64_t head_id = m.id("HEAD");
@@ -433,25 +421,43 @@ TEST(SampleMachine, ToppKeepAndRankEveryKeptEntryBitExact) {
     if (kind == 'O') {
       for (size_t h = 0; h < 8; ++h)
         sorted_p[at * 8 + h] = seen[o_sp + h], sorted_q[at * 8 + h] = seen[o_sq + h], cum[at * 8 + h] = seen[o_cum + at * 8 + h];
-      if (b + 1 == rows) last_idx = seen[o_last], cumulative_prob = seen[o_cp];
+      if (b + 1 == rows) last_idx = seen[o_last], cumulative_prob = seen[o_cp], r = seen[o_r];
+    }
+    if (kind == 'X') {
+      cum_in[at] = seen[o_cum_in];
+      part[at] = seen[o_part];
+      if (b + 1 == rows) pick = seen[o_pick];
     }
   };
 
   bool first = true;
-  int64_t kept_checked = 0;
-  size_t widest = 0;
+  int64_t kept_checked = 0, picked = 0, refused = 0, cycles = 0;
   for (const Case& k : cases) {
     SCOPED_TRACE(k.what);
     const auto argmax = static_cast<size_t>(reference::sample_argmax(k.logits));
     const npu::SampleTrace tr = npu::sample_reference(k.logits, k.temperature, k.coin);
-    const reference::TopPTrace want = reference::sample_topp_trace(tr.prob, 0.9f, k.coin);
-    ASSERT_EQ(want.pick, k.run_c);  // the oracle is run.c's top-p
-    widest = std::max(widest, want.kept.size());
+    // The oracle: run.c's top-p (the reference throws where run.c reads out of bounds)
+    std::vector<reference::ProbIndex> scratch;
+    size_t kept_n = 0;
+    for (float pr : tr.prob) kept_n += pr >= (1.0f - topp) / static_cast<float>(n - 1) ? 1 : 0;
+    const bool refuse = kept_n == 0 || kept_n > slots;
+    reference::TopPTrace want;
+    if (kept_n == 0) {
+      EXPECT_THROW(reference::sample_topp(tr.prob, topp, k.coin, scratch), Error);
+      want.cutoff = (1.0f - topp) / static_cast<float>(n - 1);
+    } else {
+      want = reference::sample_topp_trace(tr.prob, topp, k.coin);
+      ASSERT_EQ(want.pick, reference::sample_topp(tr.prob, topp, k.coin, scratch));
+      if (k.run_c >= 0) {
+        ASSERT_EQ(want.pick, k.run_c);  // run.c's own token at its own positions
+      }
+    }
+    ASSERT_EQ(want.kept.size(), kept_n);
     std::vector<int64_t> prompt;
     if (first) prompt.push_back(m.id("HDR"));
     first = false;
     for (int64_t t : m.load_and_run(k.x, k.temperature, k.coin)) prompt.push_back(t);
-    const std::vector<int64_t> stream = m.expected(tr.index, k.logits[argmax]);  // CDF's token, for now
+    const std::vector<int64_t> stream = m.expected(want.pick, k.logits[argmax], true, static_cast<int>(kept_n));
     cutoff.assign(static_cast<size_t>(NB), -1.0f);
     count_in.assign(static_cast<size_t>(NB), -1.0f);
     keep.assign(static_cast<size_t>(n), -1.0f);
@@ -463,12 +469,20 @@ TEST(SampleMachine, ToppKeepAndRankEveryKeptEntryBitExact) {
     sorted_p.assign(slots, -1.0f);
     sorted_q.assign(slots, -1.0f);
     cum.assign(slots, -1.0f);
-    last_idx = cumulative_prob = -1.0f;
+    cum_in.assign(static_cast<size_t>(rows), -1.0f);
+    part.assign(static_cast<size_t>(rows), -1.0f);
+    last_idx = cumulative_prob = r = pick = -1.0f;
     in_prompt = true;
-    const testing::Run r = testing::run_greedy(m, prompt, step, static_cast<int64_t>(stream.size()) + 4);
-    EXPECT_EQ(r.ambiguous, 0);
-    ASSERT_EQ(r.generated.size(), stream.size());
-    for (size_t i = 0; i < stream.size(); ++i) ASSERT_EQ(r.generated[i], stream[i]) << "generated token " << i;
+    const testing::Run run = testing::run_greedy(m, prompt, step, static_cast<int64_t>(stream.size()) + 4);
+    EXPECT_EQ(run.ambiguous, 0);
+    for (size_t i = 0; i < std::min(stream.size(), run.generated.size()); ++i)
+      if (run.generated[i] != stream[i]) {
+        ADD_FAILURE() << "generated token " << i << ": " << name_of(m, run.generated[i]) << ", expected "
+                      << name_of(m, stream[i]) << " (n0 " << kept_n << ")";
+        break;
+      }
+    EXPECT_EQ(run.generated.size(), stream.size());
+    cycles += static_cast<int64_t>(stream.size());
 
     int wrong = 0;
     auto check = [&](float have, float want_value, const std::string& what) {
@@ -484,34 +498,112 @@ TEST(SampleMachine, ToppKeepAndRankEveryKeptEntryBitExact) {
       check(slot[static_cast<size_t>(q)], static_cast<float>(before), "slot " + std::to_string(q));
       before += kept ? 1 : 0;
     }
-    ASSERT_EQ(static_cast<size_t>(before), want.kept.size());
     for (int row = 0; row < rows; ++row)
-      check(n0[static_cast<size_t>(row)], static_cast<float>(want.kept.size()), "n0 on SLOT." + std::to_string(row));
-    if (want.kept.size() <= slots) {
-      check(last_idx, static_cast<float>(want.last_idx), "last_idx");
-      check(cumulative_prob, want.cumulative_prob, "cumulative_prob");
-    }
+      check(n0[static_cast<size_t>(row)], static_cast<float>(kept_n), "n0 on SLOT." + std::to_string(row));
     for (size_t i = 0; i < slots; ++i) {
-      const bool used = i < want.kept.size();  // only the first kToppSlots when n0 > kToppSlots
+      const bool used = i < kept_n;  // only the first kToppSlots when n0 > kToppSlots
       check(kept_p[i], used ? want.kept[i].prob : 0.0f, "kept p at slot " + std::to_string(i));
       check(kept_q[i], used ? static_cast<float>(want.kept[i].index) : 0.0f, "kept q at slot " + std::to_string(i));
       kept_checked += used ? 1 : 0;
-      // RANK: run.c's stable descending order (0 past n0); n0 > kToppSlots is refused (to come)
-      if (want.kept.size() <= slots) {
-        check(rank[i], used ? static_cast<float>(want.rank[i]) : 0.0f, "rank of slot " + std::to_string(i));
-        // the sorted RAM: run.c's probindex after qsort (+0 past n0)
-        check(sorted_p[i], used ? want.sorted[i].prob : 0.0f, "sorted p at rank " + std::to_string(i));
-        check(sorted_q[i], used ? static_cast<float>(want.sorted[i].index) : 0.0f, "sorted q at rank " + std::to_string(i));
-        // NUCLEUS: C's running sum (past n0 it adds +0: the last sum)
-        check(cum[i], want.cumulative[std::min(i, want.kept.size() - 1)], "cumulative at rank " + std::to_string(i));
-      }
     }
+    if (refuse) {  // no stage after SLOT ran
+      ++refused;
+      EXPECT_EQ(rank[0], -1.0f);
+      EXPECT_EQ(pick, -1.0f);
+      EXPECT_EQ(wrong, 0);
+      continue;
+    }
+    for (size_t i = 0; i < slots; ++i) {
+      const bool used = i < kept_n;
+      // RANK: run.c's stable descending order (0 past n0)
+      check(rank[i], used ? static_cast<float>(want.rank[i]) : 0.0f, "rank of slot " + std::to_string(i));
+      // the sorted RAM: run.c's probindex after qsort (+0 past n0)
+      check(sorted_p[i], used ? want.sorted[i].prob : 0.0f, "sorted p at rank " + std::to_string(i));
+      check(sorted_q[i], used ? static_cast<float>(want.sorted[i].index) : 0.0f, "sorted q at rank " + std::to_string(i));
+      // NUCLEUS: C's running sum (past n0 it adds +0: the last sum)
+      check(cum[i], want.cumulative[std::min(i, kept_n - 1)], "cumulative at rank " + std::to_string(i));
+    }
+    for (size_t b = 0; b < static_cast<size_t>(rows); ++b) {  // PICK.b: the rank before the block, the block's token
+      check(cum_in[b], b == 0 ? 0.0f : want.cumulative[std::min(8 * b - 1, kept_n - 1)], "cum before PICK." + std::to_string(b));
+      const bool here = static_cast<size_t>(want.pick_rank) / 8 == b;
+      check(part[b], here ? static_cast<float>(want.pick) : 0.0f, "token of PICK." + std::to_string(b));
+    }
+    check(last_idx, static_cast<float>(want.last_idx), "last_idx");
+    check(cumulative_prob, want.cumulative_prob, "cumulative_prob");
+    check(r, want.r, "r");
+    check(pick, static_cast<float>(want.pick), "the pick (rank " + std::to_string(want.pick_rank) + ", last_idx " +
+                                                   std::to_string(want.last_idx) + ")");
+    ++picked;
     EXPECT_EQ(wrong, 0);
   }
   EXPECT_EQ(idle_nonzero, 0) << "of " << idle_checked << " probe reads on prompt cycles";
-  EXPECT_GT(widest, slots);
-  std::printf("top-p KEEP and RANK: %zu cases, %lld kept entries read back bit-exact at their slots, ranked bit-exact (n0 up to %zu)\n", cases.size(),
-              static_cast<long long>(kept_checked), widest);
+  std::printf("top-p %g: %zu cases (%lld picked, %lld refused), %lld kept entries bit-exact, %lld generated cycles\n",
+              static_cast<double>(topp), cases.size(), static_cast<long long>(picked), static_cast<long long>(refused),
+              static_cast<long long>(kept_checked), static_cast<long long>(cycles));
+}
+
+TEST(SampleMachine, ToppPicksRunCTokenEveryStageBitExact) {
+  SampleMachineOptions o;
+  o.sample.topp = 0.9f;
+  const auto build_start = std::chrono::steady_clock::now();
+  const SampleMachine m = build_sample_machine(stories260k(), o);
+  const double build_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - build_start).count();
+  testing::print_shape("sample machine with top-p", m);
+  std::printf("sample machine with top-p: built in %.1f s\n", build_s);
+  EXPECT_LE(m.compiled.weights.config.intermediate_size, 1024);
+  ASSERT_TRUE(m.topp);
+  const size_t slots = static_cast<size_t>(npu::kToppSlots);
+  auto kept_count = [](const Case& k) {
+    return reference::sample_topp_trace(npu::sample_reference(k.logits, k.temperature, k.coin).prob, 0.9f, k.coin).kept.size();
+  };
+  std::vector<Case> cases;
+  for (auto& k : run_c_cases(1.0f, 42, "", 24, 5, 4, 0.9f)) cases.push_back(std::move(k));
+  for (auto& k : run_c_cases(0.8f, 7, "Lily", 24, 5, 3, 0.9f)) cases.push_back(std::move(k));
+  {  // coin 0 (rank 0) and 1 - 2^-24 (r just below cumulative_prob) at run.c's positions
+    Case z = cases[1], w = cases[5];
+    z.what += ", coin 0";
+    z.coin = 0.0f;
+    z.run_c = -1;
+    w.what += ", coin 1 - 2^-24";
+    w.coin = 1.0f - 0x1p-24f;
+    w.run_c = -1;
+    cases.push_back(std::move(z));
+    cases.push_back(std::move(w));
+  }
+  {  // n0 > kToppSlots (run.c -t 3 -p 0.9): refused; then the flat x = 0 (n0 = 512): refused
+    std::vector<Case> hot = run_c_cases(3.0f, 2, "", 8, 1, 8, 0.9f);
+    const auto it = std::find_if(hot.begin(), hot.end(), [&](const Case& k) { return kept_count(k) > slots; });
+    ASSERT_NE(it, hot.end()) << "no -t 3 position with more than " << slots << " kept entries";
+    cases.push_back(*it);
+    cases.push_back(flat_case(0.5f));
+  }
+  {  // the -t 1.0 run's two widest kept sets of 96 steps (n0 near the measured max of 95),
+     // right after the refusals (their RAM rows stale)
+    std::vector<Case> all = run_c_cases(1.0f, 42, "", 96, 1, 96, 0.9f);
+    std::sort(all.begin(), all.end(), [&](const Case& a, const Case& b) { return kept_count(a) > kept_count(b); });
+    cases.insert(cases.end(), all.begin(), all.begin() + 2);
+    EXPECT_GT(kept_count(all.front()), 64u);  // rows past 8: every row bit of the kept RAM written
+  }
+  cases.push_back(cases[4]);  // a narrow one after the widest (stale partial ranks past n0)
+  expect_topp(m, 0.9f, cases);
+}
+
+// n0 = 0: run.c's cutoff (1 - topp) / 511 is above 1/512 for topp < 1/512, so a flat
+// softmax keeps nothing (run.c reads probindex[-1]; the reference throws): the machine
+// refuses. Real positions at that topp keep a few entries and pick run.c's token.
+TEST(SampleMachine, ToppRefusesNothingKept) {
+  SampleMachineOptions o;
+  for (float outside : {0.99999f, 1.0f - 0x1p-24f, 0x1p-41f}) {  // run.c's cutoff below 2^-24; topp below 2^-40
+    o.sample.topp = outside;
+    EXPECT_THROW(build_sample_machine(stories260k(), o), Error) << outside;
+  }
+  EXPECT_TRUE(SamplePart::topp_fits(1.0f - 511 * 0x1p-24f, 512));  // the largest that fits: cutoff 2^-24
+  EXPECT_FALSE(SamplePart::topp_fits(1.0f - 510 * 0x1p-24f, 512));
+  o.sample.topp = 0.001f;
+  const SampleMachine m = build_sample_machine(stories260k(), o);
+  std::vector<Case> cases = run_c_cases(1.0f, 42, "", 12, 5, 2, 0.001f);
+  cases.insert(cases.begin() + 1, flat_case(0.25f));
+  expect_topp(m, 0.001f, cases);
 }
 
 }  // namespace

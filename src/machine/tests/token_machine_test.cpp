@@ -48,10 +48,11 @@ class Residuals final : public reference::TraceObserver {
   std::map<std::pair<int, int>, std::pair<std::vector<float>, std::vector<float>>> records_;
 };
 
-// run.c's sampler settings (-t, -s; topp 1: sample_mult). Temperature 0: greedy.
+// run.c's sampler settings (-t, -s, -p; topp 1: sample_mult). Temperature 0: greedy.
 struct Sampling {
   float temperature = 0.0f;
   uint64_t seed = 0;
+  float topp = 1.0f;
 };
 
 // run.c's run from `prompt` (BOS first): the records of positions 0 .. positions - 1,
@@ -61,7 +62,7 @@ std::vector<PositionRecord> run_c(const std::vector<int>& prompt, int positions,
                                   Sampling sampling = {}) {
   const auto& ck = stories260k();
   reference::Transformer tf(ck);
-  reference::Sampler sampler(ck.config().vocab_size, sampling.temperature, 1.0f, sampling.seed);
+  reference::Sampler sampler(ck.config().vocab_size, sampling.temperature, sampling.topp, sampling.seed);
   Residuals res;
   tf.set_trace(&res);
   std::vector<PositionRecord> out;
@@ -75,6 +76,10 @@ std::vector<PositionRecord> run_c(const std::vector<int>& prompt, int positions,
     r.sampled = !forced && sampling.temperature > 0.0f;
     std::vector<float> scratch(logits.begin(), logits.end());  // sample() works in place
     r.next = forced ? prompt[static_cast<size_t>(pos + 1)] : sampler.sample(scratch);
+    if (r.sampled && sampling.topp > 0.0f && sampling.topp < 1.0f) {  // n0: scratch holds run.c's probabilities now
+      const float cutoff = (1.0f - sampling.topp) / static_cast<float>(ck.config().vocab_size - 1);
+      r.kept = static_cast<int>(std::count_if(scratch.begin(), scratch.end(), [&](float p) { return p >= cutoff; }));
+    }
     if (forced_differs && forced && r.next != argmax) ++*forced_differs;
     for (int l = 0; l < ck.config().n_layers; ++l) {
       r.x_att_res.push_back(res.at(pos, l).first);
@@ -87,13 +92,14 @@ std::vector<PositionRecord> run_c(const std::vector<int>& prompt, int positions,
   return out;
 }
 
-TokenMachine build(bool sampling) {
+TokenMachine build(bool sampling, float topp = 1.0f) {
   TokenMachineOptions o;
   o.max_positions = 16;  // two blocks of 8 positions
   o.sampling = sampling;
+  o.sample.topp = topp;
   const auto start = std::chrono::steady_clock::now();
   TokenMachine built = build_token_machine(stories260k(), o);
-  testing::print_shape(sampling ? "sampling token machine" : "token machine", built);
+  testing::print_shape(topp < 1.0f ? "top-p token machine" : sampling ? "sampling token machine" : "token machine", built);
   std::printf("built in %.1f s\n", std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   return built;
 }
@@ -105,6 +111,11 @@ const TokenMachine& machine() {
 
 const TokenMachine& sampling_machine() {
   static const TokenMachine m = build(true);
+  return m;
+}
+
+const TokenMachine& topp_machine() {  // run.c's default -p 0.9
+  static const TokenMachine m = build(true, 0.9f);
   return m;
 }
 
@@ -187,18 +198,18 @@ std::vector<int> generated_story(const std::string& text, int steps, Sampling sa
   const auto& ck = stories260k();
   const auto tok = reference::Tokenizer::load(npu::unit_testing::model_dir() + "tok512.bin", ck.config().vocab_size);
   reference::Transformer tf(ck);
-  reference::Sampler sampler(ck.config().vocab_size, sampling.temperature, 1.0f, sampling.seed);
+  reference::Sampler sampler(ck.config().vocab_size, sampling.temperature, sampling.topp, sampling.seed);
   const reference::GenerateResult g = reference::generate(tf, tok, sampler, text, steps);
   return {g.tokens.begin() + 1, g.tokens.end()};
 }
 
 // A sampled story on the sampling machine: every host token as run.c implies (the stages'
 // tokens on sampled positions), and the story tokens = reference::generate's.
-void expect_sampled_story(const std::string& text, int steps, Sampling sampling) {
+void expect_sampled_story(const std::string& text, int steps, Sampling sampling, const TokenMachine& m = sampling_machine()) {
   const auto tok = reference::Tokenizer::load(npu::unit_testing::model_dir() + "tok512.bin", 512);
   const std::vector<int> prompt = tok.encode(text, true, false);
   std::vector<PositionRecord> records;
-  expect_story(prompt, steps, sampling_machine(), sampling, &records);
+  expect_story(prompt, steps, m, sampling, &records);
   std::vector<int> story;
   int sampled = 0;
   for (const PositionRecord& r : records) {
@@ -236,6 +247,13 @@ TEST(TokenMachineSampling, TemperatureZeroIsTheGreedyStory) {
     EXPECT_FALSE(records[i].sampled);
     EXPECT_EQ(records[i].next, greedy[i].next) << "position " << i;
   }
+}
+
+// run.c -t 0.8 -p 0.9 -s 7 -i "Lily" (run.c's default -p): top-p on the machine (KEEP ...
+// PICK.15 between HEAD and TOK.k, RANK over the block pairs below each position's n0),
+// every host token as run.c implies and the story = reference::generate's.
+TEST(TokenMachineTopp, RunCToppStoryAfterAPromptBitExactOnTheEngine) {
+  expect_sampled_story("Lily", 7, {0.8f, 7, 0.9f}, topp_machine());
 }
 
 }  // namespace

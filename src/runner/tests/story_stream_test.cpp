@@ -39,6 +39,7 @@ struct Synthetic {
     names.push_back("RT");  // sends a float but is no crossing
     for (int k = 0; k < kVocab; ++k) names.push_back("TOK." + std::to_string(k));
     for (int k = 0; k < kVocab; ++k) names.push_back("TOKF." + std::to_string(k));
+    names.push_back("REFUSE");  // the sampler's top-p refusal (machine/sample_part.h)
     vocab.first_control = kValueTokens;
     vocab.control_names = names;
     vocab.done_id = id("DONE");
@@ -167,6 +168,27 @@ TEST(StreamParser, CallbacksStopTheStreamAndDoneEndsIt) {
   EXPECT_TRUE(done_parser.feed(s.id("TOK.1"), {}));
   EXPECT_FALSE(done_parser.feed(s.id("DONE"), {}));
   EXPECT_TRUE(done_parser.counts().done);
+  EXPECT_FALSE(done_parser.counts().refused);
+}
+
+// Top-p's REFUSE (no entry, or more than 128, at run.c's cutoff): counted, no story token,
+// then DONE ends the stream; the host turns it into an error (qpu story).
+TEST(StreamParser, RefuseIsCountedAndDoneFollows) {
+  const Synthetic s;
+  StreamParser parser(s.vocab);
+  int stories = 0;
+  StreamCallbacks cb;
+  cb.on_story = [&](const StoryTokenEvent&) { return ++stories > 0; };
+  EXPECT_TRUE(parser.feed(s.id("TOK.1"), cb));
+  EXPECT_TRUE(parser.feed(s.id("HEAD"), cb));
+  EXPECT_FALSE(parser.counts().refused);
+  EXPECT_TRUE(parser.feed(s.id("REFUSE"), cb));
+  EXPECT_TRUE(parser.counts().refused);
+  EXPECT_FALSE(parser.feed(s.id("DONE"), cb));
+  EXPECT_TRUE(parser.counts().done);
+  EXPECT_EQ(parser.counts().story_tokens, 1);
+  EXPECT_EQ(stories, 1);
+  EXPECT_EQ(parser.counts().other_controls, 3);  // HEAD, REFUSE, DONE
 }
 
 // The message of the qpu::Error that feeding `stream` throws ("" when none).

@@ -18,7 +18,8 @@
 // that ran with no live read dim (a GDN whose conv history is still draining).
 // Environment: QPU_LEFTOVERS=n lists the first n live reads of values no op wrote on the
 // cycle (a dead-value clear that did not leave +0); QPU_WATCH_DIM=d prints every change of
-// residual dim d on the first counted cycle, with the values the sublayer writes there.
+// residual dim d on the first counted cycle, with the values the sublayer writes there;
+// QPU_WIDTH=n prints the n widest sublayers and what is live across the widest (no run).
 // A diagnostic, not a test: the engine and the machine are as built.
 #include <omp.h>
 
@@ -109,6 +110,41 @@ int main(int argc, char** argv) {
     r.erase(std::unique(r.begin(), r.end(),
                         [](const Read& a, const Read& b) { return a.dim == b.dim && a.value == b.value && a.op == b.op; }),
             r.end());
+  }
+
+  // QPU_WIDTH=n: the n widest sublayers by values live across them (first to last access:
+  // a value that keeps its dim to the end counts only to its last access), and what is
+  // live across the widest one, grouped as above; then stops (no run).
+  if (const char* w = std::getenv("QPU_WIDTH")) {
+    const size_t n = static_cast<size_t>(std::max(1L, std::atol(w)));
+    std::vector<int64_t> first(static_cast<size_t>(program.num_values()), -1), last(first.size(), -1);
+    for (size_t i = 0; i < ops.size(); ++i)
+      for (const auto& list : {ops[i].reads(), ops[i].writes()})
+        for (ValueId v : list) {
+          const auto u = static_cast<size_t>(v);
+          if (first[u] < 0 || schedule.sublayer[i] < first[u]) first[u] = schedule.sublayer[i];
+          last[u] = std::max(last[u], schedule.sublayer[i]);
+        }
+    std::vector<int64_t> live(static_cast<size_t>(2 * layers) + 1, 0);
+    for (size_t v = 0; v < first.size(); ++v)
+      if (first[v] >= 0) ++live[static_cast<size_t>(first[v])], --live[static_cast<size_t>(last[v]) + 1];
+    for (size_t s = 1; s < live.size(); ++s) live[s] += live[s - 1];
+    std::vector<size_t> order(static_cast<size_t>(2 * layers));
+    for (size_t s = 0; s < order.size(); ++s) order[s] = s;
+    std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return live[a] > live[b]; });
+    for (size_t i = 0; i < std::min(n, order.size()); ++i)
+      std::printf("width: sublayer %zu (layer %zu, %s): %lld values live\n", order[i], order[i] / 2,
+                  order[i] % 2 ? "MLP" : "mixer", static_cast<long long>(live[order[i]]));
+    std::map<std::string, int64_t> names;
+    for (size_t v = 0; v < first.size(); ++v)
+      if (first[v] >= 0 && first[v] <= static_cast<int64_t>(order[0]) && last[v] >= static_cast<int64_t>(order[0]))
+        ++names[collapse(program.name(static_cast<ValueId>(v)))];
+    std::vector<std::pair<int64_t, std::string>> sorted;
+    for (const auto& [k, c] : names) sorted.push_back({c, k});
+    std::sort(sorted.rbegin(), sorted.rend());
+    for (size_t i = 0; i < std::min<size_t>(40, sorted.size()); ++i)
+      std::printf("  %6lld  %s\n", static_cast<long long>(sorted[i].first), sorted[i].second.c_str());
+    return 0;
   }
 
   // Which sublayers hold a GDN memory (the others' mixers are idle mixers or attention).

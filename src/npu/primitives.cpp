@@ -12,6 +12,7 @@ using compiler::Lin;
 using compiler::Neuron;
 using compiler::Term;
 using compiler::kOne;
+using detail::const_neuron;
 using detail::copy_neuron;
 using detail::kOn;
 using detail::kS;
@@ -20,6 +21,9 @@ using detail::lin;
 namespace {
 
 constexpr float kRound = 12582912.0f;  // 1.5 * 2^23
+// greater's snap: y_s = fl(kSnap + t_s) rounds t_s to a multiple of 2^-7 and every
+// t_s in [-0.0011, 2^-9] to exactly 0, so that no value it leaves is below the window.
+constexpr float kSnap = 65536.0f;  // 2^16
 
 }  // namespace
 
@@ -98,29 +102,41 @@ std::vector<ValueId> int_to_bits(Program& p, ValueId v, int n) {
 }
 
 ValueId greater(Program& p, ValueId a, ValueId b) {
-  // 1. d = fl(a - b): sign-exact (d == 0 iff a == b), so only d matters from here.
-  const ValueId d = sub(p, a, b, "gt.d");
-  // 2. Five scales W_s = 2^(79 - 23 s). Scale s gives y_s = (silu(G) - silu(G - 256)) / 256
-  //    with G = d W_s: exactly 1 for G in [360, 2^32) (G - 256 is exact there), in [0, 2]
-  //    for any other G > 0, 0 for G == 0, in [-0.0011, 0] for G < 0. Each y_s is a
-  //    two-term sum, so order-free; for d in [2^-70, 2^36] one scale lands in [360, 2^32).
-  std::vector<Neuron> stage;
+  // 1. d = fl(a - b): sign-exact (d == 0 iff a == b), so only d matters from here. The
+  //    same MLP preloads each scale's value y_s with kSnap (step 2 adds onto it).
+  const ValueId d = p.value("gt.d");
+  std::vector<Neuron> first{copy_neuron(d, a), copy_neuron(d, b, -1.0f)};
   std::vector<ValueId> ys;
   for (int s = 0; s < 5; ++s) {
+    ys.push_back(p.value("gt.y" + std::to_string(s)));
+    first.push_back(const_neuron(ys.back(), kSnap));
+  }
+  p.mlp("gt.d", std::move(first));
+  // 2. Five scales W_s = 2^(79 - 23 s). Scale s computes t_s = (silu(G) - silu(G - 256)) / 256
+  //    with G = d W_s: exactly 1 for G in [360, 2^32) (G - 256 is exact there), in [0, 2]
+  //    for any other G > 0, 0 for G == 0, in [-0.0011, 0] for G < 0. Each t_s is a
+  //    two-term down sum, so order-free; for d in [2^-70, 2^36] one scale lands in
+  //    [360, 2^32). The residual add snaps it: y_s = fl(kSnap + t_s), a multiple of 2^-7
+  //    (kSnap's ulp above it), exactly kSnap for every t_s in [-0.0011, 2^-9] (half the
+  //    ulp below kSnap is 2^-9) and kSnap + 1 for t_s = 1. Without the snap a t_s of d < 0
+  //    can be as small as silu's tail (e.g. -2^-83): below the value window, so the
+  //    dead-value clear of y_s would leave a residue in its dim (clear_dead.h).
+  std::vector<Neuron> stage;
+  for (int s = 0; s < 5; ++s) {
     const float W = std::ldexp(1.0f, 79 - 23 * s);
-    const ValueId y = p.value("gt.y" + std::to_string(s));
-    ys.push_back(y);
-    stage.push_back(Neuron{lin({{d, W}}), lin({{kOne, 1.0f / 256.0f}}), {{y, 1.0f}}});
-    stage.push_back(Neuron{lin({{d, W}, {kOne, -256.0f}}), lin({{kOne, 1.0f / 256.0f}}), {{y, -1.0f}}});
+    stage.push_back(Neuron{lin({{d, W}}), lin({{kOne, 1.0f / 256.0f}}), {{ys[s], 1.0f}}});
+    stage.push_back(Neuron{lin({{d, W}, {kOne, -256.0f}}), lin({{kOne, 1.0f / 256.0f}}), {{ys[s], -1.0f}}});
   }
   p.mlp("gt.scales", std::move(stage));
-  // 3. y = sum of y_s: order-dependent rounding, but y >= 1 when d > 0, y in [-0.006, 0]
-  //    when d < 0, and y == 0 when d == 0.
+  // 3. y = sum of (y_s - kSnap): each up is the two-term sum fl(y_s/128 - kSnap/128), exact
+  //    (Sterbenz), so each term is a multiple of 2^-7 in [0, 2] and their sum (<= 10) is
+  //    exact in any order: y == 0 when d <= 0 and y in [1, 10] when d > 0.
   const ValueId y = p.value("gt.y");
   std::vector<Neuron> sum;
-  for (ValueId ys_i : ys) sum.push_back(copy_neuron(y, ys_i));
+  for (ValueId ys_i : ys)
+    sum.push_back(Neuron{lin({{kOne, kOn}}), lin({{ys_i, 1.0f / kOn}, {kOne, -kSnap / kOn}}), {{y, 1.0f}}});
   p.mlp("gt.sum", std::move(sum));
-  // 4. bit = (silu(512 y - 200) - silu(512 y - 328)) / 128: both gates <= -200 (silu 0)
+  // 4. bit = (silu(512 y - 200) - silu(512 y - 328)) / 128: both gates <= -200 (silu -0)
   //    or >= 184 and exact (512 y <= 2^13 has ulp <= 2^-10), so the difference is 128.
   const ValueId bit = p.value("gt.bit");
   p.mlp("gt.bit", {Neuron{lin({{y, 512.0f}, {kOne, -200.0f}}), lin({{kOne, 1.0f / 128.0f}}), {{bit, 1.0f}}},

@@ -48,8 +48,10 @@ Split split12(Program& p, ValueId x);
 // first — n sublayers, 2 neurons each (exactness-toolkit P6).
 std::vector<ValueId> int_to_bits(Program& p, ValueId v, int n);
 
-// [a > b] as exactly 0 or 1 — 4 sublayers, 19 neurons. Window: a == b or
-// |fl(a - b)| in [2^-70, 2^36].
+// [a > b] as exactly 0 or 1 — 4 sublayers, 24 neurons. Window: a == b or
+// |fl(a - b)| in [2^-70, 2^36]. Every value it writes is +-0 or in the value window
+// (no silu tail survives: the scales snap onto a preloaded 2^16), so the dead-value
+// clears of its intermediates are exact.
 ValueId greater(Program& p, ValueId a, ValueId b);
 
 // bit ? a : b for bit exactly 0/1 — one sublayer, 2 neurons per selected value.

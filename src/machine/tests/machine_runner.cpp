@@ -13,12 +13,13 @@ namespace qpu::machine::testing {
 
 Hosts engine_hosts(io::Qwen35Weights weights) { return engine_hosts(engine::Model(std::move(weights))); }
 
-Hosts engine_hosts(engine::Model m) {
-  auto model = std::make_shared<engine::Model>(std::move(m));
-  return [model]() -> Step {
+Hosts engine_hosts(engine::Model m) { return engine_hosts(std::make_shared<const engine::Model>(std::move(m)), {}); }
+
+Hosts engine_hosts(std::shared_ptr<const engine::Model> model, engine::SublayerTap tap) {
+  return [model, tap]() -> Step {
     auto state = std::make_shared<engine::State>(model->new_state());
-    return [model, state](int64_t token, std::span<float> logits, std::span<float> hidden) {
-      model->forward(token, *state, logits, hidden);
+    return [model, state, tap](int64_t token, std::span<float> logits, std::span<float> hidden) {
+      model->forward(token, *state, logits, hidden, tap);
     };
   };
 }

@@ -3,6 +3,7 @@
 // the host's greedy argmax fed back one token per forward until DONE (test helper).
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <span>
 #include <vector>
 
@@ -20,6 +21,8 @@ using Step = std::function<void(int64_t token, std::span<float> logits, std::spa
 using Hosts = std::function<Step()>;
 Hosts engine_hosts(io::Qwen35Weights weights);  // pass a moved-from copy to save memory
 Hosts engine_hosts(engine::Model model);
+// Hosts on a shared model whose forwards call `tap` after every sublayer (may be empty).
+Hosts engine_hosts(std::shared_ptr<const engine::Model> model, engine::SublayerTap tap);
 Hosts sim_hosts(const io::Qwen35Weights& weights, uint64_t seed);
 
 struct Run {

@@ -18,8 +18,10 @@
 #include <chrono>
 #include <cstdio>
 #include <map>
+#include <memory>
 #include <string>
 
+#include "compiler/window_check.h"
 #include "machine/token_machine.h"
 #include "machine_runner.h"
 #include "npu/tests/unit_harness.h"
@@ -121,10 +123,17 @@ const TokenMachine& topp_machine() {  // run.c's default -p 0.9
 
 // One engine model per machine, shared by its tests (building it takes most of a test's
 // setup); each call of the hosts is a fresh host on it.
+std::shared_ptr<const engine::Model> engine_model(const TokenMachine& m) {
+  static std::map<const TokenMachine*, std::shared_ptr<const engine::Model>> made;
+  auto it = made.find(&m);
+  if (it == made.end()) it = made.emplace(&m, std::make_shared<const engine::Model>(m.model())).first;
+  return it->second;
+}
+
 const testing::Hosts& hosts(const TokenMachine& m) {
   static std::map<const TokenMachine*, testing::Hosts> made;
   auto it = made.find(&m);
-  if (it == made.end()) it = made.emplace(&m, testing::engine_hosts(m.model())).first;
+  if (it == made.end()) it = made.emplace(&m, testing::engine_hosts(engine_model(m), {})).first;
   return it->second;
 }
 
@@ -254,6 +263,53 @@ TEST(TokenMachineSampling, TemperatureZeroIsTheGreedyStory) {
 // every host token as run.c implies and the story = reference::generate's.
 TEST(TokenMachineTopp, RunCToppStoryAfterAPromptBitExactOnTheEngine) {
   expect_sampled_story("Lily", 7, {0.8f, 7, 0.9f}, topp_machine());
+}
+
+// The builders' contract on every stage of a machine (compiler/window_check.h): on a run
+// of run.c's story for (prompt, steps, sampling), every value an op reads is +-0 or in the
+// value window and every value starts on a dim that holds exactly +0, so that every
+// dead-value clear is exact and leaves +0 for the dim's next occupant. Checked on the
+// first 2 cycles of every control token and the first 64 value-token cycles (a check
+// reads every op's inputs of the whole pass).
+void expect_contract_kept(const TokenMachine& m, const std::string& text, int steps, Sampling sampling) {
+  const auto tok = reference::Tokenizer::load(npu::unit_testing::model_dir() + "tok512.bin", 512);
+  compiler::WindowCheck check(m.program, m.compiled.schedule, m.compiled.allocation, m.interface.inputs,
+                              m.emit_options.norm_exponent);
+  bool on = false;
+  const testing::Step inner = testing::engine_hosts(engine_model(m), [&](int64_t s, std::span<const float> residual) {
+    if (on) check.before_sublayer(s + 1, residual);
+  })();
+  std::map<int64_t, int> seen;
+  int64_t checked = 0;
+  const int64_t values = static_cast<int64_t>(m.encoding.vocab.size()), H = m.compiled.weights.config.hidden_size;
+  const testing::Step step = [&](int64_t token, std::span<float> logits, std::span<float> hidden) {
+    const int64_t key = token < values ? -1 : token;
+    on = seen[key]++ < (key < 0 ? 64 : 2);
+    if (on) {
+      ++checked;
+      check.before_sublayer(0, std::span<const float>(m.compiled.weights.embed_tokens)
+                                   .subspan(static_cast<size_t>(token * H), static_cast<size_t>(H)));
+    }
+    inner(token, logits, hidden);
+  };
+  const testing::Run run =
+      testing::run_greedy(m, m.prompt(tok.encode(text, true, false), steps, sampling.temperature, sampling.seed), step, 1000000);
+  ASSERT_FALSE(run.generated.empty());
+  EXPECT_EQ(run.generated.back(), m.done());
+  std::string first;
+  for (const std::string& v : check.first_violations()) first += "\n  " + v;
+  EXPECT_EQ(check.violations(), 0) << first;
+  std::printf("value window: %lld of %zu cycles checked (%zu distinct tokens), %lld violations%s\n",
+              static_cast<long long>(checked), run.generated.size(), seen.size(),
+              static_cast<long long>(check.violations()), first.c_str());
+}
+
+TEST(TokenMachine, EveryReadInTheValueWindowAndEveryValueStartsOnPlusZero) {
+  expect_contract_kept(machine(), "", 10, {});
+}
+
+TEST(TokenMachineTopp, EveryReadInTheValueWindowAndEveryValueStartsOnPlusZero) {
+  expect_contract_kept(topp_machine(), "Lily", 7, {0.8f, 7, 0.9f});
 }
 
 }  // namespace

@@ -32,8 +32,9 @@ namespace {
 
 using testing::TinyRandom;
 
-constexpr float kInf = std::numeric_limits<float>::infinity();
-constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+using testing::kInf;
+using testing::kNaN;
+using testing::same;
 
 std::vector<dot::Isa> supported_isas() {
   std::vector<dot::Isa> isas;
@@ -63,8 +64,6 @@ std::vector<float> sparse_vector(TinyRandom& rng, int64_t n, double zero_runs, b
   }
   return v;
 }
-
-bool same(float a, float b) { return float_bits(a) == float_bits(b) || (std::isnan(a) && std::isnan(b)); }
 
 void expect_same(const std::vector<float>& got, const std::vector<float>& want, const std::string& what) {
   ASSERT_EQ(got.size(), want.size()) << what;

@@ -27,8 +27,9 @@ namespace {
 using testing::TinyRandom;
 using testing::TinySpec;
 
-constexpr float kInf = std::numeric_limits<float>::infinity();
-constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+using testing::kInf;
+using testing::kNaN;
+using testing::same;
 
 // Mostly exact zeros of both signs in runs (so whole 16-blocks are idle), with ordinary
 // values, subnormals, tiny values whose squares underflow, and (when wild) inf and NaN.
@@ -60,8 +61,6 @@ std::vector<float> sparse_values(TinyRandom& rng, int64_t n, double zeros, bool 
 // Bits equal, except that two NaNs count as equal whatever their payloads: which NaN an
 // operation with two NaN operands returns depends on the operand order the compiler
 // picked, in the scalar loops as much as in the vector ones.
-bool same(float a, float b) { return float_bits(a) == float_bits(b) || (std::isnan(a) && std::isnan(b)); }
-
 void expect_same(const std::vector<float>& got, const std::vector<float>& want, const std::string& what) {
   ASSERT_EQ(got.size(), want.size()) << what;
   for (size_t i = 0; i < got.size(); ++i) {
@@ -457,11 +456,35 @@ TEST(IdleChannels, NonFiniteInputsGiveTheDenseBits) {
   expect_models_agree(w, options, "non-finite", 8);
 }
 
+// m (rows x cols) packed as CSR on the rows path: its products with 4 vectors x =
+// draw(trial) equal want(x) bit for bit on 1, 2 and 3 threads.
+template <class Draw, class Want>
+void expect_csr_rows(const std::vector<float>& m, int64_t rows, int64_t cols, Draw draw, Want want) {
+  PackedMatrix::Options o;
+  o.force = PackedMatrix::Format::SparseCsr;
+  o.path = PackedMatrix::Path::Rows;
+  const PackedMatrix csr = PackedMatrix::pack(m, rows, cols, o, "m");
+  const int saved = omp_get_max_threads();
+  for (int threads : {1, 2, 3}) {
+    omp_set_num_threads(threads);
+    for (int trial = 0; trial < 4; ++trial) {
+      const std::vector<float> x = draw(trial);
+      const std::vector<float> expected = want(x);
+      std::vector<float> got(static_cast<size_t>(rows), -1.0f);
+      csr.multiply(x.data(), got.data());
+      for (int64_t r = 0; r < rows; ++r) {
+        ASSERT_EQ(float_bits(got[r]), float_bits(expected[r]))
+            << rows << " x " << cols << " row " << r << " trial " << trial << " threads " << threads;
+      }
+    }
+  }
+  omp_set_num_threads(saved);
+}
+
 TEST(IdleChannels, MostlyEmptyCsrRowsGiveTheDenseRowBits) {
   // CSR matrices whose rows are mostly empty evaluate only their live rows: the same
   // bits as the dense rows (empty rows +0), serial and in parallel (> 32K multiply-adds).
   TinyRandom rng(51);
-  const int saved = omp_get_max_threads();
   for (const auto& shape : {std::pair<int64_t, int64_t>{40, 70}, {1024, 64}, {9000, 40}}) {
     const int64_t rows = shape.first, cols = shape.second;
     std::vector<float> m(static_cast<size_t>(rows * cols), 0.0f);
@@ -472,24 +495,14 @@ TEST(IdleChannels, MostlyEmptyCsrRowsGiveTheDenseRowBits) {
         m[static_cast<size_t>(r * cols)] = -0.0f;  // a -0 weight is stored: the row is live
       }
     }
-    PackedMatrix::Options o;
-    o.force = PackedMatrix::Format::SparseCsr;
-    o.path = PackedMatrix::Path::Rows;
-    const PackedMatrix csr = PackedMatrix::pack(m, rows, cols, o, "m");
-    for (int threads : {1, 2, 3}) {
-      omp_set_num_threads(threads);
-      for (int trial = 0; trial < 4; ++trial) {
-        const std::vector<float> x = sparse_values(rng, cols, trial == 0 ? 1.0 : 0.5, false);
-        std::vector<float> want(static_cast<size_t>(rows)), got(static_cast<size_t>(rows), -1.0f);
-        dot::rows_f32(m.data(), cols, x.data(), want.data(), 0, rows);
-        csr.multiply(x.data(), got.data());
-        for (int64_t r = 0; r < rows; ++r) {
-          ASSERT_EQ(float_bits(got[r]), float_bits(want[r])) << rows << " x " << cols << " row " << r;
-        }
-      }
-    }
+    expect_csr_rows(
+        m, rows, cols, [&](int trial) { return sparse_values(rng, cols, trial == 0 ? 1.0 : 0.5, false); },
+        [&](const std::vector<float>& x) {
+          std::vector<float> want(static_cast<size_t>(rows));
+          dot::rows_f32(m.data(), cols, x.data(), want.data(), 0, rows);
+          return want;
+        });
   }
-  omp_set_num_threads(saved);
 }
 
 // y = m x in the dense order with the unstored (+0) weights left out, as CSR defines it
@@ -514,7 +527,6 @@ TEST(IdleChannels, MostlyEmptyCsrRowsOfOneLaneAndOfManyLanes) {
   // subnormal weights and x with +-0, subnormals, inf and NaN (the dense order with the
   // unstored +0 weights left out, as CSR defines it), serial and in parallel.
   TinyRandom rng(53);
-  const int saved = omp_get_max_threads();
   int64_t one_lane = 0, many_lanes = 0;
   for (const auto& shape : {std::pair<int64_t, int64_t>{40, 200}, {4480, 300}, {9000, 130}}) {
     const int64_t rows = shape.first, cols = shape.second;
@@ -539,25 +551,10 @@ TEST(IdleChannels, MostlyEmptyCsrRowsOfOneLaneAndOfManyLanes) {
         ++many_lanes;
       }
     }
-    PackedMatrix::Options o;
-    o.force = PackedMatrix::Format::SparseCsr;
-    o.path = PackedMatrix::Path::Rows;
-    const PackedMatrix csr = PackedMatrix::pack(m, rows, cols, o, "m");
-    for (int threads : {1, 2, 3}) {
-      omp_set_num_threads(threads);
-      for (int trial = 0; trial < 4; ++trial) {
-        const std::vector<float> x = sparse_values(rng, cols, trial == 0 ? 0.0 : 0.5, trial == 3);
-        const std::vector<float> want = csr_order_rows(m, rows, cols, x);
-        std::vector<float> got(static_cast<size_t>(rows), -1.0f);
-        csr.multiply(x.data(), got.data());
-        for (int64_t r = 0; r < rows; ++r) {
-          ASSERT_EQ(float_bits(got[r]), float_bits(want[r]))
-              << rows << " x " << cols << " row " << r << " trial " << trial << " threads " << threads;
-        }
-      }
-    }
+    expect_csr_rows(
+        m, rows, cols, [&](int trial) { return sparse_values(rng, cols, trial == 0 ? 0.0 : 0.5, trial == 3); },
+        [&](const std::vector<float>& x) { return csr_order_rows(m, rows, cols, x); });
   }
-  omp_set_num_threads(saved);
   EXPECT_GT(one_lane, 1500);
   EXPECT_GT(many_lanes, 700);
 }

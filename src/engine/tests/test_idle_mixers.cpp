@@ -27,8 +27,8 @@ using io::LayerType;
 using testing::TinyRandom;
 using testing::TinySpec;
 
-constexpr float kInf = std::numeric_limits<float>::infinity();
-constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+using testing::kInf;
+using testing::kNaN;
 constexpr float kHuge = 3.0e38f;  // adding two of these overflows; their squares do too
 
 void expect_bits(const std::vector<float>& got, const std::vector<float>& want, const std::string& what) {

@@ -39,10 +39,9 @@ namespace {
 using testing::live_bits;
 using testing::TinyRandom;
 
-constexpr float kInf = std::numeric_limits<float>::infinity();
-constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
-
-bool same(float a, float b) { return float_bits(a) == float_bits(b) || (std::isnan(a) && std::isnan(b)); }
+using testing::kInf;
+using testing::kNaN;
+using testing::same;
 
 // A machine-like residual: `live` blocks of 16 hold values (ordinary, huge, tiny,
 // subnormal, and with `wild` inf/NaN), every other dim +0 or -0 at random.

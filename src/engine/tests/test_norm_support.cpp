@@ -31,10 +31,9 @@ namespace {
 using testing::live_bits;
 using testing::TinyRandom;
 
-constexpr float kInf = std::numeric_limits<float>::infinity();
-constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
-
-bool same(float a, float b) { return float_bits(a) == float_bits(b) || (std::isnan(a) && std::isnan(b)); }
+using testing::kInf;
+using testing::kNaN;
+using testing::same;
 
 bool has_block(const std::vector<uint64_t>& blocks, int64_t b) { return (blocks[b / 64] >> (b % 64) & 1u) != 0; }
 

@@ -4,9 +4,11 @@
 // its interesting range.
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <random>
 #include <vector>
 
+#include "common/float_bits.h"
 #include "io/qwen35_weights.h"
 
 namespace qpu::engine::testing {
@@ -44,6 +46,13 @@ class TinyRandom {
  private:
   std::mt19937_64 gen_;
 };
+
+inline constexpr float kInf = std::numeric_limits<float>::infinity();
+inline constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+
+// The engine's results against a reference: the same bits, or both NaN (fp32 arithmetic
+// does not fix a NaN's payload or sign).
+inline bool same(float a, float b) { return float_bits(a) == float_bits(b) || (std::isnan(a) && std::isnan(b)); }
 
 // The residual's live words as the engine's idle tests see them: bit k of word w is set
 // iff x[64 w + k] is not +-0 (NaN is live).

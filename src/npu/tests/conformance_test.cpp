@@ -36,7 +36,7 @@ std::vector<std::string> with_greater_windows(std::vector<std::string> names) {
 INSTANTIATE_TEST_SUITE_P(All, Conformance,
                          ::testing::ValuesIn(with_greater_windows({"mul", "add", "dot_const", "dot_var", "dot_fused_const", "dot_fused_var", "round_to_int", "split12",
                                            "int_to_bits", "max_step", "argmax", "xorshift", "divide", "divide_const", "divide_shared", "sqrt",
-                                           "expf"}));
+                                           "expf"})));
 
 }  // namespace
 }  // namespace qpu::npu

@@ -83,6 +83,15 @@ Neighbours neighbours(Program& p, ValueId f, const std::string& prefix) {
   return {A, T, sub(p, A, f, (prefix + ".dA").c_str()), sub(p, T, f, (prefix + ".dT").c_str())};
 }
 
+// t_j = [x > pred(2^j)] for x in [2^lo, 2^hi) (positive), lo < j < hi, with greater's
+// window narrowed to what d = fl(x - pred(2^j)) can be. pred(2^j) = 2^j - 2^(j-24) is a
+// multiple of 2^(j-24); x >= 2^(j-1) is too (its ulp is >= 2^(j-24)), so d is 0 or
+// |d| >= 2^(j-24); x < 2^(j-1) gives |d| > 2^(j-2). And |d| < max(x, pred(2^j)) < 2^hi.
+// So d is 0 or |d| in [2^(j-24), 2^(hi-1) (2 - 2^-23)]: 2 or 3 scales instead of 5.
+ValueId binade_bit(Program& p, ValueId x, int j, int hi) {
+  return greater(p, x, constant(p, std::nextafter(std::ldexp(1.0f, j), 0.0f)), {j - 24, hi - 1});
+}
+
 }  // namespace
 
 ValueId reciprocal(Program& p, ValueId b, const DivWindow& w) {
@@ -93,7 +102,7 @@ ValueId reciprocal(Program& p, ValueId b, const DivWindow& w) {
   std::vector<ValueId> t;  // t[j - bmin], with t[0] = 1 (b >= 2^bmin by contract)
   t.push_back(kOne);
   for (int j = w.bmin + 1; j < w.bmax; ++j)
-    t.push_back(greater(p, b, constant(p, std::nextafter(std::ldexp(1.0f, j), 0.0f))));
+    t.push_back(binade_bit(p, b, j, w.bmax));
   const ValueId y0 = p.value("div.y0");
   std::vector<Neuron> est;
   for (int j = w.bmin; j < w.bmax; ++j) {
@@ -178,7 +187,7 @@ ValueId sqrt_rn(Program& p, ValueId x, const SqrtWindow& w) {
   std::vector<ValueId> t;
   t.push_back(kOne);
   for (int j = w.xmin + 1; j < w.xmax; ++j)
-    t.push_back(greater(p, x, constant(p, std::nextafter(std::ldexp(1.0f, j), 0.0f))));
+    t.push_back(binade_bit(p, x, j, w.xmax));
   const double c1 = 1.0 - std::sqrt(0.5), gap = 1.0 - c1 * (std::cbrt(1.0 / (4.0 * c1 * c1)) - 1.0) - 1.0 / std::sqrt(std::cbrt(1.0 / (4.0 * c1 * c1)));
   const double c0 = 1.0 + c1 - gap / 2.0;
   const ValueId y0 = p.value("sqrt.y0");

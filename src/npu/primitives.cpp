@@ -101,36 +101,50 @@ std::vector<ValueId> int_to_bits(Program& p, ValueId v, int n) {
   return bits;
 }
 
-ValueId greater(Program& p, ValueId a, ValueId b) {
+int greater_scales(GreaterWindow w) {
+  // W_0 = 2^(9 - lo) enters the engine's gate scaled by 2^48 (the default norm exponent):
+  // 2^(9 - lo + 48) <= 2^127 needs lo >= -70. Above 2^36 d itself leaves the value window.
+  if (w.lo < -70 || w.hi > 36 || w.lo > w.hi)
+    fail("greater: window [2^{}, 2^{}] not representable (need -70 <= lo <= hi <= 36)", w.lo, w.hi);
+  return (w.hi + 1 - w.lo + 22) / 23;  // ceil((hi + 1 - lo) / 23), see greater
+}
+
+ValueId greater(Program& p, ValueId a, ValueId b, GreaterWindow window) {
+  const int n = greater_scales(window);
   // 1. d = fl(a - b): sign-exact (d == 0 iff a == b), so only d matters from here. The
   //    same MLP preloads each scale's value y_s with kSnap (step 2 adds onto it).
   const ValueId d = p.value("gt.d");
   std::vector<Neuron> first{copy_neuron(d, a), copy_neuron(d, b, -1.0f)};
   std::vector<ValueId> ys;
-  for (int s = 0; s < 5; ++s) {
+  for (int s = 0; s < n; ++s) {
     ys.push_back(p.value("gt.y" + std::to_string(s)));
     first.push_back(const_neuron(ys.back(), kSnap));
   }
   p.mlp("gt.d", std::move(first));
-  // 2. Five scales W_s = 2^(79 - 23 s). Scale s computes t_s = (silu(G) - silu(G - 256)) / 256
-  //    with G = d W_s: exactly 1 for G in [360, 2^32) (G - 256 is exact there), in [0, 2]
-  //    for any other G > 0, 0 for G == 0, in [-0.0011, 0] for G < 0. Each t_s is a
-  //    two-term down sum, so order-free; for d in [2^-70, 2^36] one scale lands in
-  //    [360, 2^32). The residual add snaps it: y_s = fl(kSnap + t_s), a multiple of 2^-7
+  // 2. n scales W_s = 2^(9 - lo - 23 s) (the default window: 2^(79 - 23 s), s < 5). Scale s
+  //    computes t_s = (silu(G) - silu(G - 256)) / 256 with G = d W_s: exactly 1 for G in
+  //    [360, 2^32) (G - 256 is exact there), in [0, 2] for any other G > 0, 0 for G == 0,
+  //    in [-0.0011, 0] for G < 0. Each t_s is a two-term down sum, so order-free.
+  //    Coverage: scale s is exact for d in [360 2^(lo - 9 + 23 s), 2^(lo + 23 + 23 s)).
+  //    Scale 0 starts below 2^lo (360 < 2^9); scale s + 1 starts at 360 2^(lo + 14 + 23 s)
+  //    < 2^(lo + 23 + 23 s) (360 < 2^9), where scale s ends, so the n scales cover
+  //    [2^lo, 2^(lo + 23 n)) without a gap, and lo + 23 n >= hi + 1 by the choice of n: the
+  //    whole window up to 2^hi (2 - 2^-23) < 2^(hi + 1).
+  //    The residual add snaps t_s: y_s = fl(kSnap + t_s), a multiple of 2^-7
   //    (kSnap's ulp above it), exactly kSnap for every t_s in [-0.0011, 2^-9] (half the
   //    ulp below kSnap is 2^-9) and kSnap + 1 for t_s = 1. Without the snap a t_s of d < 0
   //    can be as small as silu's tail (e.g. -2^-83): below the value window, so the
   //    dead-value clear of y_s would leave a residue in its dim (clear_dead.h).
   std::vector<Neuron> stage;
-  for (int s = 0; s < 5; ++s) {
-    const float W = std::ldexp(1.0f, 79 - 23 * s);
+  for (int s = 0; s < n; ++s) {
+    const float W = std::ldexp(1.0f, 9 - window.lo - 23 * s);
     stage.push_back(Neuron{lin({{d, W}}), lin({{kOne, 1.0f / 256.0f}}), {{ys[s], 1.0f}}});
     stage.push_back(Neuron{lin({{d, W}, {kOne, -256.0f}}), lin({{kOne, 1.0f / 256.0f}}), {{ys[s], -1.0f}}});
   }
   p.mlp("gt.scales", std::move(stage));
   // 3. y = sum of (y_s - kSnap): each up is the two-term sum fl(y_s/128 - kSnap/128), exact
-  //    (Sterbenz), so each term is a multiple of 2^-7 in [0, 2] and their sum (<= 10) is
-  //    exact in any order: y == 0 when d <= 0 and y in [1, 10] when d > 0.
+  //    (Sterbenz), so each term is a multiple of 2^-7 in [0, 2] and their sum (<= 2n <= 10)
+  //    is exact in any order: y == 0 when d <= 0 and y in [1, 10] when d > 0.
   const ValueId y = p.value("gt.y");
   std::vector<Neuron> sum;
   for (ValueId ys_i : ys)

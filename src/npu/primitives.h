@@ -48,11 +48,23 @@ Split split12(Program& p, ValueId x);
 // first — n sublayers, 2 neurons each (exactness-toolkit P6).
 std::vector<ValueId> int_to_bits(Program& p, ValueId v, int n);
 
-// [a > b] as exactly 0 or 1 — 4 sublayers, 24 neurons. Window: a == b or
-// |fl(a - b)| in [2^-70, 2^36]. Every value it writes is +-0 or in the value window
-// (no silu tail survives: the scales snap onto a preloaded 2^16), so the dead-value
-// clears of its intermediates are exact.
-ValueId greater(Program& p, ValueId a, ValueId b);
+// The range greater may assume for d = fl(a - b): d == 0 or |d| in [2^lo, 2^hi]. The
+// default is the whole window a scale set can hold; a caller that can prove a narrower
+// range passes it and gets fewer scales (ceil((hi + 1 - lo) / 23)), i.e. fewer values
+// live across greater's sublayers. A d outside the window gets an unspecified bit.
+struct GreaterWindow {
+  int lo = -70;  // >= -70: the first gate weight 2^(9 - lo) must stay <= 2^79
+  int hi = 36;   // <= 36: the value window
+};
+
+// [a > b] as exactly 0 or 1 — 4 sublayers, 4 + 4n neurons for n = ceil((hi + 1 - lo) / 23)
+// scales (the default window: 5 scales, 24 neurons). Window: a == b or |fl(a - b)| in
+// [2^lo, 2^hi]; qpu::Error for a window it cannot hold (lo < -70, hi > 36, lo > hi).
+// Every value it writes is +-0 or in the value window (no silu tail survives: the scales
+// snap onto a preloaded 2^16), so the dead-value clears of its intermediates are exact.
+ValueId greater(Program& p, ValueId a, ValueId b, GreaterWindow window = {});
+// The number of scales greater uses for `window` (qpu::Error as greater for a bad one).
+int greater_scales(GreaterWindow window);
 
 // bit ? a : b for bit exactly 0/1 — one sublayer, 2 neurons per selected value.
 ValueId select(Program& p, ValueId bit, ValueId a, ValueId b, const char* label = "select");

@@ -300,6 +300,55 @@ PrimitiveSpec max_spec() {
   return s;
 }
 
+// greater on a caller's window: d = fl(a - b) is 0 or |d| in [2^lo, 2^hi (2 - 2^-23)]
+// (capped at 2^36, the value window; a and b stay in it too).
+PrimitiveSpec greater_spec(GreaterWindow w) {
+  PrimitiveSpec s;
+  s.name = greater_spec_name(w);
+  s.inputs = 2;
+  s.outputs = 1;
+  s.build = [w](Program& p, const std::vector<ValueId>& in) { return std::vector<ValueId>{greater(p, in[0], in[1], w)}; };
+  s.reference = [](const float* in, float* out) { out[0] = in[0] > in[1] ? 1.0f : 0.0f; };
+  const float top = std::min(std::ldexp(0x1.fffffep0f, w.hi), 0x1p36f), bottom = std::ldexp(1.0f, w.lo);
+  auto in_value_window = [](float x) { return x == 0.0f || (std::fabs(x) >= 0x1p-78f && std::fabs(x) <= 0x1p36f); };
+  s.random_case = [w, top, bottom, in_value_window](std::mt19937_64& rng, float* in) {
+    const int dhi = std::max(w.lo, std::min(w.hi, 35)), bhi = dhi;
+    for (;;) {
+      float a = 0.0f, b = 0.0f;
+      switch (rng() % 5) {
+        case 0: a = rand_float(rng, w.lo, dhi); break;  // against 0, either side
+        case 1: b = rand_float(rng, w.lo, dhi); break;
+        case 2: a = b = rand_float(rng, std::max(w.lo, -78), bhi); break;  // tie
+        case 3:  // one ulp apart, where an ulp is in the window
+          if (w.lo + 23 > 35) continue;
+          b = rand_float(rng, w.lo + 23, std::min(w.hi + 23, 35));
+          a = std::nextafter(b, (rng() & 1) ? 1e30f : -1e30f);
+          break;
+        default:  // a general pair: b anywhere the window reaches, d random in it
+          b = rand_float(rng, std::max(w.lo, -78), bhi);
+          a = b + rand_float(rng, w.lo, dhi);
+          break;
+      }
+      if ((rng() & 1) != 0) std::swap(a, b);
+      const float d = a - b;
+      if (!in_value_window(a) || !in_value_window(b)) continue;
+      if (d != 0.0f && (std::fabs(d) < bottom || std::fabs(d) > top)) continue;
+      in[0] = a;
+      in[1] = b;
+      return;
+    }
+  };
+  // The window's edges as d, both signs, against 0 and as a difference of two values; ties.
+  s.edge_cases = {{0.0f, 0.0f}, {bottom, 0.0f}, {0.0f, bottom}, {-bottom, 0.0f}, {0.0f, -bottom}, {top, 0.0f}, {0.0f, top},
+                  {-top, 0.0f}, {0.0f, -top}, {top / 2, -top / 2}, {-top / 2, top / 2}, {bottom, bottom}, {top, top}, {-top, -top}};
+  if (w.lo + 23 <= 35) {
+    const float x = std::ldexp(1.0f, w.lo + 23);  // ulp 2^lo above it
+    s.edge_cases.push_back({std::nextafter(x, 1e30f), x});
+    s.edge_cases.push_back({x, std::nextafter(x, 1e30f)});
+  }
+  return s;
+}
+
 PrimitiveSpec argmax_spec() {
   PrimitiveSpec s;
   s.name = "argmax";
@@ -544,10 +593,28 @@ PrimitiveSpec expf_spec() {
 }  // namespace
 
 std::vector<PrimitiveSpec> all_primitives() {
-  return {mul_spec(), add_spec(), dot_const_spec(), dot_var_spec(), dot_fused_const_spec(), dot_fused_var_spec(), round_spec(),
+  std::vector<PrimitiveSpec> all{mul_spec(), add_spec(), dot_const_spec(), dot_var_spec(), dot_fused_const_spec(), dot_fused_var_spec(), round_spec(),
           split_spec(), bits_spec(), max_spec(), argmax_spec(), xorshift_spec(), divide_spec(), divide_const_spec(), divide_shared_spec(), sqrt_spec(),
           expf_spec()};
+  for (GreaterWindow w : greater_suite_windows()) all.push_back(greater_spec(w));
+  return all;
 }
+
+std::vector<GreaterWindow> greater_suite_windows() {
+  // The default; the call sites' windows (unit_attention.cpp, and divide.cpp's binade bits
+  // at their widest and narrowest: j = -11 and 11 below 2^12, sqrt's j = -17); one scale at
+  // the bottom and at the top.
+  return {{-70, 36}, {-63, 13}, {-40, 13}, {-46, 36}, {-69, 0}, {-34, 31}, {-57, -4}, {-54, 2}, {-38, 36},
+          {-51, 36}, {-35, 11}, {-13, 11}, {-41, 11}, {-70, -48}, {14, 36}};
+}
+
+std::vector<std::string> greater_spec_names() {
+  std::vector<std::string> names;
+  for (GreaterWindow w : greater_suite_windows()) names.push_back(greater_spec_name(w));
+  return names;
+}
+
+std::string greater_spec_name(GreaterWindow w) { return "greater_" + std::to_string(w.lo) + "_" + std::to_string(w.hi); }
 
 int64_t lanes_for(const PrimitiveSpec& spec, int64_t max_hidden) {
   Program p;

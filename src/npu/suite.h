@@ -12,6 +12,7 @@
 
 #include "compiler/emit.h"
 #include "compiler/ir.h"
+#include "npu/primitives.h"
 
 namespace qpu::npu {
 
@@ -39,6 +40,12 @@ struct PrimitiveSpec {
 
 // Every primitive of the suite, built with fixed seeds.
 std::vector<PrimitiveSpec> all_primitives();
+
+// The suite's name for greater on a window: "greater_<lo>_<hi>" (suite.cpp lists the
+// windows it checks).
+std::string greater_spec_name(npu::GreaterWindow w);
+std::vector<npu::GreaterWindow> greater_suite_windows();
+std::vector<std::string> greater_spec_names();
 
 struct SuiteResult {
   std::string name;

@@ -598,7 +598,7 @@ WsumChecked attn_wsum_block_checked(Program& p, const std::vector<ValueId>& pm, 
   std::vector<ValueId> kept, nzp;
   for (size_t t = 0; t < rows_n; ++t) {
     kept.push_back(step(p, rows.kept_parts[t], 2.0f, "attn.kept"));
-    nzp.push_back(greater(p, pm[t], zero));
+    nzp.push_back(greater(p, pm[t], zero, {-54, 2}));  // d = pm: 0 or in [2^-54, 4) (attn_probability)
   }
   // Thresholds at the chain's scale: |xb| < 2^-40 is |S| < 2^-14; |xb| < 2^-104 is
   // |V| < 2^-28 with V = S 2^50 (defined below).
@@ -634,15 +634,18 @@ WsumChecked attn_wsum_block_checked(Program& p, const std::vector<ValueId>& pm, 
     // chain's), so it is exact when the operands are in the window even if S itself has
     // left it; S is a multiple of 2^-101, so V is 0 or in [2^-51, 2^36]: nz = [V != 0]
     // and tiny = [|V| < 2^-28] are in greater's window.
+    // Narrower windows (4 scales each, not 5): small's d = 2^-14 - |S| is a multiple of
+    // 2^-38 for |S| >= 2^-15 and above 2^-15 otherwise; nz's d = |V| and tiny's
+    // d = 2^-28 - |V| are multiples of 2^-51 (V is); all are at most 2^36 (the value window).
     std::vector<ValueId> small, nz, tiny;
     for (size_t j = 0; j <= rows_n; ++j) {
-      small.push_back(greater(p, c_safe, abs_value(p, S[j], "attn.wabs")));
+      small.push_back(greater(p, c_safe, abs_value(p, S[j], "attn.wabs"), {-38, 36}));
       const ValueId V = p.value("attn.wV");
       Lin up = j == 0 ? lin({{S[0], 0x1p50f / kOn}}) : lin({{S[j - 1], 0x1p50f / kOn}, {prod[j - 1], 0x1p50f / kOn}});
       p.mlp("attn.wV", {Neuron{lin({{small.back(), kOn}}), std::move(up), {{V, 1.0f}}}});
       const ValueId aV = abs_value(p, V, "attn.wabsV");
-      nz.push_back(greater(p, aV, zero));
-      tiny.push_back(greater(p, c_tiny, aV));
+      nz.push_back(greater(p, aV, zero, {-51, 36}));
+      tiny.push_back(greater(p, c_tiny, aV, {-51, 36}));
     }
     // zero_j = small_j - nz_j (S_j == 0); pending after row t: the last flushed-nonzero
     // row (or the incoming pending, at weight 1) comes after the last kept row, which
@@ -772,6 +775,17 @@ std::vector<TwoTier> attn_two_tier_products(Program& p, ValueId pm, ValueId expo
   constexpr float kG = 0x1p-39f;  // C's subnormal grid 2^-149 at scale 2^110
   constexpr float kR = 0x1p40f;   // Dekker's error term carried times 2^40 (in the window)
   const Split ps = split12(p, p110);
+  // greater's windows below (d = 0 or |d| in [2^lo, 2^hi]), from the contract: p is a float
+  // in [0, 1], so p110 is 0 or in [2^-39, 2^8) (R3 live: p >= 2^-149), p26 <= 2^26, p71 <
+  // 2^-9; v is 0 or |v| in [2^-24, 2^5). Hence q is 0 or |q| in [2^-63, 2^13] (a multiple
+  // of 2^-86), |q26| <= 2^31, |q71| < 2^-4, and every |d| < 2^-57 of abs_value's inexact
+  // range is far from its threshold (so d is that threshold, nearly).
+  constexpr GreaterWindow kSignQ{-63, 13};    // d = q
+  constexpr GreaterWindow kSmallQ{-40, 13};   // d = 2^-16 - |q|: |q| >= 2^-17 has ulp >= 2^-40
+  constexpr GreaterWindow kTie{-46, 36};      // d = +-(m - (1 - 2^-24)), m a multiple of 2^-46
+  constexpr GreaterWindow kRes{-69, 0};       // d = +-res, see below
+  constexpr GreaterWindow kBig{-34, 31};      // d = |q26| - 2^-10: |q26| >= 2^-11 has ulp >= 2^-34
+  constexpr GreaterWindow kTiny{-57, -4};     // d = 2^-33 - |lo23|: |lo23| >= 2^-34 has ulp >= 2^-57
   std::vector<TwoTier> out;
   for (ValueId vi : v) {
     // The products, one rounding each (R1: p' on P3's gate side, R2/R3: v on it, |v| >= 2^-24).
@@ -785,20 +799,22 @@ std::vector<TwoTier> attn_two_tier_products(Program& p, ValueId pm, ValueId expo
     }
     // R3: u = RN(q, 2^-39) by P5 on T = +-2^-16 (q + T stays in one binade of ulp 2^-39 for
     // |q| < 2^-16, i.e. C products below 2^-126; larger ones are normal: q itself).
-    const ValueId sq = greater(p, q, zero);
+    const ValueId sq = greater(p, q, zero, kSignQ);
     const ValueId T = p.value("wsp.T");
     p.mlp("wsp.T", {copy_neuron(T, negT), Neuron{lin({{sq, kOn}}), lin({{compiler::kOne, 0x1p-15f / kOn}}), {{T, 1.0f}}}});
     const ValueId uu = sub(p, add(p, q, T, "wsp.t1"), T, "wsp.u");
     // Rounding q instead of the exact product differs only where q sits on a midpoint of the
     // grid (2^-39 >= 2 ulp(q) there): m = (q - u) / 2^-40 is then +-1, and |m| <= 1 - 2^-23
     // otherwise (q - u is a multiple of ulp(q) >= 2^-63).
+    // For greater (kTie): q, T = +-2^-16 and so t1, u and d are multiples of 2^-86, m of
+    // 2^-46 and so is m -+ (1 - 2^-24); |d| <= 2^-10 (roundings at |t1| < 2^14), |m| <= 2^30.
     const ValueId d = sub(p, q, uu, "wsp.d");
     const ValueId m = p.value("wsp.m");
     scale_acc(p, m, d, 0x1p40f, "wsp.m");
-    const ValueId tie_up = greater(p, m, cmid_hi), tie_dn = greater(p, cmid_lo, m);
+    const ValueId tie_up = greater(p, m, cmid_hi, kTie), tie_dn = greater(p, cmid_lo, m, kTie);
     // The sign of the exact residual p110 v - q (Dekker: 12-bit halves, every step exact),
     // computed only where q is small (v gated to 0 elsewhere, so every term stays in the window).
-    const ValueId small = greater(p, c16, abs_value(p, q, "wsp.absq"));
+    const ValueId small = greater(p, c16, abs_value(p, q, "wsp.absq"), kSmallQ);
     const ValueId vg = p.value("wsp.vg"), qg = p.value("wsp.qg");
     p.mlp("wsp.gate", {Neuron{lin({{small, kOn}}), lin({{vi, 1.0f / kOn}}), {{vg, 1.0f}}},
                        Neuron{lin({{small, kOn}}), lin({{q, 1.0f / kOn}}), {{qg, 1.0f}}}});
@@ -815,8 +831,11 @@ std::vector<TwoTier> attn_two_tier_products(Program& p, ValueId pm, ValueId expo
       detail::mul_neurons(n, res, g, u, kR);
       p.mlp("wsp.res", std::move(n));
     }
-    const ValueId up = bit_and(p, lin({{tie_up, 1.0f}}), lin({{greater(p, res, zero), 1.0f}}));
-    const ValueId dn = bit_and(p, lin({{tie_dn, 1.0f}}), lin({{greater(p, zero, res), 1.0f}}));
+    // kRes: res = 2^40 (p110 v - q) exactly where small (else 0): p110 v is a multiple of
+    // ulp(p110) ulp(v) >= 2^-62 2^-47, q of 2^-86, so res is a multiple of 2^-69; |p110 v - q|
+    // <= ulp(q) / 2 <= 2^-41 (|q| < 2^-16), so |res| <= 1/2.
+    const ValueId up = bit_and(p, lin({{tie_up, 1.0f}}), lin({{greater(p, res, zero, kRes), 1.0f}}));
+    const ValueId dn = bit_and(p, lin({{tie_dn, 1.0f}}), lin({{greater(p, zero, res, kRes), 1.0f}}));
     const ValueId uc = p.value("wsp.uc");  // RN(p110 v, 2^-39): u moved by one grid step on a broken tie
     p.mlp("wsp.uc", {copy_neuron(uc, uu), Neuron{lin({{up, kOn}}), lin({{compiler::kOne, kG / kOn}}), {{uc, 1.0f}}},
                      Neuron{lin({{dn, kOn}}), lin({{compiler::kOne, -kG / kOn}}), {{uc, 1.0f}}}});
@@ -825,8 +844,9 @@ std::vector<TwoTier> attn_two_tier_products(Program& p, ValueId pm, ValueId expo
     p.mlp("wsp.lo23", {copy_neuron(lo23, q71), Neuron{lin({{small, kOn}}), lin({{uc, 0x1p-39f / kOn}}), {{lo23, 1.0f}}},
                        Neuron{lin({{small, -kOn}, {compiler::kOne, kOn}}), lin({{q, 0x1p-39f / kOn}}), {{lo23, 1.0f}}}});
     // The tier bits: R1 big = [|q26| > 2^-10]; R2/R3 hi valid = [|lo23| >= 2^-33].
-    const ValueId big = greater(p, abs_value(p, q26, "wsp.abs26"), c10);
-    const ValueId tiny = greater(p, c33, abs_value(p, lo23, "wsp.abs23"));
+    // kTiny: lo23 is q71 (|q71| < 2^-4) or 2^-39 uc / 2^-39 q (<= 2^-26), so |d| < 2^-4.
+    const ValueId big = greater(p, abs_value(p, q26, "wsp.abs26"), c10, kBig);
+    const ValueId tiny = greater(p, c33, abs_value(p, lo23, "wsp.abs23"), kTiny);
     TwoTier r{p.value("wsp.hi"), p.value("wsp.lo"), big};
     const float u1 = 1.0f / kOn;
     p.mlp("wsp.out", {copy_neuron(r.hi, q26),

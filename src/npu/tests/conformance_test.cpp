@@ -4,6 +4,7 @@
 // compared bit for bit with C. `qpu primitives --long` runs >= 1M cases each.
 #include <gtest/gtest.h>
 
+#include "common/error.h"
 #include "npu/engine_host.h"
 #include "npu/primitives.h"
 #include "npu/suite.h"
@@ -27,16 +28,60 @@ TEST_P(Conformance, EngineMatchesC) {
   FAIL() << "no primitive " << GetParam();
 }
 
+std::vector<std::string> with_greater_windows(std::vector<std::string> names) {
+  for (std::string& n : greater_spec_names()) names.push_back(std::move(n));
+  return names;
+}
+
 INSTANTIATE_TEST_SUITE_P(All, Conformance,
-                         ::testing::Values("mul", "add", "dot_const", "dot_var", "dot_fused_const", "dot_fused_var", "round_to_int", "split12",
+                         ::testing::ValuesIn(with_greater_windows({"mul", "add", "dot_const", "dot_var", "dot_fused_const", "dot_fused_var", "round_to_int", "split12",
                                            "int_to_bits", "max_step", "argmax", "xorshift", "divide", "divide_const", "divide_shared", "sqrt",
-                                           "expf"));
+                                           "expf"})));
 
 }  // namespace
 }  // namespace qpu::npu
 
 namespace qpu::npu {
 namespace {
+
+// greater's window is a precondition, not a formality: outside it the bit is wrong, and a
+// window the scales cannot hold is refused.
+TEST(GreaterWindow, ScalesPerWindowAndRefusedWindows) {
+  EXPECT_EQ(greater_scales({}), 5);  // the default [2^-70, 2^36]
+  EXPECT_EQ(greater_scales({-54, 2}), 3);
+  EXPECT_EQ(greater_scales({-9, 36}), 2);
+  EXPECT_EQ(greater_scales({14, 36}), 1);
+  EXPECT_EQ(greater_scales({-70, -48}), 1);
+  EXPECT_EQ(greater_scales({-70, -47}), 2);
+  Program p;
+  const ValueId a = p.value("a"), b = p.value("b");
+  EXPECT_THROW(greater(p, a, b, {-71, 36}), Error);  // W_0 = 2^80: the gate would overflow
+  EXPECT_THROW(greater(p, a, b, {-70, 37}), Error);  // beyond the value window
+  EXPECT_THROW(greater(p, a, b, {5, 4}), Error);
+}
+
+TEST(GreaterWindow, EngineBitIsWrongBelowTheWindow) {
+  // Window [2^-9, 2^36] (2 scales): d = 2^-9 is exact, d = 2^-19 (scale 0 sees G = 1/2,
+  // t_0 ~ 0.0012, snapped to 0) comes out 0 although a > b. The default window gets both.
+  Program p;
+  const ValueId a = p.value("a"), b = p.value("b");
+  const ValueId narrow = greater(p, a, b, {-9, 36}), wide = greater(p, a, b);
+  compiler::Interface io;
+  io.inputs = {a, b};
+  io.outputs = {narrow, wide};
+  io.vocab_size = 2;
+  io.input_rows = {0x1p-9f, 0.0f, 0x1p-19f, 0.0f};
+  const compiler::Compiled c = compiler::compile(p, io);
+  const Forward fwd = engine_host()(c.weights);
+  std::vector<float> hidden(static_cast<size_t>(c.weights.config.hidden_size));
+  auto out = [&](ValueId v) { return hidden[static_cast<size_t>(c.allocation.dim(v))]; };
+  fwd(0, hidden);
+  EXPECT_EQ(out(narrow), 1.0f);
+  EXPECT_EQ(out(wide), 1.0f);
+  fwd(1, hidden);
+  EXPECT_EQ(out(narrow), 0.0f);
+  EXPECT_EQ(out(wide), 1.0f);
+}
 
 // run.c's published facts (llama2c-numerics.md): seed 42 gives u32 0x56ce4ab7 and coin
 // 0.339085221, then coin 0.782255828; seed 7 gives coin 0.820246637 first. Two chained

@@ -28,3 +28,10 @@ function(qpu_whole_binary_test name)
   add_test(NAME ${name} COMMAND ${name})
   set_tests_properties(${name} PROPERTIES LABELS ${T_LABEL} TIMEOUT 3600 ENVIRONMENT OMP_NUM_THREADS=1)
 endfunction()
+
+# Properties of the tests that run stock transformers (label transformers). torch's intra-op
+# pool takes every core by default; beside another test (ctest -j 2 on two cores) that
+# oversubscribes them, and a forward of the FFN machine (342 small layers) took 6.7 s with
+# 2 threads against 1.5 s with 1 (same box, same load). One thread each: OpenMP's
+# OMP_NUM_THREADS sets torch's pool and the test's own engine threads alike.
+set(QPU_TRANSFORMERS_TEST_PROPERTIES LABELS transformers ENVIRONMENT OMP_NUM_THREADS=1)

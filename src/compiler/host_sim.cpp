@@ -44,13 +44,18 @@ HostSim::HostSim(const io::Qwen35Weights& weights, uint64_t seed) : w_(weights),
   }
 }
 
-// Sum of w[j] x[j] over only the nonzero products plus a random number of the zero
-// ones, in a random order: any order an engine may use, dense or sparse.
+// Sum of the nonzero products w[j] x[j] in a random order (a random binary tree over
+// them): any order an engine may use, dense or sparse. The zero products are left out:
+// s + (+-0) == s for every s != 0 (infinities and NaN too), so they change no sum with a
+// nonzero term, and the sums of zeros only end as +0 after the final 0 + s either way.
+// (The simulator used to draw a random subset of the zeros into the tree as well; that
+// changed only which trees over the nonzero terms came up, and its one draw per zero
+// product was most of the time of the deep, sparse checkpoints.)
 float HostSim::dot(const float* w, const float* x, int64_t n) {
   terms_.clear();
   for (int64_t j = 0; j < n; ++j) {
     const float p = w[j] * x[j];
-    if (p != 0.0f || (rng_() & 7) == 0) terms_.push_back(p);
+    if (p != 0.0f) terms_.push_back(p);  // NaN != 0: kept
   }
   std::shuffle(terms_.begin(), terms_.end(), rng_);
   // Random binary tree: repeatedly add two random neighbours.

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <limits>
 
+#include "common/error.h"
 #include "common/float_bits.h"
 
 namespace qpu::compiler {
@@ -52,6 +53,10 @@ void WindowCheck::report(int64_t s, const char* kind, size_t op, ValueId v, floa
 
 void WindowCheck::before_sublayer(int64_t s, std::span<const float> residual) {
   if (s < 0 || s >= static_cast<int64_t>(reads_.size())) return;
+  // The dims below index the span unchecked: a stream of another shape is a caller's bug.
+  if (static_cast<int64_t>(residual.size()) != allocation_.hidden_size)
+    fail("WindowCheck: a residual stream of {} floats, the allocation's hidden size is {}", residual.size(),
+         allocation_.hidden_size);
   for (const Read& r : reads_[static_cast<size_t>(s)]) {
     const float x = residual[static_cast<size_t>(allocation_.dim(r.value))];
     const float a = std::fabs(x);

@@ -32,7 +32,7 @@ class WindowCheck {
   WindowCheck(const Program& program, const Schedule& schedule, const Allocation& allocation,
               const std::vector<ValueId>& inputs, int norm_exponent);
 
-  // The residual stream before sublayer s (hidden_size floats).
+  // The residual stream before sublayer s (hidden_size floats; qpu::Error for another size).
   void before_sublayer(int64_t s, std::span<const float> residual);
 
   int64_t violations() const { return violations_; }

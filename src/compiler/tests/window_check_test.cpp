@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "common/error.h"
 #include "compiler/clear_dead.h"
 #include "dim_reuse_programs.h"
 #include "engine/model.h"
@@ -108,6 +109,19 @@ TEST(WindowCheck, FindsAReadBelowTheWindowAndTheResidueOfItsClear) {
   const BelowWindow ok = below_window_program(0x1.fffffep-30f);
   const CompiledWithReuse c_ok = compile_reusing_dims(ok.p, ok.io);
   EXPECT_EQ(check_every_row(c_ok.program, c_ok.compiled, ok.io).violations(), 0);
+}
+
+// A stream that is not the allocation's hidden size is an error, not a read past its end.
+TEST(WindowCheck, AResidualOfAnotherSizeIsAnError) {
+  const BelowWindow b = below_window_program(0x1.fffffep-30f);
+  const CompiledWithReuse c = compile_reusing_dims(b.p, b.io);
+  WindowCheck check(c.program, c.compiled.schedule, c.compiled.allocation, b.io.inputs, EmitOptions{}.norm_exponent);
+  const size_t H = static_cast<size_t>(c.compiled.allocation.hidden_size);
+  std::vector<float> residual(H + 1, 0.0f);
+  EXPECT_THROW(check.before_sublayer(0, std::span<const float>(residual).first(H - 1)), Error);
+  EXPECT_THROW(check.before_sublayer(0, residual), Error);
+  check.before_sublayer(0, std::span<const float>(residual).first(H));
+  EXPECT_EQ(check.violations(), 0);
 }
 
 }  // namespace

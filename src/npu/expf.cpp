@@ -109,14 +109,15 @@ std::vector<ValueId> normalize(Program& p, const std::vector<Lin>& col, int lo, 
 
 ExpfResult expf_parts(Program& p, ValueId x) {
   // 1. Special cases and the clamp: xc = x on glibc's main path, else 0.
-  const ValueId over = greater(p, x, constant(p, kOverflowAbove));
-  const ValueId under = greater(p, constant(p, kUnderflowBelow), x);
+  const ValueId over = greater(p, x, constant(p, kOverflowAbove), constant_window(kOverflowAbove));
+  const ValueId under = greater(p, constant(p, kUnderflowBelow), x, constant_window(kUnderflowBelow));
   // Exceptions (docs/npu-expf.md): eq_i = [x >= x_i] - [x > x_i].
   const auto& exc = exceptions();
   std::vector<Lin> eq;
   for (const Exception& ex : exc) {
-    const ValueId ge = greater(p, x, constant(p, std::nextafter(ex.x, -INFINITY)));
-    const ValueId gt = greater(p, x, constant(p, ex.x));
+    const float below = std::nextafter(ex.x, -INFINITY);
+    const ValueId ge = greater(p, x, constant(p, below), constant_window(below));
+    const ValueId gt = greater(p, x, constant(p, ex.x), constant_window(ex.x));
     eq.push_back(lin({{ge, 1.0f}, {gt, -1.0f}}));
   }
   const ValueId xc = p.value("expf.xc");
@@ -294,10 +295,12 @@ ExpfResult expf_parts(Program& p, ValueId x) {
     p.mlp("expf.v", std::move(n));
   }
   const ValueId zero = p.value("expf.zero");
-  const ValueId tie_up = greater(p, v, constant(p, 0x1.fffffep-1f));
-  const ValueId tie_dn = greater(p, constant(p, -0x1.fffffep-1f), v);
+  // Against constants: windows from the constants alone (constant_window: any float v, S).
+  const ValueId tie_up = greater(p, v, constant(p, 0x1.fffffep-1f), constant_window(0x1.fffffep-1f));
+  const ValueId tie_dn = greater(p, constant(p, -0x1.fffffep-1f), v, constant_window(-0x1.fffffep-1f));
   const ValueId epos = greater(p, E, zero), eneg = greater(p, zero, E);
-  const ValueId s1 = greater(p, S, constant(p, 0x1.fffffep-1f)), s2 = greater(p, S, constant(p, 0x1.fffffep0f));
+  const ValueId s1 = greater(p, S, constant(p, 0x1.fffffep-1f), constant_window(0x1.fffffep-1f));
+  const ValueId s2 = greater(p, S, constant(p, 0x1.fffffep0f), constant_window(0x1.fffffep0f));
   const ValueId up = bit_and(p, lin({{tie_up, 1.0f}}), lin({{epos, 1.0f}}));
   const ValueId dn = bit_and(p, lin({{tie_dn, 1.0f}}), lin({{eneg, 1.0f}}));
   const ValueId n126 = bit_and(p, onehot_e(-126), lin({{s1, 1.0f}}));

@@ -109,6 +109,25 @@ int greater_scales(GreaterWindow w) {
   return (w.hi + 1 - w.lo + 22) / 23;  // ceil((hi + 1 - lo) / 23), see greater
 }
 
+ValueId constant_value(Program& p, float c, const char* label) {
+  const ValueId v = p.value(label);
+  p.mlp(label, {const_neuron(v, c)});
+  return v;
+}
+
+GreaterWindow constant_window(float c) {
+  // c in [2^k, 2^(k+1)) in magnitude, so ulp(c) = 2^(k-23). If |x| >= |c| / 2 >= 2^(k-1),
+  // x is a multiple of 2^(k-24) as c is, and so is x - c: d is 0 or |d| >= 2^(k-24) (a
+  // float, so rounding keeps it). If |x| < |c| / 2, |x - c| > |c| / 2 >= 2^(k-1). Above:
+  // |x - c| <= 2^36 (2 - 2^-23) + 2^12 - 2^-11 < 2^37 - 2^12, which rounds to at most
+  // 2^37 - 2^13, inside hi = 36's coverage (below 2^37). k - 24 >= -70 needs k >= -46.
+  const float a = std::fabs(c);
+  if (!(a >= 0x1p-46f && a < 0x1p12f)) return {};
+  int k = 0;
+  std::frexp(a, &k);  // a = m 2^k with m in [0.5, 1): 2^(k-1) <= a < 2^k
+  return {k - 1 - 24, 36};
+}
+
 ValueId greater(Program& p, ValueId a, ValueId b, GreaterWindow window) {
   const int n = greater_scales(window);
   // 1. d = fl(a - b): sign-exact (d == 0 iff a == b), so only d matters from here. The

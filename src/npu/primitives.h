@@ -65,6 +65,13 @@ struct GreaterWindow {
 ValueId greater(Program& p, ValueId a, ValueId b, GreaterWindow window = {});
 // The number of scales greater uses for `window` (qpu::Error as greater for a bad one).
 int greater_scales(GreaterWindow window);
+// A value holding the constant c (one MLP sublayer, one neuron).
+ValueId constant_value(Program& p, float c, const char* label = "const");
+
+// The window of d = fl(x - c) or fl(c - x) for a constant c and ANY float x with |x| <=
+// 2^36 (2 - 2^-23) (the value window's top): {k - 24, 36} with 2^k <= |c| < 2^(k+1), for
+// 2^-46 <= |c| < 2^12; the default window for any other c. 3 scales for 2^-8 <= |c| < 2^12.
+GreaterWindow constant_window(float c);
 
 // bit ? a : b for bit exactly 0/1 — one sublayer, 2 neurons per selected value.
 ValueId select(Program& p, ValueId bit, ValueId a, ValueId b, const char* label = "select");

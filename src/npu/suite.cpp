@@ -590,6 +590,54 @@ PrimitiveSpec expf_spec() {
   return s;
 }
 
+// greater against constants on constant_window(c): [x > c] and [c > x] for each of up to
+// 16 constants (expf's thresholds and tie bounds, the ends of constant_window's range, 3
+// of expf's exceptions), x anywhere in the value window and a few ulps around each c.
+std::vector<float> greater_constants() {
+  std::vector<float> c = {1.0f, 0x1.fffffep-1f, -0x1.fffffep-1f, 0x1.fffffep0f, expf_detail::kOverflowAbove,
+                          expf_detail::kUnderflowBelow, 0x1p-46f, -0x1p-46f, 0x1.fffffep11f, -0x1.fffffep11f,
+                          0x1.8p-30f, -3.0f, 0x1p-8f};
+  const auto& ex = expf_detail::exceptions();
+  for (size_t i = 0; i < ex.size() && c.size() < 16; i += std::max<size_t>(1, ex.size() / 3)) c.push_back(ex[i].x);
+  return c;
+}
+
+PrimitiveSpec greater_const_spec() {
+  PrimitiveSpec s;
+  s.name = "greater_const";
+  const std::vector<float> cs = greater_constants();
+  s.inputs = 1;
+  s.outputs = static_cast<int>(2 * cs.size());
+  s.build = [cs](Program& p, const std::vector<ValueId>& in) {
+    std::vector<ValueId> out;
+    for (float c : cs) {
+      const ValueId cv = constant_value(p, c, "gtc.c");
+      out.push_back(greater(p, in[0], cv, constant_window(c)));
+      out.push_back(greater(p, cv, in[0], constant_window(c)));
+    }
+    return out;
+  };
+  s.reference = [cs](const float* in, float* out) {
+    for (size_t i = 0; i < cs.size(); ++i) {
+      out[2 * i] = in[0] > cs[i] ? 1.0f : 0.0f;
+      out[2 * i + 1] = cs[i] > in[0] ? 1.0f : 0.0f;
+    }
+  };
+  s.random_case = [cs](std::mt19937_64& rng, float* in) {
+    if (rng() % 2 == 0) {
+      in[0] = rng() % 16 == 0 ? 0.0f : rand_float(rng, -78, 35);
+      return;
+    }
+    float x = cs[rng() % cs.size()];  // at a constant, or a few ulps away
+    for (int k = static_cast<int>(rng() % 4); k > 0; --k) x = std::nextafter(x, (rng() & 1) ? 1e30f : -1e30f);
+    in[0] = x;
+  };
+  const float top = 0x1p36f;  // the value window's top
+  s.edge_cases = {{0.0f}, {-0.0f}, {top}, {-top}, {0x1p-78f}, {-0x1p-78f}};
+  for (float c : cs) s.edge_cases.push_back({c}), s.edge_cases.push_back({-c});
+  return s;
+}
+
 }  // namespace
 
 std::vector<PrimitiveSpec> all_primitives() {
@@ -597,6 +645,7 @@ std::vector<PrimitiveSpec> all_primitives() {
           split_spec(), bits_spec(), max_spec(), argmax_spec(), xorshift_spec(), divide_spec(), divide_const_spec(), divide_shared_spec(), sqrt_spec(),
           expf_spec()};
   for (GreaterWindow w : greater_suite_windows()) all.push_back(greater_spec(w));
+  all.push_back(greater_const_spec());
   return all;
 }
 
@@ -611,6 +660,7 @@ std::vector<GreaterWindow> greater_suite_windows() {
 std::vector<std::string> greater_spec_names() {
   std::vector<std::string> names;
   for (GreaterWindow w : greater_suite_windows()) names.push_back(greater_spec_name(w));
+  names.push_back("greater_const");
   return names;
 }
 

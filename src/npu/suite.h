@@ -42,7 +42,7 @@ struct PrimitiveSpec {
 std::vector<PrimitiveSpec> all_primitives();
 
 // The suite's name for greater on a window: "greater_<lo>_<hi>" (suite.cpp lists the
-// windows it checks).
+// windows it checks); greater_spec_names() adds "greater_const" (constant_window).
 std::string greater_spec_name(npu::GreaterWindow w);
 std::vector<npu::GreaterWindow> greater_suite_windows();
 std::vector<std::string> greater_spec_names();

@@ -4,6 +4,8 @@
 // compared bit for bit with C. `qpu primitives --long` runs >= 1M cases each.
 #include <gtest/gtest.h>
 
+#include <limits>
+
 #include "common/error.h"
 #include "npu/engine_host.h"
 #include "npu/primitives.h"
@@ -58,6 +60,23 @@ TEST(GreaterWindow, ScalesPerWindowAndRefusedWindows) {
   EXPECT_THROW(greater(p, a, b, {-71, 36}), Error);  // W_0 = 2^80: the gate would overflow
   EXPECT_THROW(greater(p, a, b, {-70, 37}), Error);  // beyond the value window
   EXPECT_THROW(greater(p, a, b, {5, 4}), Error);
+}
+
+// constant_window(c) = {k - 24, 36} for 2^k <= |c| < 2^(k + 1) inside [2^-46, 2^12); the
+// default window elsewhere (0, NaN, too small, too large).
+TEST(GreaterWindow, ConstantWindowFromTheConstantsBinade) {
+  auto is = [](GreaterWindow w, int lo, int hi) { return w.lo == lo && w.hi == hi; };
+  EXPECT_TRUE(is(constant_window(1.0f), -24, 36));
+  EXPECT_TRUE(is(constant_window(0x1.fffffep-1f), -25, 36));
+  EXPECT_TRUE(is(constant_window(-0x1.fffffep0f), -24, 36));
+  EXPECT_TRUE(is(constant_window(0x1.62e42ep+6f), -18, 36));  // expf's overflow threshold
+  EXPECT_TRUE(is(constant_window(0x1p-46f), -70, 36));
+  EXPECT_TRUE(is(constant_window(-0x1.fffffep11f), -13, 36));
+  for (float c : {0.0f, -0.0f, 0x1.fffffep-47f, 0x1p12f, -0x1p20f, std::numeric_limits<float>::quiet_NaN()})
+    EXPECT_TRUE(is(constant_window(c), GreaterWindow{}.lo, GreaterWindow{}.hi)) << c;
+  EXPECT_EQ(greater_scales(constant_window(1.0f)), 3);
+  EXPECT_EQ(greater_scales(constant_window(0x1p-8f)), 3);
+  EXPECT_EQ(greater_scales(constant_window(0x1p-9f)), 4);
 }
 
 TEST(GreaterWindow, EngineBitIsWrongBelowTheWindow) {

@@ -116,16 +116,16 @@ ValueId constant_value(Program& p, float c, const char* label) {
 }
 
 GreaterWindow constant_window(float c) {
-  // c in [2^k, 2^(k+1)) in magnitude, so ulp(c) = 2^(k-23). If |x| >= |c| / 2 >= 2^(k-1),
-  // x is a multiple of 2^(k-24) as c is, and so is x - c: d is 0 or |d| >= 2^(k-24) (a
+  // |c| in [2^k, 2^(k+1)), so ulp(c) = 2^(k-23). If |x| >= |c| / 2 >= 2^(k-1), x is a
+  // multiple of 2^(k-24) as c is, and so is x - c: d is 0 or |d| >= 2^(k-24) (a normal
   // float, so rounding keeps it). If |x| < |c| / 2, |x - c| > |c| / 2 >= 2^(k-1). Above:
-  // |x - c| <= 2^36 (2 - 2^-23) + 2^12 - 2^-11 < 2^37 - 2^12, which rounds to at most
-  // 2^37 - 2^13, inside hi = 36's coverage (below 2^37). k - 24 >= -70 needs k >= -46.
+  // |x - c| <= 2^36 (2 - 2^-23) + |c| < 2^37 - 2^12 for |c| < 2^12, which rounds to at
+  // most 2^37 - 2^13, inside hi = 36's coverage (below 2^37). lo = k - 24 >= -70: k >= -46.
   const float a = std::fabs(c);
   if (!(a >= 0x1p-46f && a < 0x1p12f)) return {};
-  int k = 0;
-  std::frexp(a, &k);  // a = m 2^k with m in [0.5, 1): 2^(k-1) <= a < 2^k
-  return {k - 1 - 24, 36};
+  int e = 0;
+  std::frexp(a, &e);  // a = m 2^e, m in [0.5, 1): k = e - 1
+  return {e - 1 - 24, 36};
 }
 
 ValueId greater(Program& p, ValueId a, ValueId b, GreaterWindow window) {

@@ -20,12 +20,6 @@ namespace {
 
 constexpr float kR = 0x1p24f;  // residuals are carried times 2^24 (window: see divide.h)
 
-ValueId constant(Program& p, float c) {
-  const ValueId v = p.value("const");
-  p.mlp("const", {const_neuron(v, c)});
-  return v;
-}
-
 }  // namespace
 
 ValueId scaled_residual(Program& p, ValueId a, ValueId q, ValueId b) {
@@ -89,7 +83,7 @@ Neighbours neighbours(Program& p, ValueId f, const std::string& prefix) {
 // |d| >= 2^(j-24); x < 2^(j-1) gives |d| > 2^(j-2). And |d| < max(x, pred(2^j)) < 2^hi.
 // So d is 0 or |d| in [2^(j-24), 2^(hi-1) (2 - 2^-23)]: 2 or 3 scales instead of 5.
 ValueId binade_bit(Program& p, ValueId x, int j, int hi) {
-  return greater(p, x, constant(p, std::nextafter(std::ldexp(1.0f, j), 0.0f)), {j - 24, hi - 1});
+  return greater(p, x, constant_value(p, std::nextafter(std::ldexp(1.0f, j), 0.0f)), {j - 24, hi - 1});
 }
 
 }  // namespace
@@ -177,7 +171,7 @@ std::vector<ValueId> divide_shared(Program& p, const std::vector<ValueId>& a, Va
 ValueId divide_const(Program& p, ValueId a, float c) {
   if (!(c >= 0x1p-12f && c < 0x1p12f)) fail("divide_const: divisor {} outside [2^-12, 2^12)", c);
   // y = fl(1/c) has |1 - c y| <= 2^-24, better than the Newton steps deliver.
-  return divide_by(p, a, constant(p, c), constant(p, 1.0f / c));
+  return divide_by(p, a, constant_value(p, c), constant_value(p, 1.0f / c));
 }
 
 ValueId sqrt_rn(Program& p, ValueId x, const SqrtWindow& w) {

@@ -24,12 +24,6 @@ namespace {
 constexpr float kBias = 0x1p21f;       // keeps every floor's argument >= 0
 constexpr float kCarryBias = 0x1p12f;  // kBias / 512: q = carry + 2^12
 
-ValueId constant(Program& p, float c) {
-  const ValueId v = p.value("expf.const");
-  p.mlp("expf.const", {const_neuron(v, c)});
-  return v;
-}
-
 // A value holding the integer (or dyadic) linear form L: one neuron, gate 128, up L/128
 // (exact when every partial sum of L is exact: the callers' integer bounds).
 ValueId form_value(Program& p, const Lin& L, const char* label) {
@@ -109,15 +103,15 @@ std::vector<ValueId> normalize(Program& p, const std::vector<Lin>& col, int lo, 
 
 ExpfResult expf_parts(Program& p, ValueId x) {
   // 1. Special cases and the clamp: xc = x on glibc's main path, else 0.
-  const ValueId over = greater(p, x, constant(p, kOverflowAbove), constant_window(kOverflowAbove));
-  const ValueId under = greater(p, constant(p, kUnderflowBelow), x, constant_window(kUnderflowBelow));
+  const ValueId over = greater(p, x, constant_value(p, kOverflowAbove, "expf.const"), constant_window(kOverflowAbove));
+  const ValueId under = greater(p, constant_value(p, kUnderflowBelow, "expf.const"), x, constant_window(kUnderflowBelow));
   // Exceptions (docs/npu-expf.md): eq_i = [x >= x_i] - [x > x_i].
   const auto& exc = exceptions();
   std::vector<Lin> eq;
   for (const Exception& ex : exc) {
     const float below = std::nextafter(ex.x, -INFINITY);
-    const ValueId ge = greater(p, x, constant(p, below), constant_window(below));
-    const ValueId gt = greater(p, x, constant(p, ex.x), constant_window(ex.x));
+    const ValueId ge = greater(p, x, constant_value(p, below, "expf.const"), constant_window(below));
+    const ValueId gt = greater(p, x, constant_value(p, ex.x, "expf.const"), constant_window(ex.x));
     eq.push_back(lin({{ge, 1.0f}, {gt, -1.0f}}));
   }
   const ValueId xc = p.value("expf.xc");
@@ -296,11 +290,11 @@ ExpfResult expf_parts(Program& p, ValueId x) {
   }
   const ValueId zero = p.value("expf.zero");
   // Against constants: windows from the constants alone (constant_window: any float v, S).
-  const ValueId tie_up = greater(p, v, constant(p, 0x1.fffffep-1f), constant_window(0x1.fffffep-1f));
-  const ValueId tie_dn = greater(p, constant(p, -0x1.fffffep-1f), v, constant_window(-0x1.fffffep-1f));
+  const ValueId tie_up = greater(p, v, constant_value(p, 0x1.fffffep-1f, "expf.const"), constant_window(0x1.fffffep-1f));
+  const ValueId tie_dn = greater(p, constant_value(p, -0x1.fffffep-1f, "expf.const"), v, constant_window(-0x1.fffffep-1f));
   const ValueId epos = greater(p, E, zero), eneg = greater(p, zero, E);
-  const ValueId s1 = greater(p, S, constant(p, 0x1.fffffep-1f), constant_window(0x1.fffffep-1f));
-  const ValueId s2 = greater(p, S, constant(p, 0x1.fffffep0f), constant_window(0x1.fffffep0f));
+  const ValueId s1 = greater(p, S, constant_value(p, 0x1.fffffep-1f, "expf.const"), constant_window(0x1.fffffep-1f));
+  const ValueId s2 = greater(p, S, constant_value(p, 0x1.fffffep0f, "expf.const"), constant_window(0x1.fffffep0f));
   const ValueId up = bit_and(p, lin({{tie_up, 1.0f}}), lin({{epos, 1.0f}}));
   const ValueId dn = bit_and(p, lin({{tie_dn, 1.0f}}), lin({{eneg, 1.0f}}));
   const ValueId n126 = bit_and(p, onehot_e(-126), lin({{s1, 1.0f}}));

@@ -60,12 +60,6 @@ Lin gate128(Lin L) {
   return L;
 }
 
-ValueId constant(Program& p, float c, const char* label) {
-  const ValueId v = p.value(label);
-  p.mlp(label, {const_neuron(v, c)});
-  return v;
-}
-
 // The one-hot of an integer value over [lo, hi]: te[i - lo] = [x >= i] for i in
 // [lo, hi + 1] (one sublayer of steps); onehot(i) = te_i - te_(i+1) as a form.
 struct OneHot {
@@ -137,8 +131,8 @@ ValueId attn_probability(Program& p, ValueId mant, ValueId exponent, ValueId sum
   }
   const ValueId zero = p.value("attn.zero");
   // |v| < 1 implies |v| <= 1 - 2^-24 (v near 1 needs q1 >= G/4, so ulp(q1) >= 2^-25 G).
-  const ValueId tie_up = greater(p, v, constant(p, 0x1.fffffep-1f, "attn.c1"));
-  const ValueId tie_dn = greater(p, constant(p, -0x1.fffffep-1f, "attn.c2"), v);
+  const ValueId tie_up = greater(p, v, constant_value(p, 0x1.fffffep-1f, "attn.c1"));
+  const ValueId tie_dn = greater(p, constant_value(p, -0x1.fffffep-1f, "attn.c2"), v);
   const ValueId rpos = greater(p, R, zero), rneg = greater(p, zero, R);
   const ValueId up = bit_and(p, lin({{tie_up, 1.0f}}), lin({{rpos, 1.0f}}));
   const ValueId dn = bit_and(p, lin({{tie_dn, 1.0f}}), lin({{rneg, 1.0f}}));
@@ -602,8 +596,8 @@ WsumChecked attn_wsum_block_checked(Program& p, const std::vector<ValueId>& pm, 
   }
   // Thresholds at the chain's scale: |xb| < 2^-40 is |S| < 2^-14; |xb| < 2^-104 is
   // |V| < 2^-28 with V = S 2^50 (defined below).
-  const ValueId c_safe = constant(p, kWsumSafe * kWsumScale, "attn.csafe");
-  const ValueId c_tiny = constant(p, kWsumTiny * kWsumScale * 0x1p50f, "attn.ctiny");
+  const ValueId c_safe = constant_value(p, kWsumSafe * kWsumScale, "attn.csafe");
+  const ValueId c_tiny = constant_value(p, kWsumTiny * kWsumScale * 0x1p50f, "attn.ctiny");
   WsumChecked out;
   for (size_t i = 0; i < xb_in.size(); ++i) {
     // Products, twice: the fused chain overwrites some of its operands with partial sums,
@@ -717,9 +711,9 @@ TwoTier attn_two_tier_add(Program& p, const TwoTier& a, const TwoTier& b) {
   // float with ulp >= 2^-57, elsewhere the difference is large: greater's window. |c| is
   // exact above 2^-57 and harmlessly inexact below (far from every threshold).
   const ValueId aL = abs_value(p, cL, "wsl.absL"), aH = abs_value(p, cH, "wsl.absH");
-  const ValueId gLl = greater(p, aL, constant(p, kWsumLowMax * kWsumLowScale, "wsl.c1"));
-  const ValueId gLh = greater(p, constant(p, kWsumTiny * kWsumLowScale, "wsl.c2"), aL);
-  const ValueId gHl = greater(p, aH, constant(p, kWsumLowMax * kWsumScale, "wsl.c3"));
+  const ValueId gLl = greater(p, aL, constant_value(p, kWsumLowMax * kWsumLowScale, "wsl.c1"));
+  const ValueId gLh = greater(p, constant_value(p, kWsumTiny * kWsumLowScale, "wsl.c2"), aL);
+  const ValueId gHl = greater(p, aH, constant_value(p, kWsumLowMax * kWsumScale, "wsl.c3"));
   // One live term per output: gates 128 (useL, bit) combinations that are 128, 0 or <= -128.
   const float u = 1.0f / kOn, up45 = 0x1p45f / kOn, dn45 = 0x1p-45f / kOn;
   const Lin low_small = lin({{useL, kOn}, {gLl, -kOn}});                         // useL and not big
@@ -768,10 +762,10 @@ std::vector<TwoTier> attn_two_tier_products(Program& p, ValueId pm, ValueId expo
   const ValueId p71 = scaled(71, -104, -27, lin({{k102, 1.0f}, {k80, -1.0f}, {compiler::kOne, -1.0f}}), "wsp.p71");
   const ValueId p110 = scaled(110, -151, -49, lin({{k102, -1.0f}}), "wsp.p110");
   const ValueId zero = p.value("wsp.zero");
-  const ValueId c16 = constant(p, 0x1p-16f, "wsp.c16"), c10 = constant(p, 0x1p-10f, "wsp.c10");
-  const ValueId c33 = constant(p, 0x1p-33f, "wsp.c33");
-  const ValueId cmid_hi = constant(p, 0x1.fffffep-1f, "wsp.cmid1"), cmid_lo = constant(p, -0x1.fffffep-1f, "wsp.cmid2");
-  const ValueId negT = constant(p, -0x1p-16f, "wsp.negT");
+  const ValueId c16 = constant_value(p, 0x1p-16f, "wsp.c16"), c10 = constant_value(p, 0x1p-10f, "wsp.c10");
+  const ValueId c33 = constant_value(p, 0x1p-33f, "wsp.c33");
+  const ValueId cmid_hi = constant_value(p, 0x1.fffffep-1f, "wsp.cmid1"), cmid_lo = constant_value(p, -0x1.fffffep-1f, "wsp.cmid2");
+  const ValueId negT = constant_value(p, -0x1p-16f, "wsp.negT");
   constexpr float kG = 0x1p-39f;  // C's subnormal grid 2^-149 at scale 2^110
   constexpr float kR = 0x1p40f;   // Dekker's error term carried times 2^40 (in the window)
   const Split ps = split12(p, p110);

@@ -17,12 +17,6 @@ namespace {
 
 constexpr float kSplit = 65537.0f;  // 2^16 + 1: Veltkamp leaves 24 - 16 = 8 bits in the high part
 
-ValueId constant(Program& p, float c, const char* label) {
-  const ValueId v = p.value(label);
-  p.mlp(label, {const_neuron(v, c)});
-  return v;
-}
-
 // Veltkamp: hi = x rounded to 8 significant bits, lo = x - hi exactly (<= 16 bits).
 std::array<ValueId, 2> veltkamp(Program& p, ValueId x) {
   const ValueId c = p.value("uplink.c");
@@ -90,7 +84,7 @@ EmitFeatures emit_features(Program& p, ValueId c, const ValueVocab& vocab) {
   // |c| > 2^j (1 - 2^-9), and the difference is at least 2^(j-9) either way.
   f.t.push_back(greater(p, a, zero_value));
   for (int j = vocab.jmin + 1; j <= vocab.jmax; ++j)
-    f.t.push_back(greater(p, a, constant(p, std::ldexp(1.0f - 0x1p-9f, j + 16), "uplink.threshold")));
+    f.t.push_back(greater(p, a, constant_value(p, std::ldexp(1.0f - 0x1p-9f, j + 16), "uplink.threshold")));
   // One sublayer on t and s: the mantissa m = |c| 2^(7 - j) for the one binade with
   // t_j - t_(j+1) = 1, the one-hot of (binade, sign) and the zero flag. Every gate is
   // 128 x (an integer in {-1, 0, 1}): silu gives 128, 0 or -0, exactly.

@@ -37,7 +37,9 @@ int main(int argc, char** argv) {
     const auto t0 = Clock::now();
     const machine::TokenMachine m = machine::build_token_machine(ck, o);
     const auto t1 = Clock::now();
-    const engine::Model model = m.model();
+    engine::ModelOptions model_options;
+    model_options.build_threads = threads;
+    const engine::Model model = m.model(model_options);
     const auto& c = m.compiled.weights.config;
     std::printf("machine: %d positions, exp_heads %d, lanes %d: layers %lld, hidden %lld, intermediate %lld (built %.1f s, model %.1f s)\n",
                 m.max_positions, exp_heads, lanes, static_cast<long long>(c.num_hidden_layers),

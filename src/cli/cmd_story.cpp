@@ -124,7 +124,11 @@ int run_story(const StoryOptions& o) {
   const machine::TokenMachine m = machine::build_token_machine(checkpoint, options);
   const double built = since(t0);
   const auto t1 = Clock::now();
-  const engine::Model model = m.model();
+  // The layers are built on every engine thread (the same model for any count; with
+  // --threads 1, one at a time).
+  engine::ModelOptions model_options;
+  model_options.build_threads = omp_get_max_threads();
+  const engine::Model model = m.model(model_options);
   const auto& c = m.compiled.weights.config;
   std::fprintf(stderr,
                "story: %stoken machine for %d nested positions: layers %lld, hidden %lld, intermediate %lld, vocab %lld "

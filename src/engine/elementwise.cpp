@@ -202,6 +202,50 @@ template <int kHistory>
   return count;
 }
 
+// argmax: the scan `if (x[i] > x[best]) best = i` from best = 0 ends on the first index
+// whose value equals M, the largest non-NaN value, when x[0] is not NaN (NaN never
+// compares greater, and the first time the scan meets M it moves there, since M is
+// greater than every earlier value; -0 and +0 are equal, so the first of them is kept);
+// with a NaN x[0] it never moves. So: M from 16 lane maxima that start at x[0] and take
+// only values greater than them (the order does not matter for the maximum of non-NaN
+// values: ties between -0 and +0 are settled by the second pass, which looks for the first
+// x[i] == M), then the first index equal to M. Also counts the x[i] > above on the way.
+[[gnu::always_inline]] inline int64_t argmax_impl(const float* x, int64_t n, float above, int64_t* count_above) {
+  int64_t count = 0;
+  f32x16 best, limit;
+  for (int l = 0; l < kBlock; ++l) {
+    best[l] = x[0];
+    limit[l] = above;
+  }
+  u32x16 counts{};
+  int64_t i = 0;
+  for (; i + kBlock <= n; i += kBlock) {
+    const f32x16 v = load<f32x16>(x + i);
+    best = v > best ? v : best;
+    counts -= reinterpret_cast<u32x16>(v > limit);  // a true lane is all ones (-1)
+  }
+  float m = x[0];
+  for (int l = 0; l < kBlock; ++l) {
+    count += counts[l];
+    if (best[l] > m) m = best[l];
+  }
+  for (int64_t j = i; j < n; ++j) {
+    if (x[j] > m) m = x[j];
+    count += x[j] > above;
+  }
+  if (count_above != nullptr) *count_above = count;
+  if (std::isnan(x[0])) return 0;
+  int64_t j = 0;
+  f32x16 mv;
+  for (int l = 0; l < kBlock; ++l) mv[l] = m;
+  for (; j + kBlock <= n; j += kBlock) {
+    if (any(reinterpret_cast<u32x16>(load<f32x16>(x + j) == mv))) break;
+  }
+  for (; j < n; ++j)
+    if (x[j] == m) return j;
+  return 0;  // not reached: M is one of the x[i]
+}
+
 // live_words: one word per 64 inputs. A float is +-0 iff its bits without the sign are
 // 0, and non-finite iff its exponent bits are all ones. Generic: 4 lanes (SSE2, as the
 // baseline target allows); AVX2: 8; AVX-512: 16, with the nonzero test straight into a
@@ -308,11 +352,15 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))) bool live_words_av
   target_attr int64_t nonzero_indices_##suffix(const float* x, int64_t n, int32_t* rows) {                \
     return nonzero_indices_impl(x, n, rows);                                                              \
   }                                                                                                       \
+  target_attr int64_t argmax_##suffix(const float* x, int64_t n, float above, int64_t* count_above) {    \
+    return argmax_impl(x, n, above, count_above);                                                         \
+  }                                                                                                       \
   constexpr Kernels kernels_##suffix{add_##suffix,        scale_mul_##suffix, scale_mul_plain_##suffix,   \
                                      mul_##suffix,                                                        \
                                      div_##suffix,        silu_mul_##suffix,  gated_norm_##suffix,        \
                                      conv_silu_##suffix,  conv_silu_tracked_##suffix,                 \
-                                     nonzero_indices_##suffix, live_words_##suffix};
+                                     nonzero_indices_##suffix, live_words_##suffix, \
+                                     argmax_##suffix};
 
 QPU_ELEMENTWISE_VARIANT(generic, )
 QPU_ELEMENTWISE_VARIANT(avx2, __attribute__((target("avx2"))))

@@ -73,6 +73,12 @@ struct Kernels {
   // x[64 w + k] is not +-0 (NaN is live), for (n + 63) / 64 words (the bits past n are
   // 0); returns whether every x[i] is finite. Pure bit tests: the same result in every set.
   bool (*live_words)(const float* x, int64_t n, uint64_t* live);
+  // The greedy pick, n >= 1: the index the scan `if (x[i] > x[best]) best = i` from
+  // best = 0 ends on (the first maximum; NaNs never win, but a NaN x[0] does, as the scan
+  // never leaves it), and, when count_above is not null, how many x[i] > above. The index
+  // of the scan in every set (a host's vocabulary of logits: one vector pass instead of a
+  // compare and a branch per logit).
+  int64_t (*argmax)(const float* x, int64_t n, float above, int64_t* count_above);
 };
 
 const Kernels& kernels();                 // the active instruction set (dot::active_isa())

@@ -5,6 +5,7 @@
 #include <bit>
 #include <cmath>
 #include <cstring>
+#include <exception>
 #include <string>
 
 #include <fmt/format.h>
@@ -240,12 +241,17 @@ void Model::build(io::Qwen35Weights weights, const LayerSource& source, const Mo
                                        c.head_dim,      rotary_dim,            c.rope_theta};
 
   m.layers.resize(static_cast<size_t>(c.num_hidden_layers));
-  m.tests.clear();
-  m.tests.reserve(static_cast<size_t>(c.num_hidden_layers));
-  m.read_words.clear();
-  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+  // Each layer is built on its own (the source's dense weights, packed, and the tests'
+  // read dims); only the flattening of the tests below runs in layer order. With
+  // build_threads > 1 layers are pulled by several threads at once (each pulls its layers
+  // in increasing order): the same model, as every step depends on its own layer alone.
+  // An error is reported for the lowest failing layer, whatever the thread timing.
+  const int64_t layer_count = c.num_hidden_layers;
+  std::vector<std::exception_ptr> errors(static_cast<size_t>(layer_count));
+  std::atomic<int64_t> first_error{layer_count};
+  const auto build_layer = [&](int64_t l) {
     io::LayerWeights w = source(l);
-    Layer& layer = m.layers[l];
+    Layer& layer = m.layers[static_cast<size_t>(l)];
     const std::string name = fmt::format("layers.{}", l);
     layer.type = c.layer_types[l];
     if (w.type != layer.type) fail("{}: the weights' layer type differs from config.layer_types", name);
@@ -303,6 +309,27 @@ void Model::build(io::Qwen35Weights weights, const LayerSource& source, const Mo
                                  layer.gate_proj.all_finite() && layer.up_proj.all_finite() &&
                                  layer.down_proj.all_finite();
     }
+  };
+  const int threads = static_cast<int>(std::clamp<int64_t>(options.build_threads, 1, std::max<int64_t>(layer_count, 1)));
+#pragma omp parallel for schedule(dynamic, 1) num_threads(threads) if (threads > 1)
+  for (int64_t l = 0; l < layer_count; ++l) {
+    if (first_error.load(std::memory_order_relaxed) < l) continue;  // an earlier layer failed
+    try {
+      build_layer(l);
+    } catch (...) {
+      errors[static_cast<size_t>(l)] = std::current_exception();
+      int64_t seen = first_error.load();
+      while (l < seen && !first_error.compare_exchange_weak(seen, l)) {
+      }
+    }
+  }
+  if (first_error.load() < layer_count) std::rethrow_exception(errors[static_cast<size_t>(first_error.load())]);
+
+  m.tests.clear();
+  m.tests.reserve(static_cast<size_t>(layer_count));
+  m.read_words.clear();
+  for (int64_t l = 0; l < layer_count; ++l) {
+    Layer& layer = m.layers[static_cast<size_t>(l)];
     const auto flatten = [&m](const ReadDims& reads) {
       SublayerTest t;
       t.begin = static_cast<uint32_t>(m.read_words.size());

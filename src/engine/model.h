@@ -89,6 +89,12 @@ struct ModelOptions {
   Elementwise elementwise = Elementwise::SkipZeros;
   IdleMixers idle_mixers = IdleMixers::Skip;
   IdleSublayers idle_sublayers = IdleSublayers::Skip;
+  // Threads that build layers side by side in the streaming constructor (each packs the
+  // layers it pulls; the model is the same for any count). 1: the layers are pulled one at
+  // a time in order 0, 1, ... (LayerSource). More: the source is called from that many
+  // threads at once, so it must be safe to call concurrently, and up to that many dense
+  // layers are alive at a time.
+  int build_threads = 1;
 };
 
 // How many sublayers forward() skipped as idle (IdleSublayers::Skip), summed over every
@@ -108,7 +114,8 @@ struct StorageStats {
 
 // The weights of layer l (0 .. num_hidden_layers-1), built on demand (docs/engine.md,
 // "Streaming construction"). The model calls it once per layer, in order 0, 1, ...,
-// packs the layer and frees it before the next call.
+// packs the layer and frees it before the next call (ModelOptions::build_threads = 1;
+// with more, from that many threads at once, each thread in increasing order).
 using LayerSource = std::function<io::LayerWeights(int64_t layer)>;
 
 // Sees the residual stream after every sublayer of one forward: `sublayer` 2 l is layer

@@ -5,6 +5,7 @@
 #include <numeric>
 
 #include "common/error.h"
+#include "engine/elementwise.h"
 
 namespace qpu::engine {
 namespace {
@@ -20,11 +21,7 @@ uint64_t splitmix64(uint64_t x) {
 
 int64_t argmax(std::span<const float> logits) {
   if (logits.empty()) fail("argmax of an empty vector");
-  int64_t best = 0;
-  for (size_t i = 1; i < logits.size(); ++i) {
-    if (logits[i] > logits[static_cast<size_t>(best)]) best = static_cast<int64_t>(i);
-  }
-  return best;
+  return elementwise::kernels().argmax(logits.data(), static_cast<int64_t>(logits.size()), 0.0f, nullptr);
 }
 
 Sampler::Sampler(const SamplerOptions& options) : options_(options) {

@@ -8,6 +8,7 @@
 #include <string_view>
 
 #include "common/error.h"
+#include "engine/elementwise.h"
 
 namespace qpu::runner {
 
@@ -35,9 +36,9 @@ bool parse_layer_element(std::string_view name, std::string_view prefix, int& la
 // The machine's signatures (machine/control_vocab.h, npu/uplink.h): the winner scores
 // exactly 2^20 + 2^10 (a control token) or 2^20 + 2^3 (a value token), and it alone
 // scores above 2^20. Anything else means the host's argmax was not decided by design.
-bool unambiguous(const std::vector<float>& logits, float best) {
-  if (best != 0x1p20f + 0x1p10f && best != 0x1p20f + 0x1p3f) return false;
-  return std::count_if(logits.begin(), logits.end(), [](float v) { return v > 0x1p20f; }) == 1;
+// above: how many logits score above 2^20.
+bool unambiguous(float best, int64_t above) {
+  return (best == 0x1p20f + 0x1p10f || best == 0x1p20f + 0x1p3f) && above == 1;
 }
 
 }  // namespace
@@ -209,9 +210,14 @@ StoryRunResult run_story(const machine::AssembledMachine& m, const engine::Model
       if (!callbacks.on_logits(e)) stop_for_logits = true;
     }
     if (!used) return int64_t{-1};
-    const auto best = std::max_element(logits.begin(), logits.end());
-    if (!unambiguous(logits, *best)) ++r.ambiguous;
-    return static_cast<int64_t>(best - logits.begin());
+    // engine's greedy kernel: the first maximum (std::max_element's index) and the count
+    // above 2^20 in one vector pass (two scalar passes over the vocabulary were 7.5 % of a
+    // cycle).
+    int64_t above = 0;
+    const int64_t best =
+        engine::elementwise::kernels().argmax(logits.data(), static_cast<int64_t>(logits.size()), 0x1p20f, &above);
+    if (!unambiguous(logits[static_cast<size_t>(best)], above)) ++r.ambiguous;
+    return best;
   };
   int64_t next = 0;
   for (size_t i = 0; i < prompt.size(); ++i) next = forward(prompt[i], i + 1 == prompt.size());

@@ -2,11 +2,16 @@
 // sampled frequencies.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <string>
 #include <vector>
 
 #include "common/error.h"
+#include "engine/dot.h"
+#include "engine/elementwise.h"
 #include "engine/sampler.h"
+#include "tiny_model.h"
 
 namespace qpu::engine {
 namespace {
@@ -16,6 +21,54 @@ TEST(Sampler, ArgmaxTakesTheFirstMaximum) {
   EXPECT_EQ(argmax(l), 1);
   Sampler greedy({0.0, 1.0, 123});
   EXPECT_EQ(greedy.sample(l), 1);
+}
+
+// The greedy kernel against the scan it replaces, `if (x[i] > x[best]) best = i` (and a
+// count of x[i] > above), on every supported instruction set: lengths around the 16-float
+// block, values drawn from a small set so that ties are common (the first one wins), -0
+// and +0 side by side, infinities, and NaNs anywhere, x[0] included (a NaN x[0] wins).
+TEST(Sampler, ArgmaxKernelIsTheScanOnEveryInstructionSet) {
+  testing::TinyRandom rng(2026);
+  const float pool[] = {0.0f, -0.0f, 1.0f, -1.0f, 0x1p20f, 0x1p20f + 0x1p3f, 0x1p20f + 0x1p10f, 3.5f, -7.0f,
+                        1e-40f, testing::kInf, -testing::kInf, testing::kNaN};
+  const int64_t lengths[] = {1, 2, 15, 16, 17, 31, 32, 33, 100, 257, 4096, 70001};
+  int64_t cases = 0, nan_first = 0, ties = 0;
+  for (dot::Isa isa : {dot::Isa::Generic, dot::Isa::Avx2, dot::Isa::Avx512}) {
+    if (!dot::isa_supported(isa)) continue;
+    const elementwise::Kernels& k = elementwise::kernels_for(isa);
+    for (const int64_t n : lengths) {
+      for (int trial = 0; trial < 40; ++trial) {
+        // How many distinct pool entries this vector draws from: 1 makes every entry a tie.
+        const auto kinds = static_cast<size_t>(1 + rng.unit() * 13.0);
+        const double nan_rate = trial % 4 == 0 ? 0.0 : trial % 4 == 1 ? 0.5 : 0.02;
+        std::vector<float> x(static_cast<size_t>(n));
+        for (float& v : x) {
+          v = rng.unit() < nan_rate ? testing::kNaN
+                                    : (trial % 5 == 4 ? rng.uniform(100.0) : pool[static_cast<size_t>(rng.unit() * static_cast<double>(kinds))]);
+        }
+        if (trial == 7) x[0] = testing::kNaN;
+        int64_t want = 0, want_above = 0;
+        for (int64_t i = 1; i < n; ++i)
+          if (x[i] > x[static_cast<size_t>(want)]) want = i;
+        for (const float v : x) want_above += v > 0x1p20f;
+        int64_t above = -1;
+        const std::string what = std::string(dot::isa_name(isa)) + " n " + std::to_string(n) + " trial " +
+                                 std::to_string(trial);
+        ASSERT_EQ(k.argmax(x.data(), n, 0x1p20f, &above), want) << what;
+        ASSERT_EQ(above, want_above) << what;
+        ASSERT_EQ(k.argmax(x.data(), n, 0.0f, nullptr), want) << what;
+        ++cases;
+        nan_first += std::isnan(x[0]);
+        ties += std::count(x.begin(), x.end(), x[static_cast<size_t>(want)]) > 1;
+      }
+    }
+  }
+  EXPECT_GE(cases, 480);
+  EXPECT_GT(nan_first, 12);  // the NaN-first case was met, on every set
+  EXPECT_GT(ties, 200);      // and many ties for the maximum
+  EXPECT_EQ(argmax(std::vector<float>{-0.0f, 0.0f}), 0);
+  EXPECT_EQ(argmax(std::vector<float>{testing::kNaN, 5.0f}), 0);
+  EXPECT_EQ(argmax(std::vector<float>{1.0f, testing::kNaN, 5.0f, testing::kNaN}), 2);
 }
 
 TEST(Sampler, SameSeedSameTokens) {

@@ -5,7 +5,11 @@
 #include <gtest/gtest.h>
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
+#include <chrono>
+#include <mutex>
+#include <thread>
 #include <string>
 #include <vector>
 
@@ -141,6 +145,61 @@ TEST(StreamingModel, SameBitsAsTheDenseConstructorAtOneAndTwoThreads) {
     }
   }
   omp_set_num_threads(saved);
+}
+
+// ModelOptions::build_threads: layers pulled by several threads at once give the model of
+// the one-at-a-time build, every layer pulled exactly once.
+TEST(StreamingModel, BuildThreadsGiveTheSameModel) {
+  for (const Variant& v : variants()) {
+    io::Qwen35Weights w = make_tiny_weights(v.spec);
+    for (int64_t l : v.idle) idle_mixer(w.layers[static_cast<size_t>(l)]);
+    const Model dense(w, v.options);
+    for (int threads : {2, 3, 8}) {
+      Split split(w);
+      std::mutex mutex;
+      const LayerSource source = [&](int64_t l) {
+        const std::lock_guard<std::mutex> lock(mutex);
+        split.asked.push_back(l);
+        return split.layers.at(static_cast<size_t>(l));
+      };
+      ModelOptions options = v.options;
+      options.build_threads = threads;
+      const Model built(split.globals, source, options);
+      std::vector<int64_t> asked = split.asked, in_order;
+      std::sort(asked.begin(), asked.end());
+      for (int64_t l = 0; l < w.config.num_hidden_layers; ++l) in_order.push_back(l);
+      const std::string what = v.name + " build threads " + std::to_string(threads);
+      EXPECT_EQ(asked, in_order) << what;  // each layer once
+      EXPECT_EQ(dense.skipped_mixers(), built.skipped_mixers()) << what;
+      EXPECT_EQ(dense.storage_stats().bytes, built.storage_stats().bytes) << what;
+      expect_same_run(dense, built, what);
+    }
+  }
+}
+
+// With several build threads the error is the lowest bad layer's, whatever failed first:
+// layer 1's source is slow, so layer 3 fails before it (when a thread reaches layer 3
+// before layer 1 has failed; else layer 3 is not built at all).
+TEST(StreamingModel, BuildThreadsReportTheFirstBadLayer) {
+  const io::Qwen35Weights w = make_tiny_weights(TinySpec{});  // [lin, lin, full, lin, full]
+  for (int trial = 0; trial < 5; ++trial) {
+    Split split(w);
+    split.layers[3].type = LayerType::FullAttention;
+    split.layers[1].type = LayerType::FullAttention;
+    const LayerSource source = [&split](int64_t l) {
+      if (l == 1) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      return split.layers.at(static_cast<size_t>(l));
+    };
+    ModelOptions options;
+    options.build_threads = 4;
+    try {
+      const Model m(split.globals, source, options);
+      ADD_FAILURE() << "no error";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("layers.1: the weights' layer type differs"), std::string::npos)
+          << e.what();
+    }
+  }
 }
 
 // Not only the same as the dense path: right (against the double-precision reference).

@@ -6,12 +6,19 @@
 //                     feedback; items/s = decode tokens/s. Skipped without --checkpoint.
 //   BM_MatVec/<fmt>   one 3584 x 1024 matrix-vector product (the MLP shape of
 //                     Qwen3.5-0.8B) per iteration, fp32, bf16 and CSR (5% nonzeros).
+//   BM_GreedyPick/vocab:V/kernel:K   the host's greedy pick over V logits shaped like a
+//                     machine cycle's (one winner at 2^20 + 2^10, the rest at or below
+//                     2^20): K = 0 the scalar passes `qpu story` used (std::max_element,
+//                     then a count of logits above 2^20), K = 1 elementwise's argmax
+//                     kernel (both in one vector pass). V = 26,352 is the 256-position
+//                     token machine's vocabulary, 248,320 Qwen3.5's.
 //
 // python/bench_transformers.py runs BM_Decode next to transformers on the same
 // checkpoint with the same protocol (docs/results.md).
 #include <benchmark/benchmark.h>
 #include <omp.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -21,6 +28,7 @@
 #include <vector>
 
 #include "engine/dot.h"
+#include "engine/elementwise.h"
 #include "engine/model.h"
 #include "engine/packed_matrix.h"
 #include "engine/sampler.h"
@@ -93,7 +101,35 @@ void BM_MatVec(benchmark::State& bench) {
   bench.SetLabel(format_name(format));
 }
 
+void BM_GreedyPick(benchmark::State& bench) {
+  const auto vocab = static_cast<size_t>(bench.range(0));
+  const bool kernel = bench.range(1) != 0;
+  std::mt19937 gen(7);
+  std::uniform_real_distribution<float> below(-0x1p20f, 0x1p20f);
+  std::vector<float> logits(vocab);
+  for (float& v : logits) v = below(gen);
+  logits[vocab * 3 / 5] = 0x1p20f + 0x1p10f;
+  int64_t picked = 0, above = 0;
+  for (auto _ : bench) {
+    if (kernel) {
+      picked = elementwise::kernels().argmax(logits.data(), static_cast<int64_t>(vocab), 0x1p20f, &above);
+    } else {
+      picked = std::max_element(logits.begin(), logits.end()) - logits.begin();
+      above = std::count_if(logits.begin(), logits.end(), [](float v) { return v > 0x1p20f; });
+    }
+    benchmark::DoNotOptimize(picked);
+    benchmark::DoNotOptimize(above);
+  }
+  if (picked != static_cast<int64_t>(vocab * 3 / 5) || above != 1) bench.SkipWithError("wrong pick");
+  bench.SetLabel(kernel ? std::string("kernel ") + dot::isa_name(dot::active_isa()) : "scalar passes");
+}
+
 }  // namespace
+
+BENCHMARK(BM_GreedyPick)
+    ->ArgNames({"vocab", "kernel"})
+    ->ArgsProduct({{26352, 248320}, {0, 1}})
+    ->Unit(benchmark::kMicrosecond);
 
 BENCHMARK(BM_MatVec)
     ->Arg(static_cast<int>(PackedMatrix::Format::DenseF32))

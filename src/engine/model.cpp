@@ -79,6 +79,21 @@ struct LayerTests {
   bool idle_state_untouched = false;  // Layer::idle_state_untouched
 };
 
+// A run of consecutive layers that forward can skip with one test (docs/engine.md, "Idle
+// runs"): while x does not change, a sublayer whose read dims are all +-0 stays idle, so
+// if the union of the run's read dims is all +-0 on entry, every sublayer of the run is
+// idle in turn and x only goes through x + (+0). Only runs where each sublayer could be
+// skipped on its own qualify (every test eligible; no attention mixer that runs); a GDN
+// mixer is skipped only when its history and state are known +0 (the per-layer rule),
+// which is checked per run on entry from the State (its GDN layers are listed).
+inline constexpr int64_t kRunLayers = 16;
+struct IdleRun {
+  bool usable = false;
+  uint32_t words_begin = 0, words_end = 0;  // Impl::run_words: the union of the read words
+  uint32_t gdn_begin = 0, gdn_end = 0;      // Impl::run_gdn_layers: GDN layers with a mixer that runs
+  int32_t mlp_sublayers = 0;                // the counts a skip adds to IdleSublayerCounts
+};
+
 struct Layer {
   io::LayerType type = io::LayerType::LinearAttention;
   std::vector<float> input_scale;  // 1 + input_layernorm.weight
@@ -167,16 +182,58 @@ struct Model::Impl {
   bool tied = false;
   bool skip_idle_channels = true;  // ModelOptions::elementwise == SkipZeros
   bool skip_idle_sublayers = true;  // ModelOptions::idle_sublayers == Skip
-  mutable std::atomic<int64_t> skipped_mlp{0}, skipped_gdn{0};
+  mutable std::atomic<int64_t> skipped_mlp{0}, skipped_gdn{0}, skipped_runs{0};
   std::vector<float> final_scale;
   std::vector<uint64_t> final_plain;  // elementwise::plain_blocks(final_scale)
   std::vector<int32_t> final_odd;     // elementwise::non_finite_blocks(final_scale)
   std::vector<Layer> layers;
   std::vector<LayerTests> tests;          // per layer
   std::vector<ReadDims::Word> read_words;  // of every SublayerTest
+  std::vector<IdleRun> runs;               // layers [kRunLayers r, kRunLayers (r + 1)), when they qualify
+  std::vector<ReadDims::Word> run_words;   // of every IdleRun
+  std::vector<uint32_t> run_gdn_layers;    // of every IdleRun
+
+  void build_idle_runs();  // runs, run_words and run_gdn_layers from tests
 
   const PackedMatrix& output() const { return tied ? embed : lm_head; }
 };
+
+void Model::Impl::build_idle_runs() {
+  Impl& m = *this;
+  m.runs.clear();
+  m.run_words.clear();
+  m.run_gdn_layers.clear();
+  const auto layer_count = static_cast<int64_t>(m.tests.size());
+  const int64_t words = (m.config.hidden_size + 63) / 64;
+  std::vector<uint64_t> bits(static_cast<size_t>(words));
+  for (int64_t first = 0; first < layer_count; first += kRunLayers) {
+    IdleRun& run = m.runs.emplace_back();
+    std::fill(bits.begin(), bits.end(), 0);
+    run.usable = m.skip_idle_sublayers;
+    run.gdn_begin = static_cast<uint32_t>(m.run_gdn_layers.size());
+    const auto take = [&](const SublayerTest& t) {
+      run.usable = run.usable && t.eligible;
+      for (uint32_t k = t.begin; k < t.end; ++k) bits[m.read_words[k].index] |= m.read_words[k].bits;
+    };
+    for (int64_t l = first; l < std::min(layer_count, first + kRunLayers); ++l) {
+      const LayerTests& t = m.tests[static_cast<size_t>(l)];
+      if (!t.skip_mixer) {
+        if (!t.gdn) run.usable = false;  // an attention mixer always runs
+        else {
+          take(t.mixer);
+          m.run_gdn_layers.push_back(static_cast<uint32_t>(l));
+        }
+      }
+      take(t.mlp);
+      ++run.mlp_sublayers;
+    }
+    run.gdn_end = static_cast<uint32_t>(m.run_gdn_layers.size());
+    run.words_begin = static_cast<uint32_t>(m.run_words.size());
+    for (int64_t w = 0; w < words; ++w)
+      if (bits[static_cast<size_t>(w)] != 0) m.run_words.push_back({static_cast<uint32_t>(w), bits[static_cast<size_t>(w)]});
+    run.words_end = static_cast<uint32_t>(m.run_words.size());
+  }
+}
 
 Model::Model(io::Qwen35Weights weights) : Model(std::move(weights), ModelOptions{}) {}
 
@@ -347,6 +404,7 @@ void Model::build(io::Qwen35Weights weights, const LayerSource& source, const Mo
     layer.mixer_reads = {};
     layer.mlp_reads = {};
   }
+  m.build_idle_runs();
 }
 
 Model::~Model() = default;
@@ -389,7 +447,8 @@ std::vector<int64_t> Model::skipped_mixers() const {
 }
 
 IdleSublayerCounts Model::skipped_sublayers() const {
-  return {impl_->skipped_mlp.load(std::memory_order_relaxed), impl_->skipped_gdn.load(std::memory_order_relaxed)};
+  return {impl_->skipped_mlp.load(std::memory_order_relaxed), impl_->skipped_gdn.load(std::memory_order_relaxed),
+          impl_->skipped_runs.load(std::memory_order_relaxed)};
 }
 
 StorageStats Model::storage_stats() const {
@@ -547,12 +606,40 @@ void Model::forward(int64_t token, State& state, std::span<float> logits, std::s
     add_all();
     x_changed();
   };
-  int64_t skipped_mlp = 0, skipped_gdn = 0;
+  int64_t skipped_mlp = 0, skipped_gdn = 0, skipped_runs = 0;
   x_changed();
 
   // The GDN history length is the config's (every GDN layer has the same shape).
   const auto history = static_cast<int32_t>(c.linear_conv_kernel_dim - 1);
+  // An idle run (IdleRun) is skipped with one test: its GDN mixers' history and state are
+  // known +0 (what the per-layer skip needs, and what skipping them keeps), x is finite, and
+  // the union of its read dims is all +-0. Not with a tap (which sees every sublayer).
+  const auto idle_run = [&](const IdleRun& run) {
+    if (!run.usable || tap) return false;
+    for (uint32_t g = run.gdn_begin; g < run.gdn_end; ++g) {
+      const uint32_t l = m.run_gdn_layers[g];
+      if (state.conv_zero_inputs[l] < history || (!m.tests[l].idle_state_untouched && state.recurrent_zero[l] == 0))
+        return false;
+    }
+    know_x();
+    if (!x_facts.finite) return false;
+    uint64_t any = 0;
+    for (uint32_t k = run.words_begin; k < run.words_end; ++k)
+      any |= m.run_words[k].bits & x_facts.live[m.run_words[k].index];
+    return any == 0;
+  };
   for (size_t l = 0; l < layers; ++l) {
+    if (l % kRunLayers == 0) {
+      const IdleRun& run = m.runs[l / kRunLayers];
+      if (idle_run(run)) {
+        add_zero();
+        skipped_mlp += run.mlp_sublayers;
+        ++skipped_runs;
+        skipped_gdn += run.gdn_end - run.gdn_begin;
+        l += static_cast<size_t>(run.mlp_sublayers) - 1;
+        continue;
+      }
+    }
     // Only the compact tests are read for an idle sublayer; `layer` when one runs.
     const LayerTests& tests = m.tests[l];
     const Layer& layer = m.layers[l];
@@ -614,6 +701,7 @@ void Model::forward(int64_t token, State& state, std::span<float> logits, std::s
     if (tap) tap(static_cast<int64_t>(2 * l + 1), x);
   }
   if (skipped_mlp != 0) m.skipped_mlp.fetch_add(skipped_mlp, std::memory_order_relaxed);
+  if (skipped_runs != 0) m.skipped_runs.fetch_add(skipped_runs, std::memory_order_relaxed);
   if (skipped_gdn != 0) m.skipped_gdn.fetch_add(skipped_gdn, std::memory_order_relaxed);
 
   if (!hidden.empty()) std::copy(x.begin(), x.end(), hidden.begin());

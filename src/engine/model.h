@@ -102,6 +102,7 @@ struct ModelOptions {
 struct IdleSublayerCounts {
   int64_t mlp = 0;
   int64_t gdn = 0;
+  int64_t runs = 0;  // whole runs of layers skipped with one test (counted in mlp and gdn too)
 };
 
 // What the constructor chose, for logs and benchmarks.

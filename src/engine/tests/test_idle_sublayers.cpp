@@ -137,10 +137,11 @@ IdleSublayerCounts expect_skip_gives_compute_bits(const io::Qwen35Weights& weigh
       }
     }
     const IdleSublayerCounts after = b.skipped_sublayers();
-    const IdleSublayerCounts run{after.mlp - before.mlp, after.gdn - before.gdn};
+    const IdleSublayerCounts run{after.mlp - before.mlp, after.gdn - before.gdn, after.runs - before.runs};
     if (threads == 1) per_run = run;
     EXPECT_EQ(run.mlp, per_run.mlp) << what << " threads " << threads;  // the thread count changes nothing
     EXPECT_EQ(run.gdn, per_run.gdn) << what << " threads " << threads;
+    EXPECT_EQ(run.runs, per_run.runs) << what << " threads " << threads;
   }
   omp_set_num_threads(1);
   EXPECT_EQ(a.skipped_sublayers().mlp + a.skipped_sublayers().gdn, 0) << what;  // Compute never skips
@@ -333,6 +334,34 @@ TEST(IdleSublayers, RandomWiringGivesTheComputedBits) {
   // 12 seeds x 60 tokens x 6 sublayers of each kind: a good share of them idle.
   EXPECT_GT(total.mlp, 500);
   EXPECT_GT(total.gdn, 150);
+}
+
+// ---- Idle runs (model.cpp's IdleRun: 16 layers skipped with one test): 40 layers (two
+// whole runs and a partial one), GDN layers and attention layers whose o_proj is all +0
+// (skipped mixers; one real attention layer in some seeds makes its run unusable), random
+// wiring and decays, runs of idle tokens. Against the model that computes everything: every
+// bit of logits, hidden and State; and whole runs were skipped.
+TEST(IdleSublayers, IdleRunsGiveTheComputedBits) {
+  IdleSublayerCounts total;
+  for (uint64_t seed = 1; seed <= 10; ++seed) {
+    TinySpec spec = random_spec(seed);
+    spec.layers.assign(40, LayerType::LinearAttention);
+    for (size_t l = 5; l < spec.layers.size(); l += 9) spec.layers[l] = LayerType::FullAttention;
+    io::Qwen35Weights w = random_checkpoint(seed, spec);
+    for (size_t l = 5; l < spec.layers.size(); l += 9) {
+      // Every attention layer's mixer idle, but layer 23's in odd seeds (its run stays usable only when even).
+      if (seed % 2 == 1 && l == 23) continue;
+      std::fill(w.layers[l].full.o_proj.begin(), w.layers[l].full.o_proj.end(), 0.0f);
+    }
+    const IdleSublayerCounts n = expect_skip_gives_compute_bits(
+        w, ModelOptions{}, random_tokens(seed, w.config.vocab_size, 40), "idle runs seed " + std::to_string(seed));
+    if (HasFatalFailure()) return;
+    total.mlp += n.mlp;
+    total.gdn += n.gdn;
+    total.runs += n.runs;
+  }
+  EXPECT_GT(total.runs, 30);  // 58 of them
+  EXPECT_GT(total.mlp, 16 * total.runs);  // and single sublayers outside them
 }
 
 TEST(IdleSublayers, RandomWiringOnEveryPath) {

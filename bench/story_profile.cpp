@@ -5,7 +5,7 @@
 // every crossing float, logits vector and story token checked against run.c
 // (runner::StoryChecker, as `qpu story --verify`), and prints `qpu story --profile`'s table.
 //
-//   story_profile [positions=16] [steps=positions] [cycles=0: all] [exp_heads=2] [threads=1] [lanes=7]
+//   story_profile [positions=16] [steps=positions] [cycles=0: all] [exp_heads=2] [threads=1] [lanes=qpu story's, 22]
 //
 // A measurement, not a test: it exits non-zero on the first difference from run.c.
 #include <omp.h>
@@ -26,7 +26,7 @@ int main(int argc, char** argv) {
   const long max_cycles = argc > 3 ? std::atol(argv[3]) : 0;
   const int exp_heads = argc > 4 ? std::atoi(argv[4]) : 2;
   const int threads = argc > 5 ? std::atoi(argv[5]) : 1;
-  const int lanes = argc > 6 ? std::atoi(argv[6]) : machine::FfnOptions{}.lanes;
+  const int lanes = argc > 6 ? std::atoi(argv[6]) : runner::token_machine_options(positions).lanes;
   omp_set_num_threads(threads);
   try {
     const reference::Llama2Checkpoint ck = reference::load_llama2_checkpoint(QPU_SHARED_DIR "/models/stories260K/stories260K.bin");

@@ -165,14 +165,16 @@ PackedMatrix PackedMatrix::pack(std::span<const float> values, int64_t rows, int
       }
       m.single_term_rows_ = widest <= 1;
       if (2 * live < rows && rows <= std::numeric_limits<int32_t>::max() &&
-          m.f32_.size() <= std::numeric_limits<uint32_t>::max()) {
+          m.f32_.size() <= std::numeric_limits<uint32_t>::max() &&
+          m.program_.size() <= std::numeric_limits<uint32_t>::max()) {
         m.live_rows_listed_ = true;
         m.live_rows_.reserve(static_cast<size_t>(live));
         for (int64_t r = 0; r < rows; ++r) {
           if (m.row_start_[r + 1] > m.row_start_[r]) {
             m.live_rows_.push_back({static_cast<int32_t>(r), static_cast<uint32_t>(m.row_start_[r]),
                                     static_cast<uint32_t>(m.row_start_[r + 1]),
-                                    m.program_start_[r + 1] - m.program_start_[r] == 1 ? 1u : 0u});
+                                    static_cast<uint32_t>(m.program_start_[r]),
+                                    static_cast<uint32_t>(m.program_start_[r + 1] - m.program_start_[r])});
           }
         }
       }
@@ -262,10 +264,12 @@ void PackedMatrix::multiply_rows(const float* x, float* y, int64_t row_begin, in
         auto live = std::lower_bound(live_rows_.begin(), live_rows_.end(), row_begin,
                                      [](const LiveRow& a, int64_t r) { return a.row < r; });
         for (; live != live_rows_.end() && live->row < row_end; ++live) {
-          if (live->one_lane != 0) {  // csr_row's program for one leaf: the lane from +0, no merge
+          if (live->leaves == 1) {  // csr_row's program for one leaf: the lane from +0, no merge
             float lane = 0.0f;
             for (uint32_t k = live->begin; k < live->end; ++k) lane = lane + f32_[k] * x[col_index_[k]];
             y[live->row] = lane;
+          } else if (live->leaves <= kMaxProgramLanes) {  // csr_row's pruned tree, from the ranges here
+            y[live->row] = run_program(x, live->begin, live->program, live->program + live->leaves);
           } else {
             y[live->row] = csr_row(x, live->row);
           }
@@ -298,14 +302,17 @@ float PackedMatrix::csr_row(const float* x, int64_t r) const {
     }
     return dot::combine_lanes(lanes);
   }
+  return run_program(x, row_start_[r], program_start_[r], program_start_[r + 1]);
+}
+
+float PackedMatrix::run_program(const float* x, int64_t k, int64_t p_begin, int64_t p_end) const {
   // Few lanes: the tree pruned to the occupied lanes. A lane with no terms is +0,
   // a lane or subtree sum is never -0, and s + (+0) == s for every other s, so an
   // empty subtree changes no node. What is left is the trie of the occupied
   // lanes, evaluated here on a stack in tree order (program_, built by pack).
   float stack[dot::kLanes];
   int top = 0;
-  int64_t k = row_start_[r];
-  for (int64_t p = program_start_[r]; p < program_start_[r + 1]; ++p) {
+  for (int64_t p = p_begin; p < p_end; ++p) {
     const uint32_t op = program_[p];
     float lane = 0.0f;
     for (const int64_t end = k + (op >> 8); k < end; ++k) lane = lane + f32_[k] * x[col_index_[k]];

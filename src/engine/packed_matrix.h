@@ -121,6 +121,9 @@ class PackedMatrix {
  private:
   void multiply_rows(const float* x, float* y, int64_t row_begin, int64_t row_end) const;
   float csr_row(const float* x, int64_t r) const;
+  // csr_row's pruned tree for a row of few lanes: its nonzeros from f32_[k], its program
+  // entries program_[p, p_end) (at most kMaxProgramLanes; packed_matrix.cpp).
+  float run_program(const float* x, int64_t k, int64_t p, int64_t p_end) const;
   // The scan of x that column-path products with the same x share (multiply_all): its
   // count, and whether the calling thread's active list holds its columns.
   struct ColumnScan {
@@ -152,14 +155,17 @@ class PackedMatrix {
   // CSR matrices whose rows are mostly empty (out_proj of a compiled layer): the rows
   // with a nonzero, ascending. The row path fills y with +0 (what an empty row sums
   // to) and evaluates only these (live_rows_listed_; none listed when most rows hold a
-  // nonzero). Each carries its nonzeros' range, and whether they all sit in one lane (a
-  // compiled row's usual 1-3 weights): such a row is summed right here from +0 in stored
-  // order, which is what csr_row's program does for one leaf, without reading the row's
-  // offsets and program (scattered, cold cache lines on a machine of thousands of layers).
+  // nonzero). Each carries its nonzeros' range and its program's (the row's offsets are
+  // scattered, cold cache lines on a machine of thousands of layers, and so is the
+  // program): a row whose nonzeros all sit in one lane (a compiled row's usual 1-3
+  // weights; leaves == 1) is summed right here from +0 in stored order, which is what
+  // csr_row's program does for one leaf; a row of a few lanes runs its program from the
+  // ranges held here (run_program), without reading row_start_ or program_start_.
   struct LiveRow {
     int32_t row;
     uint32_t begin, end;  // its nonzeros in f32_ / col_index_
-    uint32_t one_lane;    // 1: every nonzero in one lane
+    uint32_t program;     // its first entry in program_
+    uint32_t leaves;      // its program's entries (occupied lanes)
   };
   std::vector<LiveRow> live_rows_;
   bool live_rows_listed_ = false;

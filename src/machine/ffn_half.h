@@ -31,7 +31,9 @@
 namespace qpu::machine {
 
 struct FfnOptions {
-  int lanes = 7;  // SWIGLU chunk lanes (docs/npu-machine.md: 7 lanes fit the width budget)
+  // SWIGLU chunk lanes (docs/npu-machine.md: 7 lanes fit the width budget; qpu story's
+  // machine, past that budget anyway, takes 22: fewer SW cycles, runner::token_machine_options).
+  int lanes = 7;
   // Product RAM window: nonzero |product| in [2^low, 2^(low + 37)) (docs/trace-ranges.md:
   // stories260K's ffn_prod spans binades -32..3).
   int product_low_binade = -33;

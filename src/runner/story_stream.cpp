@@ -152,6 +152,13 @@ machine::TokenMachineOptions token_machine_options(int positions) {
   // 32 KV banks at every size: the machine as of 2026-11-30 fails to compile with 8 banks
   // at 16 positions ("inbox: value ... is not an interface input"); its own test uses 32.
   o.kv_banks = 32;
+  // SWIGLU chunks of 22 lanes: 8 SW(l).c cycles per layer instead of 25. A chunk's cycle
+  // costs more with more lanes (the lanes' silu), but less than the cycles it saves
+  // (story_profile 256 40 0 2 1 L, the 256-position machine, SW's time over 40 steps,
+  // scaled by the value tokens' ms per cycle for the load: 7 lanes 12.1 s, 14: 9.6 s,
+  // 22: 8.1 s, 29: 7.7 s; hidden 4,480, 4,416, 4,352, 4,672). 22 lanes make the
+  // narrowest machine; 32 and more do not fit: the product RAM's row holds 63 values.
+  o.lanes = 22;
   return o;
 }
 

@@ -1,5 +1,5 @@
 // `qpu story --model stories260K.bin -z tok512.bin [-n steps] [-i prompt] [-t temp] [-p topp] [-s seed]
-// [--verify] [--threads T]`: the whole nested model running inside the host
+// [--verify] [--threads T] [--build-threads B]`: the whole nested model running inside the host
 // (docs/story-cli.md). Builds the token machine (machine/token_machine.h) for the run in
 // memory (with the sampler below HEAD when -t > 0), runs it on the engine from HDR with
 // the host's greedy argmax fed back, and prints the story tokens the stream carries
@@ -49,7 +49,8 @@ struct StoryOptions {
   std::optional<std::string> seed;
   bool verify = false;
   bool profile = false;
-  int threads = 0;
+  int threads = 1;
+  int build_threads = 0;
 };
 
 // --profile: host cycles, wall time and computed sublayers per micro-op family, the
@@ -94,6 +95,7 @@ class Progress {
 
 int run_story(const StoryOptions& o) {
   if (o.threads < 0) fail("flag --threads: {} must not be negative", o.threads);
+  if (o.build_threads < 0) fail("flag --build-threads: {} must not be negative", o.build_threads);
   if (o.threads > 0) omp_set_num_threads(o.threads);
   const cli::RunCSampling sampling = cli::parse_run_c_sampling(o.temperature, o.topp, o.seed);
   const bool sampled = sampling.temperature > 0.0f;  // run.c: temperature 0 is the argmax, -p unused
@@ -124,10 +126,12 @@ int run_story(const StoryOptions& o) {
   const machine::TokenMachine m = machine::build_token_machine(checkpoint, options);
   const double built = since(t0);
   const auto t1 = Clock::now();
-  // The layers are built on every engine thread (the same model for any count; with
-  // --threads 1, one at a time).
+  // The layers are built side by side (the same model for any count), on every core by
+  // default: the build parallelizes well (256 positions: 153.7 s on one thread, 82.3 s on
+  // two), a cycle's many tiny sublayers do not (the same run's cycles 13 % slower on two
+  // threads than on one: story_profile 256 40 0 2 T), hence --threads 1 by default.
   engine::ModelOptions model_options;
-  model_options.build_threads = omp_get_max_threads();
+  model_options.build_threads = o.build_threads > 0 ? o.build_threads : omp_get_num_procs();
   const engine::Model model = m.model(model_options);
   const auto& c = m.compiled.weights.config;
   std::fprintf(stderr,
@@ -225,7 +229,11 @@ qpu::cli::Runner setup(CLI::App& app) {
                "host's forward pass on HEAD's cycle) and every story token with run.c, bit for bit");
   app.add_flag("--profile", o->profile,
                "print host cycles, wall time and computed sublayers per micro-op family on stderr at the end");
-  app.add_option("--threads", o->threads, "engine (OpenMP) threads; 0 = OpenMP's default (default 0)");
+  app.add_option("--threads", o->threads,
+                 "engine (OpenMP) threads of the forward passes; 0 = OpenMP's default (default 1: a cycle's "
+                 "sublayers are too small to share)");
+  app.add_option("--build-threads", o->build_threads,
+                 "threads that build the engine model's layers; 0 = one per core (default 0)");
   return [o] { return run_story(*o); };
 }
 

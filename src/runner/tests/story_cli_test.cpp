@@ -156,6 +156,9 @@ TEST(StoryCli, BadFlagsAndFilesAreErrors) {
   r = run_qpu("story " + model + " -n 2 --threads -1");
   EXPECT_EQ(r.status, 1);
   EXPECT_NE(r.err.find("--threads"), std::string::npos) << r.err;
+  r = run_qpu("story " + model + " -n 2 --build-threads -2");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.err.find("--build-threads"), std::string::npos) << r.err;
   r = run_qpu("story -n 2");  // no model
   EXPECT_NE(r.status, 0);
   EXPECT_TRUE(r.out.empty());

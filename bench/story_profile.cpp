@@ -8,14 +8,23 @@
 //   story_profile [positions=16] [steps=positions] [cycles=0: all] [exp_heads=2] [threads=1] [lanes=qpu story's, 22]
 //
 // A measurement, not a test: it exits non-zero on the first difference from run.c.
+//
+// With QPU_PERF_FAMILY (a micro-op family as the table names it, e.g. 'EXP(#).#.#') and
+// QPU_PERF_CTL (the control fifo of `perf record --control=fifo:PATH -D -1`), perf samples
+// only the forwards of that family: "enable" is written to the fifo before each of them
+// and "disable" after, e.g.
+//   mkfifo /tmp/ctl
+//   QPU_PERF_FAMILY='EXP(#).#.#' QPU_PERF_CTL=/tmp/ctl perf record -D -1 --control=fifo:/tmp/ctl -o exp.data story_profile 256 40
 #include <omp.h>
 
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 
 #include "machine/token_machine.h"
 #include "reference/llama2_checkpoint.h"
+#include "runner/cycle_profile.h"
 #include "runner/story_check.h"
 #include "runner/story_stream.h"
 
@@ -56,6 +65,23 @@ int main(int argc, char** argv) {
     ro.max_cycles = max_cycles;
     ro.logit_probes = m.logit_probes;
     ro.profile = true;
+    // Sampling one family's forwards (above).
+    const char* perf_family = std::getenv("QPU_PERF_FAMILY");
+    const char* perf_ctl = std::getenv("QPU_PERF_CTL");
+    std::FILE* ctl = perf_family && perf_ctl ? std::fopen(perf_ctl, "w") : nullptr;
+    if (perf_family && perf_ctl && !ctl) {
+      std::fprintf(stderr, "story_profile: cannot open the perf control fifo %s\n", perf_ctl);
+      return 1;
+    }
+    if (ctl) {
+      ro.around_forward = [&, target = std::string(perf_family)](int64_t token, bool before) {
+        const int64_t index = token - m.control.first;
+        if (index < 0 || index >= static_cast<int64_t>(m.control_names.size())) return;
+        if (runner::micro_op_family(m.control_names[static_cast<size_t>(index)]) != target) return;
+        std::fputs(before ? "enable\n" : "disable\n", ctl);
+        std::fflush(ctl);
+      };
+    }
     const runner::StoryRunResult r = runner::run_story(m, model, ro, cb);
     if (checker.first_difference()) {
       std::printf("DIFFERENCE: %s\n", checker.first_difference()->message().c_str());

@@ -200,6 +200,7 @@ StoryRunResult run_story(const machine::AssembledMachine& m, const engine::Model
   // next token), so it is neither returned nor checked.
   const auto forward = [&](int64_t token, bool used) {
     const bool head = read_logits && token == head_id;
+    if (o.around_forward) o.around_forward(token, true);
     if (profile) {
       const engine::IdleSublayerCounts before = model.skipped_sublayers();
       const auto t = std::chrono::steady_clock::now();
@@ -210,6 +211,7 @@ StoryRunResult run_story(const machine::AssembledMachine& m, const engine::Model
     } else {
       model.forward(token, state, logits, {}, head ? tap : engine::SublayerTap{});
     }
+    if (o.around_forward) o.around_forward(token, false);
     ++r.host_forwards;
     if (head) {
       const StreamCounts& c = parser.counts();

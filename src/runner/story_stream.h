@@ -133,6 +133,10 @@ struct StoryRunOptions {
   // Time every forward and count its computed sublayers per micro-op family
   // (StoryRunResult::profile, runner/cycle_profile.h).
   bool profile = false;
+  // Called with every forward's input token just before it (true) and just after it
+  // (false): e.g. to switch a sampling profiler on for one micro-op family
+  // (bench/story_profile.cpp). It observes only.
+  std::function<void(int64_t token, bool before)> around_forward;
 };
 
 struct StoryRunResult {

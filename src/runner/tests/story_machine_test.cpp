@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <fmt/format.h>
@@ -32,6 +33,8 @@ struct Recorded {
   std::vector<LogitEvent> logit_events;
   std::vector<std::vector<float>> logits;  // per logit event (the run's buffer dies with it)
   StoryRunResult result;
+  std::vector<int64_t> prompt;
+  std::vector<std::pair<int64_t, bool>> around;  // StoryRunOptions::around_forward's calls
 };
 
 const reference::Llama2Checkpoint& stories260k() {
@@ -51,6 +54,8 @@ class StoryMachine : public ::testing::Test {
     o.stop_after_story_tokens = kPositions + 2;  // a backstop: the machine ends with DONE after TOK.1 and 2 more
     o.max_cycles = 20000;                        // ~1,550 per position: a derailed machine stops
     o.logit_probes = m.logit_probes;
+    o.around_forward = [](int64_t token, bool before) { recorded_->around.emplace_back(token, before); };
+    recorded_->prompt = o.prompt;
     StreamCallbacks cb;
     cb.on_story = [](const StoryTokenEvent& e) { return recorded_->story.push_back(e), true; };
     cb.on_crossing = [](const CrossingEvent& e) {
@@ -120,6 +125,19 @@ TEST_F(StoryMachine, TwoPositionsBitIdenticalToRunC) {
     EXPECT_EQ(r.story[static_cast<size_t>(k)].position, k);
     EXPECT_EQ(r.story[static_cast<size_t>(k)].token, k == 0 ? 1 : checker.reference(k - 1).next);
   }
+}
+
+// around_forward: a call before and after every forward, with its input token (the prompt's
+// first, then the tokens fed back).
+TEST_F(StoryMachine, AroundForwardSeesEveryForwardOnce) {
+  const Recorded& r = *recorded_;
+  ASSERT_EQ(r.around.size(), 2 * static_cast<size_t>(r.result.host_forwards));
+  for (size_t i = 0; i < r.around.size(); i += 2) {
+    EXPECT_TRUE(r.around[i].second);
+    EXPECT_FALSE(r.around[i + 1].second);
+    EXPECT_EQ(r.around[i].first, r.around[i + 1].first);
+  }
+  for (size_t i = 0; i < r.prompt.size(); ++i) EXPECT_EQ(r.around[2 * i].first, r.prompt[i]) << i;
 }
 
 TEST_F(StoryMachine, AFlippedReferenceBitIsReportedAtItsPlace) {

@@ -83,6 +83,7 @@ int main(int argc, char** argv) {
       };
     }
     const runner::StoryRunResult r = runner::run_story(m, model, ro, cb);
+    if (ctl) std::fclose(ctl);
     if (checker.first_difference()) {
       std::printf("DIFFERENCE: %s\n", checker.first_difference()->message().c_str());
       return 1;

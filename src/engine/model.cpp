@@ -569,14 +569,16 @@ void Model::forward(int64_t token, State& state, std::span<float> logits, std::s
   const auto x_changed = [&] { x_facts_known = false; };
   // The sublayer's input projections are all +0 on this token (ReadDims::eligible: given
   // every read dim +-0 and x finite).
+  // Every dim of words[begin, end) is +0 or -0 in x (x's facts known).
+  const auto none_live = [&](const std::vector<ReadDims::Word>& words, uint32_t begin, uint32_t end) {
+    uint64_t any = 0;
+    for (uint32_t k = begin; k < end; ++k) any |= words[k].bits & x_facts.live[words[k].index];
+    return any == 0;
+  };
   const auto idle_input = [&](const SublayerTest& t) {
     if (!t.eligible) return false;
     know_x();
-    if (!x_facts.finite) return false;
-    // Every read dim is +0 or -0.
-    uint64_t any = 0;
-    for (uint32_t k = t.begin; k < t.end; ++k) any |= m.read_words[k].bits & x_facts.live[m.read_words[k].index];
-    return any == 0;
+    return x_facts.finite && none_live(m.read_words, t.begin, t.end);
   };
   // x = x + (+0) in every dim: only -0 changes (to +0), and only the first time.
   const auto add_zero = [&] {
@@ -611,22 +613,21 @@ void Model::forward(int64_t token, State& state, std::span<float> logits, std::s
 
   // The GDN history length is the config's (every GDN layer has the same shape).
   const auto history = static_cast<int32_t>(c.linear_conv_kernel_dim - 1);
+  // GDN layer l's conv history is known +0 and an idle step keeps its state (its idle
+  // decay is exactly 1, or the state is all +0): an idle step of it may be skipped.
+  const auto drained = [&](size_t l) {
+    return state.conv_zero_inputs[l] >= history && (m.tests[l].idle_state_untouched || state.recurrent_zero[l] != 0);
+  };
   // An idle run (IdleRun) is skipped with one test: its GDN mixers' history and state are
   // known +0 (what the per-layer skip needs, and what skipping them keeps), x is finite, and
   // the union of its read dims is all +-0. Not with a tap (which sees every sublayer).
   const auto idle_run = [&](const IdleRun& run) {
     if (!run.usable || tap) return false;
     for (uint32_t g = run.gdn_begin; g < run.gdn_end; ++g) {
-      const uint32_t l = m.run_gdn_layers[g];
-      if (state.conv_zero_inputs[l] < history || (!m.tests[l].idle_state_untouched && state.recurrent_zero[l] == 0))
-        return false;
+      if (!drained(m.run_gdn_layers[g])) return false;
     }
     know_x();
-    if (!x_facts.finite) return false;
-    uint64_t any = 0;
-    for (uint32_t k = run.words_begin; k < run.words_end; ++k)
-      any |= m.run_words[k].bits & x_facts.live[m.run_words[k].index];
-    return any == 0;
+    return x_facts.finite && none_live(m.run_words, run.words_begin, run.words_end);
   };
   for (size_t l = 0; l < layers; ++l) {
     if (l % kRunLayers == 0) {
@@ -655,7 +656,7 @@ void Model::forward(int64_t token, State& state, std::span<float> logits, std::s
       // conv history is +0 too, so q, k, v are +0 and the output is +0 (state permitting).
       const bool idle = idle_input(tests.mixer);
       const bool fully_idle = idle && zero_inputs >= history;
-      if (m.skip_idle_sublayers && fully_idle && (tests.idle_state_untouched || recurrent_zero != 0)) {
+      if (m.skip_idle_sublayers && idle && drained(l)) {
         add_zero();
         ++skipped_gdn;
       } else {

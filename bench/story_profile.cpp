@@ -12,9 +12,10 @@
 //
 // repeats > 1 runs the same story that many times on the one model (each run checked),
 // prints every run's seconds and their minimum, and the table of the fastest run. This box
-// is a VM whose speed drifts: the same run of the same binary took 10.3 to 15.2 s in one
-// process (docs/npu-machine.md, "Measuring on this box"), so one run compares nothing; the
-// minimum of several, or runs of two builds side by side pinned to the two cores, do.
+// is a VM whose speed drifts: five runs of the same 24-step story in one process took
+// 24.8 to 34.7 s (docs/npu-machine.md, "Measuring on this box"), so one run compares
+// nothing; the minimum of several, or two builds run side by side pinned to the two
+// cores, do.
 //
 // With QPU_PERF_FAMILY (a micro-op family as the table names it, e.g. 'EXP(#).#.#') and
 // QPU_PERF_CTL (the control fifo of `perf record --control=fifo:PATH -D -1`), perf samples

@@ -331,6 +331,15 @@ std::vector<ValueId> Assembler::gated(const std::vector<ValueId>& x, const std::
 
 std::vector<ValueId> Assembler::gated(const std::vector<std::vector<ValueId>>& sources, const std::vector<ValueId>& flags,
                                       const std::string& label) {
+  std::vector<Neuron> ns;
+  std::vector<ValueId> out = gated_neurons(sources, flags, label, label + ".on", ns);
+  p_.mlp(label, std::move(ns));
+  return out;
+}
+
+std::vector<ValueId> Assembler::gated_neurons(const std::vector<std::vector<ValueId>>& sources,
+                                              const std::vector<ValueId>& flags, const std::string& label,
+                                              const std::string& enable_label, std::vector<Neuron>& ns) {
   if (flags.empty()) fail("machine: '{}' gated by no flag", label);
   if (sources.empty()) fail("machine: '{}' gates no source", label);
   const size_t n = sources[0].size();
@@ -339,7 +348,6 @@ std::vector<ValueId> Assembler::gated(const std::vector<std::vector<ValueId>>& s
   Lin on;
   for (ValueId f : flags) on.terms.push_back({f, kOn});
   std::vector<ValueId> out = p_.values(label, static_cast<int>(n));
-  std::vector<Neuron> ns;
   for (size_t i = 0; i < n; ++i) {
     Lin up;
     for (const auto& s : sources) up.terms.push_back({s[i], 1.0f / kOn});
@@ -349,13 +357,12 @@ std::vector<ValueId> Assembler::gated(const std::vector<std::vector<ValueId>>& s
   // or 1, exact), written by the same op.
   ValueId enable = flags[0];
   if (flags.size() > 1) {
-    enable = p_.value(label + ".on");
+    enable = p_.value(enable_label);
     Lin sum;
     for (ValueId f : flags) sum.terms.push_back({f, 1.0f / kOn});
     ns.push_back(Neuron{on, std::move(sum), {{enable, 1.0f}}});
-    clear_enables_.push_back({enable, enable});
+    gate_own_clears({enable});
   }
-  p_.mlp(label, std::move(ns));
   gate_clears_of(out, enable);
   return out;
 }

@@ -185,6 +185,13 @@ class Assembler {
   // exact because every other term is +-0.
   std::vector<compiler::ValueId> gated(const std::vector<std::vector<compiler::ValueId>>& sources,
                                        const std::vector<compiler::ValueId>& flags, const std::string& label);
+  // gated()'s neurons for one group of values, appended to `ns` instead of making an op,
+  // so that several groups share one op (the caller's p.mlp(op_label, ns)): the outputs
+  // (labelled `label`) with their clears gated as gated() gates them; with several flags
+  // their sum is one more value, labelled `enable_label`.
+  std::vector<compiler::ValueId> gated_neurons(const std::vector<std::vector<compiler::ValueId>>& sources,
+                                               const std::vector<compiler::ValueId>& flags, const std::string& label,
+                                               const std::string& enable_label, std::vector<compiler::Neuron>& ns);
 
   // Values that token embeddings set (unit flags).
   compiler::ValueId input(const std::string& name);

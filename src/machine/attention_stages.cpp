@@ -406,21 +406,14 @@ void AttentionStages::build(const std::vector<ValueId>& q, const std::vector<std
   // sublayers of the 256-position machine) to read one block's.
   // One op for every block (one sublayer reads exp.query): the copies' own ops, placed
   // near their heads, woke ~30 sublayers on every PROB cycle.
+  // Each block's copies are Assembler::gated's (their clears gated by the flags' sum, 0 or
+  // 1: one stage at a time), all in one op.
   std::vector<std::vector<ValueId>> exp_query;
   {
     std::vector<Neuron> ns;
     for (int b = 0; b < g_.blocks(); ++b) {
-      const Lin on{{{prob_.block[at(b)], kGateOn}, {sum_on_, kGateOn}, {exp_back_, kGateOn}}};
-      exp_query.push_back(p.values("exp.query_bits", static_cast<int>(exp_query_.size())));
-      for (size_t j = 0; j < exp_query_.size(); ++j)
-        ns.push_back(Neuron{on, Lin{{{exp_query_[j], 1.0f / kGateOn}}}, {{exp_query.back()[j], 1.0f}}});
-      // The copies are +0 whenever the flags' sum (0 or 1: one stage at a time) is, which
-      // this op writes too (silu(128 s) s / 128 = s), for their clears.
-      const ValueId reads = p.value("exp.query_on");
-      ns.push_back(Neuron{on, Lin{{{prob_.block[at(b)], 1.0f / kGateOn}, {sum_on_, 1.0f / kGateOn}, {exp_back_, 1.0f / kGateOn}}},
-                          {{reads, 1.0f}}});
-      as_.gate_clears_of(exp_query.back(), reads);
-      as_.gate_own_clears({reads});
+      exp_query.push_back(as_.gated_neurons({exp_query_}, {prob_.block[at(b)], sum_on_, exp_back_}, "exp.query_bits",
+                                            "exp.query_on", ns));
     }
     p.mlp("exp.query_bits", std::move(ns));
   }

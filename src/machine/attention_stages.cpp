@@ -750,21 +750,63 @@ std::vector<ValueId> AttentionStages::build_slow(const SlowInputs& in, compiler:
   const int per = g_.row_floats / hs, chunks = static_cast<int>(in.v_data.size());
   const size_t first = p.ops().size();
   const ValueId zero = p.value("slow.zero");  // never written: +0 (block 0 starts from C's xb = 0)
-  // Every block's unit runs in the one SLOW cycle, block b's chain continuing block b - 1's
-  // two-tier xb in the same pass. Block b's rows past POS (all of them for a block past
-  // POS's) get p = 0, so the chain adds C's products fl(0 v) = +-0 there, which leave C's
+  // Block b's chain continues block b - 1's two-tier xb in the same pass. Block b's rows
+  // past POS get p = 0, so the chain adds C's products fl(0 v) = +-0 there, which leave C's
   // xb as it is: C's xb starts at +0 and is never -0 (+0 + -0 = +0, and an exact
   // cancellation x + (-x) rounds to +0), x + (+-0) = x for x != 0 and +0 + (+-0) = +0;
   // attn_two_tier_add is C's addition for every pair of its window, these included.
+  //
+  // The row stops at POS's block, as WSUM's does (build()): the blocks wholly past it would
+  // only add such +-0 products, so C's xb is the state after POS's block. Each block reads
+  // its own copies of SLOW's controls (go = [8 b <= POS], POS, the prob and v RAMs' query
+  // bits, the head's place and its kv head), each copy gated by go from the previous
+  // block's, made beside that block's work; a block's constants and clears read its go, and
+  // the chain it starts from is the previous block's gated by its go. Past POS's block
+  // every read is +-0 and the blocks are skipped as idle (before, a SLOW cycle ran all
+  // the machine's blocks: ~2,000 sublayers on the 256-position machine). The state after
+  // POS's block (go_b - go_b+1 = 1) is added into `fin`. The handoff values lie in the
+  // value window (hi and lo in [2^-78, 2^35], big 0 or 1), so the gated copies are exact.
+  struct SlowControl {
+    ValueId go = 0, pos = 0;
+    std::vector<ValueId> qbits, vbits, k, kv;
+  };
+  std::vector<SlowControl> ctl(at(B));
+  ctl[0] = SlowControl{on, pos, slow_query, slow_vrow_, slow_k_, slow_kv_};
+  struct BlockRange {
+    size_t begin, end;
+    ValueId go;
+  };
+  std::vector<BlockRange> block_ranges;  // block b's ops (b >= 1) and its go
+  // The head's xb after POS's block: hi alone is read (below).
+  const std::vector<ValueId> fin = p.values("slow.fin_hi", hs);
   std::vector<npu::TwoTier> xb(at(hs), npu::TwoTier{zero, zero, zero});
   // Depth: block b's products read nothing of the chain, so they run beside block b - 1's
   // chain (products 34 sublayers, a chain 8 x 7): ordered after block b - 1's products
   // and after the first kProductsLead rows of block b - 1's chain (not earlier: the
   // product values would stay live until their chain starts), the slow path is
-  // 34 + 56 per block MLP sublayers deep.
+  // 34 + 57 per block MLP sublayers deep (the chain's and the handoff's).
   compiler::OpRange products_before = previous, chain_lead;
   for (int b = 0; b < B; ++b) {
     const size_t first_products = p.ops().size();
+    const SlowControl& c = ctl[at(b)];
+    if (b + 1 < B) {
+      // go_b+1 = [POS - 8 (b + 1) + 1 > 0]; its constants read go_b (below), so it is 0 past POS.
+      SlowControl& n = ctl[at(b + 1)];
+      n.go = npu::attn_int_positive(p, Lin{{{c.pos, 1.0f}, {kOne, 1.0f - 8.0f * static_cast<float>(b + 1)}}}, "slow.go");
+      std::vector<ValueId> src = {c.pos};
+      for (const auto* part : {&c.qbits, &c.vbits, &c.k, &c.kv}) src.insert(src.end(), part->begin(), part->end());
+      const std::vector<ValueId> copy = as_.gated(src, {n.go}, "slow.control");
+      n.pos = copy[0];
+      auto take = [&, i = size_t{1}](size_t count) mutable {
+        std::vector<ValueId> out(copy.begin() + static_cast<std::ptrdiff_t>(i), copy.begin() + static_cast<std::ptrdiff_t>(i + count));
+        i += count;
+        return out;
+      };
+      n.qbits = take(c.qbits.size());
+      n.vbits = take(c.vbits.size());
+      n.k = take(c.k.size());
+      n.kv = take(c.kv.size());
+    }
     // The block's rows: head h's probability (rows past POS: 0) and v.
     std::vector<ValueId> pm, ex;
     std::vector<std::vector<ValueId>> v;
@@ -773,31 +815,31 @@ std::vector<ValueId> AttentionStages::build_slow(const SlowInputs& in, compiler:
       // them by PROB and QKV, read here): a head is read at its own depth, and the WSUM
       // heads' out values would otherwise stay live down to the slow blocks.
       const std::vector<ValueId> pr =
-          position_head(p, "slow prob", at(t), in.probs, in.prob_neg, prob_, slow_query, on, g_.prob_low_binade);
+          position_head(p, "slow prob", at(t), in.probs, in.prob_neg, prob_, c.qbits, c.go, g_.prob_low_binade);
       std::vector<ValueId> vt_all;
       {
         std::vector<npu::FloatRamHead> vh;
-        for (int c = 0; c < chunks; ++c) {
+        for (int ch = 0; ch < chunks; ++ch) {
           npu::FloatRamHead h;
-          h.data = in.v_data[at(c)];
-          h.negated = in.v_neg[at(c)];
+          h.data = in.v_data[at(ch)];
+          h.negated = in.v_neg[at(ch)];
           h.key_bits = vram_row_;
-          h.query_bits = slow_vrow_;
+          h.query_bits = c.vbits;
           h.write_flag = in.v_write[at(t)];
           h.write_enable = v_write_enable_;
-          h.read_flag = on;
+          h.read_flag = c.go;
           h.out = p.values("slow.v_out" + std::to_string(t), static_cast<int>(h.data.size()));
           vt_all.insert(vt_all.end(), h.out.begin(), h.out.end());
           vh.push_back(std::move(h));
         }
         npu::float_ram(p, npu::FloatRamWindow{g_.v_low_binade}, vh, in.qkv_on, "slow v RAM " + std::to_string(t));
       }
-      const ValueId after = npu::attn_int_positive(p, Lin{{{kOne, static_cast<float>(t)}, {pos, -1.0f}}}, "slow.past");
+      const ValueId after = npu::attn_int_positive(p, Lin{{{kOne, static_cast<float>(t)}, {c.pos, -1.0f}}}, "slow.past");
       pm.push_back(p.value("slow.pm"));
       ex.push_back(p.value("slow.exponent"));
       std::vector<Neuron> ns;
       for (int k = 0; k < E; ++k) {
-        const Lin gate{{{slow_k_[at(k)], kGateOn}, {after, -kGateOn}}};
+        const Lin gate{{{c.k[at(k)], kGateOn}, {after, -kGateOn}}};
         ns.push_back(Neuron{gate, Lin{{{pr[at(3 * k)], 1.0f / kGateOn}}}, {{pm.back(), 1.0f}}});
         ns.push_back(Neuron{gate, Lin{{{pr[at(3 * k + 1)], 1.0f / (kGateOn * kProbSmallScale)}}}, {{pm.back(), 1.0f}}});
         ns.push_back(Neuron{gate, Lin{{{pr[at(3 * k + 2)], 1.0f / kGateOn}}}, {{ex.back(), 1.0f}}});
@@ -807,7 +849,7 @@ std::vector<ValueId> AttentionStages::build_slow(const SlowInputs& in, compiler:
       std::vector<Neuron> vn;
       for (int j = 0; j < g_.kv_heads; ++j)
         for (int i = 0; i < hs; ++i)
-          vn.push_back(Neuron{Lin{{{slow_kv_[at(j)], kGateOn}}},  // kv head j: chunk j / per, place j % per
+          vn.push_back(Neuron{Lin{{{c.kv[at(j)], kGateOn}}},  // kv head j: chunk j / per, place j % per
                               Lin{{{vt_all[at((j / per) * per * hs + (j % per) * hs + i)], 1.0f / kGateOn}}},
                               {{v.back()[at(i)], 1.0f}}});
       p.mlp("slow.v", std::move(vn));
@@ -824,16 +866,50 @@ std::vector<ValueId> AttentionStages::build_slow(const SlowInputs& in, compiler:
       xb = npu::attn_wsum_slow_chain(p, {products[t]}, xb);
       if (t + 1 == std::min(products.size(), kProductsLead)) chain_lead = compiler::OpRange{first_chain, p.ops().size()};
     }
+    // Block b's ops (its controls for b + 1, heads, picks, products and chain) run on go_b:
+    // their constants read it, so the block is all +-0 past POS's. Block 0 runs on every
+    // SLOW cycle: the stage's enable below.
+    if (b >= 1) {
+      compiler::enable_constants(p, first_products, c.go);
+      block_ranges.push_back({first_products, p.ops().size(), c.go});
+    }
+    // The handoff: the state block b + 1 starts from (gated by go_b+1) and, when b is POS's
+    // block (go_b - go_b+1 = 1), the head's state into `fin` (one live writer).
+    const bool last = b + 1 == B;
+    Lin is_last{{{c.go, kGateOn}}};
+    if (!last) is_last.terms.push_back({ctl[at(b + 1)].go, -kGateOn});
+    std::vector<Neuron> ns;
+    std::vector<npu::TwoTier> next(at(hs));
+    auto pass = [&](ValueId from, ValueId& to, const char* label) {
+      if (last) return;
+      to = p.value(label);
+      ns.push_back(Neuron{Lin{{{ctl[at(b + 1)].go, kGateOn}}}, Lin{{{from, 1.0f / kGateOn}}}, {{to, 1.0f}}});
+    };
+    for (int i = 0; i < hs; ++i) {
+      pass(xb[at(i)].hi, next[at(i)].hi, "slow.next_hi");
+      pass(xb[at(i)].lo, next[at(i)].lo, "slow.next_lo");
+      pass(xb[at(i)].big, next[at(i)].big, "slow.next_big");
+      ns.push_back(Neuron{is_last, Lin{{{xb[at(i)].hi, 1.0f / kGateOn}}}, {{fin[at(i)], 1.0f}}});
+    }
+    p.mlp("slow.handoff", std::move(ns));
+    if (!last) {
+      std::vector<ValueId> passed;
+      for (const npu::TwoTier& x : next) passed.insert(passed.end(), {x.hi, x.lo, x.big});
+      as_.gate_clears_of(passed, ctl[at(b + 1)].go);
+      xb = std::move(next);
+    }
   }
   // xb = hi 2^-26 (the xb RAM's window lies far above 2^-104, where hi = 0 and xb would be
   // lo 2^-71).
   std::vector<ValueId> out;
   for (int i = 0; i < hs; ++i) {
     out.push_back(p.value("slow.xb"));
-    npu::scale_acc(p, out.back(), xb[at(i)].hi, 1.0f / npu::kWsumScale, "slow.xb");
+    npu::scale_acc(p, out.back(), fin[at(i)], 1.0f / npu::kWsumScale, "slow.xb");
   }
   compiler::enable_constants(p, first, on);
   as_.gate_clears(first, p.ops().size(), on);
+  // Registered after the stage's: a block's values are +0 whenever its go is.
+  for (const BlockRange& r : block_ranges) as_.gate_clears(r.begin, r.end, r.go);
   return out;
 }
 

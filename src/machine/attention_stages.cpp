@@ -397,11 +397,27 @@ void AttentionStages::build(const std::vector<ValueId>& q, const std::vector<std
   const int P = g_.positions;
   const npu::KvAddress eaddr = npu::kv_address(p, pos, exp_back_, 1 << AttentionGeometry::bits_for(P), 0);
   as_.gate_clears(eaddr.first_op, p.ops().size(), exp_back_);  // idle, the address unit's values are +-0
-  std::vector<ValueId> read_at_pos(eaddr.bank.begin(), eaddr.bank.begin() + P), sum_reads(at(P), sum_on_), prob_reads;
-  for (int t = 0; t < P; ++t) prob_reads.push_back(prob_.block[at(t / 8)]);
+  // SUM reads the heads of the blocks up to POS's only: sum_block_go[b] = [8 b <= POS] on
+  // SUM cycles, 0 on all others (its constants read SUM's flag), in one sublayer at the
+  // top, read at once by the heads' read flags and query bits below. With SUM's flag
+  // itself every SUM cycle read every position's head.
+  std::vector<ValueId> sum_block_go = {sum_on_};
+  {
+    const size_t first_go = p.ops().size();
+    for (int b = 1; b < g_.blocks(); ++b)
+      sum_block_go.push_back(
+          npu::attn_int_positive(p, Lin{{{sum_pos, 1.0f}, {kOne, 1.0f - 8.0f * static_cast<float>(b)}}}, "sum.block_go"));
+    compiler::enable_constants(p, first_go, sum_on_);
+    as_.gate_clears(first_go, p.ops().size(), sum_on_);
+  }
+  std::vector<ValueId> read_at_pos(eaddr.bank.begin(), eaddr.bank.begin() + P), sum_reads, prob_reads;
+  for (int t = 0; t < P; ++t) {
+    sum_reads.push_back(sum_block_go[at(t / 8)]);
+    prob_reads.push_back(prob_.block[at(t / 8)]);
+  }
   const std::vector<ValueId> exp_read_flag = any_of(as_, {read_at_pos, sum_reads, prob_reads}, "exp.read_flag");
   // The heads' query bits (a head group), per block: exp.query gated by the block's PROB
-  // flag, SUM's or RE / RX's (the stages that read the heads). PROB sets exp.query, so
+  // flag, SUM's (up to POS's block) or RE / RX's (the stages that read the heads). PROB sets exp.query, so
   // with the bits themselves every PROB cycle woke every position's head (82 GDN
   // sublayers of the 256-position machine) to read one block's.
   // One op for every block (one sublayer reads exp.query): the copies' own ops, placed
@@ -412,7 +428,7 @@ void AttentionStages::build(const std::vector<ValueId>& q, const std::vector<std
   {
     std::vector<Neuron> ns;
     for (int b = 0; b < g_.blocks(); ++b) {
-      exp_query.push_back(as_.gated_neurons({exp_query_}, {prob_.block[at(b)], sum_on_, exp_back_}, "exp.query_bits",
+      exp_query.push_back(as_.gated_neurons({exp_query_}, {prob_.block[at(b)], sum_block_go[at(b)], exp_back_}, "exp.query_bits",
                                             "exp.query_on", ns));
     }
     p.mlp("exp.query_bits", std::move(ns));
@@ -425,26 +441,99 @@ void AttentionStages::build(const std::vector<ValueId>& q, const std::vector<std
 
   // SUM: head h's exps at every position t <= pos (k = h's place in its group picks its
   // two values; positions past POS give (0, 0), a +0 term) added in run.c's order.
+  //
+  // The row stops at POS's segment of nine positions (three chain steps), as WSUM's stops
+  // at POS's block: past it the chain would only add +0 terms, which leave C's sum as it
+  // is, but every step, pick and tier test read the live acc, POS or the head's place, so
+  // a SUM cycle ran the whole row (289 sublayers a cycle over the 256-step story). Each
+  // segment reads its own copies of SUM's controls (go = [9 s <= POS], POS, the head's
+  // place), each copy gated by go from the previous segment's, made beside that segment's
+  // first group; a segment's constants and clears read its go, and the acc and upto bit
+  // it starts from are the previous segment's gated by its go (npu::attn_sum_row's
+  // `between`): acc is +0 or tier-encoded in [2^-78, 2^35] (docs/npu-attention.md), upto
+  // 0 or 1, so the gated copies are exact. The acc after POS's segment (go_s - go_s+1 = 1)
+  // is added into `fin`, from which the sum comes. The heads past POS's block are not read
+  // (sum_block_go above).
+  constexpr size_t kSumSegment = 9;  // positions: three chain steps of three
+  struct SumControl {
+    ValueId go = 0, pos = 0;
+    std::vector<ValueId> k;
+  };
   const size_t first_sum = p.ops().size();
+  const size_t segments = (at(P) + kSumSegment - 1) / kSumSegment;
+  std::vector<SumControl> sctl(segments);
+  sctl[0] = SumControl{sum_on_, sum_pos, sum_k_};
+  std::vector<size_t> segment_begin(segments, first_sum);
+  struct SegmentRange {
+    size_t begin, end;
+    ValueId go;
+  };
+  std::vector<SegmentRange> segment_ranges;  // segment s's ops (s >= 1) and its go
+  const ValueId sum_fin = p.value("sum.fin");
   auto exp_at = [&](size_t t) {
+    const size_t s = t / kSumSegment;
+    const SumControl& c = sctl[s];
+    if (t % kSumSegment == 0 && s + 1 < segments) {
+      // go_s+1 = [POS - 9 (s + 1) + 1 > 0]; its constants read go_s, so it is 0 past POS.
+      SumControl& n = sctl[s + 1];
+      n.go = npu::attn_int_positive(
+          p, Lin{{{c.pos, 1.0f}, {kOne, 1.0f - static_cast<float>(kSumSegment * (s + 1))}}}, "sum.go");
+      std::vector<ValueId> src = {c.pos};
+      src.insert(src.end(), c.k.begin(), c.k.end());
+      const std::vector<ValueId> copy = as_.gated(src, {n.go}, "sum.control");
+      n.pos = copy[0];
+      n.k.assign(copy.begin() + 1, copy.end());
+    }
     exp_op[t] = p.ops().size();
     exp_out[t] = position_head(p, "exp", t, exps, negated, exp_, exp_query[t / 8], exp_read_flag[t], g_.exp_low_binade);
-    const ValueId after = npu::attn_int_positive(p, Lin{{{kOne, static_cast<float>(t)}, {sum_pos, -1.0f}}}, "sum.past");
+    const ValueId after = npu::attn_int_positive(p, Lin{{{kOne, static_cast<float>(t)}, {c.pos, -1.0f}}}, "sum.past");
     ValueId pair[2];
     for (int part = 0; part < 2; ++part) {
       pair[part] = p.value(part == 0 ? "sum.mant" : "sum.exponent");
       std::vector<Neuron> ns;
       for (int k = 0; k < E; ++k)
-        ns.push_back(Neuron{Lin{{{sum_k_[at(k)], 128.0f}, {after, -128.0f}}},
+        ns.push_back(Neuron{Lin{{{c.k[at(k)], 128.0f}, {after, -128.0f}}},
                             Lin{{{exp_out[t][at(2 * k + part)], 1.0f / 128.0f}}}, {{pair[part], 1.0f}}});
       p.mlp("sum.pick", std::move(ns));
     }
     return std::pair{pair[0], pair[1]};
   };
-  const ValueId acc = npu::attn_sum_row(p, at(P), exp_at, p.value("sum.acc0"));
-  const ValueId sum = npu::attn_sum_from_acc(p, acc);
+  // Segment s's ops run on go_s (segment 0 on the stage's enable, below); then the acc into
+  // fin when s is POS's segment, and (but after the last) the acc and upto segment s + 1
+  // starts from, gated by go_s+1.
+  auto close_segment = [&](size_t s, ValueId acc, ValueId upto) {
+    if (s >= 1) {
+      compiler::enable_constants(p, segment_begin[s], sctl[s].go);
+      segment_ranges.push_back({segment_begin[s], p.ops().size(), sctl[s].go});
+    }
+    const bool last = s + 1 == segments;
+    Lin is_last{{{sctl[s].go, 128.0f}}};
+    if (!last) is_last.terms.push_back({sctl[s + 1].go, -128.0f});
+    std::vector<Neuron> ns{Neuron{is_last, Lin{{{acc, 1.0f / 128.0f}}}, {{sum_fin, 1.0f}}}};
+    std::pair<ValueId, ValueId> next{acc, upto};
+    if (!last) {
+      next = {p.value("sum.next_acc"), p.value("sum.next_upto")};
+      const Lin go{{{sctl[s + 1].go, 128.0f}}};
+      ns.push_back(Neuron{go, Lin{{{acc, 1.0f / 128.0f}}}, {{next.first, 1.0f}}});
+      ns.push_back(Neuron{go, Lin{{{upto, 1.0f / 128.0f}}}, {{next.second, 1.0f}}});
+    }
+    p.mlp("sum.handoff", std::move(ns));
+    if (!last) {
+      as_.gate_clears_of({next.first, next.second}, sctl[s + 1].go);
+      segment_begin[s + 1] = p.ops().size();
+    }
+    return next;
+  };
+  const auto between = [&](size_t group, ValueId acc, ValueId upto) {
+    const size_t end = 3 * (group + 1);  // the next group's first position
+    return end % kSumSegment == 0 ? close_segment(end / kSumSegment - 1, acc, upto) : std::pair{acc, upto};
+  };
+  close_segment(segments - 1, npu::attn_sum_row(p, at(P), exp_at, p.value("sum.acc0"), {}, between), compiler::kNever);
+  const ValueId sum = npu::attn_sum_from_acc(p, sum_fin);
   compiler::enable_constants(p, first_sum, sum_on_);
   as_.gate_clears(first_sum, p.ops().size(), sum_on_);
+  // Registered after the stage's: a segment's values are +0 whenever its go is.
+  for (const SegmentRange& r : segment_ranges) as_.gate_clears(r.begin, r.end, r.go);
   // A head's out values are also read by RE / RX (SUM idle): their clears follow the
   // head's own read flag.
   for (int t = 0; t < P; ++t) as_.gate_clears(exp_op[at(t)], exp_op[at(t)] + 1, exp_read_flag[at(t)]);

@@ -29,6 +29,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <vector>
 
 #include "machine/token_machine.h"
 #include "reference/llama2_checkpoint.h"
@@ -81,8 +82,15 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "story_profile: cannot open the perf control fifo %s\n", perf_ctl);
       return 1;
     }
-    if (ctl) {
-      ro.around_forward = [&, target = std::string(perf_family)](int64_t token, bool before) {
+    // QPU_HOST_TOKENS=PATH: the host's input token of every forward of the last run, one
+    // id per line (what a speculative decoder would have to predict: docs/npu-machine.md,
+    // "Two cores").
+    const char* tokens_path = std::getenv("QPU_HOST_TOKENS");
+    std::vector<int64_t> host_tokens;
+    if (ctl || tokens_path) {
+      ro.around_forward = [&, target = std::string(perf_family ? perf_family : "")](int64_t token, bool before) {
+        if (tokens_path && before) host_tokens.push_back(token);
+        if (!ctl) return;
         const int64_t index = token - m.control.first;
         if (index < 0 || index >= static_cast<int64_t>(m.control_names.size())) return;
         if (runner::micro_op_family(m.control_names[static_cast<size_t>(index)]) != target) return;
@@ -95,6 +103,7 @@ int main(int argc, char** argv) {
     int64_t floats = 0, logit_vectors = 0;
     std::string seconds;
     for (int run = 0; run < repeats; ++run) {
+      host_tokens.clear();
       runner::StoryChecker checker(ck);
       runner::StreamCallbacks cb;
       cb.on_story = [&](const runner::StoryTokenEvent& e) { return checker.check(e); };
@@ -116,6 +125,16 @@ int main(int argc, char** argv) {
       }
     }
     if (ctl) std::fclose(ctl);
+    if (tokens_path) {
+      std::FILE* out = std::fopen(tokens_path, "w");
+      if (!out) {
+        std::fprintf(stderr, "story_profile: cannot write %s\n", tokens_path);
+        return 1;
+      }
+      for (const int64_t t : host_tokens) std::fprintf(out, "%lld %s\n", static_cast<long long>(t),
+                                                       t >= m.control.first ? m.control_names[static_cast<size_t>(t - m.control.first)].c_str() : "v");
+      std::fclose(out);
+    }
     if (repeats > 1) std::printf("runs: %s s; the fastest below\n", seconds.c_str());
     std::printf("run: %lld host cycles, %.1f s (%.1f cycles/s), %lld story tokens, %lld floats and %lld logits vectors "
                 "bit-identical to run.c, ambiguous %lld, done %d\n",

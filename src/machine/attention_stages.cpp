@@ -160,6 +160,33 @@ void order_waves(compiler::Program& p, const std::vector<compiler::OpRange>& wav
   for (size_t w = 1; w < waves.size(); ++w) p.order(waves[w - 1], waves[w]);
 }
 
+// A row that stops at POS's block (WSUM, SLOW) or segment (SUM) hands its controls on
+// from block to block. next_controls makes the next block's beside the current one's
+// work: go = [POS >= first] (first: the next block's first position; the op's constant
+// term reads the current block's go once the caller enables the block's range, so go is
+// 0 past POS), and copies of POS and of each group of `parts`, gated by go (one
+// Assembler::gated op), returned in the order of `parts`.
+struct NextControls {
+  ValueId go = 0, pos = 0;
+  std::vector<std::vector<ValueId>> parts;
+};
+NextControls next_controls(Assembler& as, ValueId pos, size_t first, const std::vector<const std::vector<ValueId>*>& parts,
+                           const char* go_label, const std::string& copy_label) {
+  compiler::Program& p = as.program();
+  NextControls n;
+  n.go = npu::attn_int_positive(p, Lin{{{pos, 1.0f}, {kOne, 1.0f - static_cast<float>(first)}}}, go_label);
+  std::vector<ValueId> src = {pos};
+  for (const auto* part : parts) src.insert(src.end(), part->begin(), part->end());
+  const std::vector<ValueId> copy = as.gated(src, {n.go}, copy_label);
+  n.pos = copy[0];
+  size_t i = 1;
+  for (const auto* part : parts) {
+    n.parts.emplace_back(copy.begin() + static_cast<std::ptrdiff_t>(i), copy.begin() + static_cast<std::ptrdiff_t>(i + part->size()));
+    i += part->size();
+  }
+  return n;
+}
+
 }  // namespace
 
 std::vector<std::string> AttentionStages::names(const AttentionGeometry& g) {
@@ -452,7 +479,7 @@ void AttentionStages::build(const std::vector<ValueId>& q, const std::vector<std
   // it starts from are the previous segment's gated by its go (npu::attn_sum_row's
   // `between`): acc is +0 or tier-encoded in [2^-78, 2^35] (docs/npu-attention.md), upto
   // 0 or 1, so the gated copies are exact. The acc after POS's segment (go_s - go_s+1 = 1)
-  // is added into `fin`, from which the sum comes. The heads past POS's block are not read
+  // is added into `sum.fin`, from which the sum comes. The heads past POS's block are not read
   // (sum_block_go above).
   constexpr size_t kSumSegment = 9;  // positions: three chain steps of three
   struct SumControl {
@@ -476,13 +503,10 @@ void AttentionStages::build(const std::vector<ValueId>& q, const std::vector<std
     if (t % kSumSegment == 0 && s + 1 < segments) {
       // go_s+1 = [POS - 9 (s + 1) + 1 > 0]; its constants read go_s, so it is 0 past POS.
       SumControl& n = sctl[s + 1];
-      n.go = npu::attn_int_positive(
-          p, Lin{{{c.pos, 1.0f}, {kOne, 1.0f - static_cast<float>(kSumSegment * (s + 1))}}}, "sum.go");
-      std::vector<ValueId> src = {c.pos};
-      src.insert(src.end(), c.k.begin(), c.k.end());
-      const std::vector<ValueId> copy = as_.gated(src, {n.go}, "sum.control");
-      n.pos = copy[0];
-      n.k.assign(copy.begin() + 1, copy.end());
+      NextControls next = next_controls(as_, c.pos, kSumSegment * (s + 1), {&c.k}, "sum.go", "sum.control");
+      n.go = next.go;
+      n.pos = next.pos;
+      n.k = std::move(next.parts[0]);
     }
     exp_op[t] = p.ops().size();
     exp_out[t] = position_head(p, "exp", t, exps, negated, exp_, exp_query[t / 8], exp_read_flag[t], g_.exp_low_binade);
@@ -499,7 +523,7 @@ void AttentionStages::build(const std::vector<ValueId>& q, const std::vector<std
     return std::pair{pair[0], pair[1]};
   };
   // Segment s's ops run on go_s (segment 0 on the stage's enable, below); then the acc into
-  // fin when s is POS's segment, and (but after the last) the acc and upto segment s + 1
+  // sum.fin when s is POS's segment, and (but after the last) the acc and upto segment s + 1
   // starts from, gated by go_s+1.
   auto close_segment = [&](size_t s, ValueId acc, ValueId upto) {
     if (s >= 1) {
@@ -645,19 +669,12 @@ void AttentionStages::build(const std::vector<ValueId>& q, const std::vector<std
     if (b + 1 < at(B)) {
       // go_b+1 = [POS - 8 (b + 1) + 1 > 0]; its constants read go_b (below), so it is 0 past POS.
       WsumControl& n = ctl[b + 1];
-      n.go = npu::attn_int_positive(p, Lin{{{c.pos, 1.0f}, {kOne, 1.0f - 8.0f * static_cast<float>(b + 1)}}}, "wsum.go");
-      std::vector<ValueId> src = {c.pos};
-      for (const auto* part : {&c.vbits, &c.k, &c.kv}) src.insert(src.end(), part->begin(), part->end());
-      const std::vector<ValueId> copy = as_.gated(src, {n.go}, "wsum.control");
-      n.pos = copy[0];
-      auto take = [&, i = size_t{1}](size_t count) mutable {
-        std::vector<ValueId> out(copy.begin() + static_cast<std::ptrdiff_t>(i), copy.begin() + static_cast<std::ptrdiff_t>(i + count));
-        i += count;
-        return out;
-      };
-      n.vbits = take(c.vbits.size());
-      n.k = take(c.k.size());
-      n.kv = take(c.kv.size());
+      NextControls next = next_controls(as_, c.pos, 8 * (b + 1), {&c.vbits, &c.k, &c.kv}, "wsum.go", "wsum.control");
+      n.go = next.go;
+      n.pos = next.pos;
+      n.vbits = std::move(next.parts[0]);
+      n.k = std::move(next.parts[1]);
+      n.kv = std::move(next.parts[2]);
       // The prob RAM's query bits serve RP / RPX too (at POS's head): gated by go or RP's flag.
       n.qbits = as_.gated(c.qbits, {n.go, prob_back_}, "wsum.qbits");
     }
@@ -881,20 +898,14 @@ std::vector<ValueId> AttentionStages::build_slow(const SlowInputs& in, compiler:
     if (b + 1 < B) {
       // go_b+1 = [POS - 8 (b + 1) + 1 > 0]; its constants read go_b (below), so it is 0 past POS.
       SlowControl& n = ctl[at(b + 1)];
-      n.go = npu::attn_int_positive(p, Lin{{{c.pos, 1.0f}, {kOne, 1.0f - 8.0f * static_cast<float>(b + 1)}}}, "slow.go");
-      std::vector<ValueId> src = {c.pos};
-      for (const auto* part : {&c.qbits, &c.vbits, &c.k, &c.kv}) src.insert(src.end(), part->begin(), part->end());
-      const std::vector<ValueId> copy = as_.gated(src, {n.go}, "slow.control");
-      n.pos = copy[0];
-      auto take = [&, i = size_t{1}](size_t count) mutable {
-        std::vector<ValueId> out(copy.begin() + static_cast<std::ptrdiff_t>(i), copy.begin() + static_cast<std::ptrdiff_t>(i + count));
-        i += count;
-        return out;
-      };
-      n.qbits = take(c.qbits.size());
-      n.vbits = take(c.vbits.size());
-      n.k = take(c.k.size());
-      n.kv = take(c.kv.size());
+      NextControls next =
+          next_controls(as_, c.pos, at(8 * (b + 1)), {&c.qbits, &c.vbits, &c.k, &c.kv}, "slow.go", "slow.control");
+      n.go = next.go;
+      n.pos = next.pos;
+      n.qbits = std::move(next.parts[0]);
+      n.vbits = std::move(next.parts[1]);
+      n.k = std::move(next.parts[2]);
+      n.kv = std::move(next.parts[3]);
     }
     // The block's rows: head h's probability (rows past POS: 0) and v.
     std::vector<ValueId> pm, ex;

@@ -50,8 +50,9 @@ ensure_venv() {
 build_preset() {
   local preset="$1" dir="$QPU_BUILD_ROOT/$1"
   log "building preset $preset in $dir"
+  mkdir -p "$(dirname "$dir")"  # the configure log sits beside the build tree
   cmake --preset "$preset" -S "$QPU_ROOT" -B "$dir" \
     -DQPU_PYTHON="${QPU_PYTHON:-}" > "$dir.configure.log" 2>&1 || {
-      mkdir -p "$(dirname "$dir")"; cat "$dir.configure.log" >&2; return 1; }
+      cat "$dir.configure.log" >&2; return 1; }
   cmake --build "$dir" -j "$JOBS"
 }

@@ -23,6 +23,9 @@
 // and "disable" after, e.g.
 //   mkfifo /tmp/ctl
 //   QPU_PERF_FAMILY='EXP(#).#.#' QPU_PERF_CTL=/tmp/ctl perf record -D -1 --control=fifo:/tmp/ctl -o exp.data story_profile 256 40
+//
+// With QPU_HOST_TOKENS=PATH the host tokens of the (last) run are written to PATH, one
+// "id name" per line, for bench/draft_acceptance.py.
 #include <omp.h>
 
 #include <chrono>
@@ -83,8 +86,9 @@ int main(int argc, char** argv) {
       return 1;
     }
     // QPU_HOST_TOKENS=PATH: the host's input token of every forward of the last run, one
-    // id per line (what a speculative decoder would have to predict: docs/npu-machine.md,
-    // "Two cores").
+    // per line as "id name" ("v" for a value token): what a speculative decoder would have
+    // to predict (bench/draft_acceptance.py; docs/npu-machine.md, "What the second core
+    // could do").
     const char* tokens_path = std::getenv("QPU_HOST_TOKENS");
     std::vector<int64_t> host_tokens;
     if (ctl || tokens_path) {

@@ -287,7 +287,7 @@ int64_t GatedDeltaNet::dead_value_heads() const { return std::count(dead_heads_.
 
 void GatedDeltaNet::step(const float* h, std::span<float> conv_state, std::span<float> recurrent_state,
                          bool first_token, float* out, std::span<uint8_t> conv_zero_blocks,
-                         bool projections_zero, const uint64_t* h_blocks) const {
+                         bool projections_zero, const uint64_t* h_blocks, const HeadSaves* saves) const {
   const GatedDeltaNetShape& s = shape_;
   const int64_t conv_dim = s.conv_dim();
   const int64_t taps = s.conv_kernel;
@@ -444,6 +444,13 @@ void GatedDeltaNet::step(const float* h, std::span<float> conv_state, std::span<
     const float* kh = k + m * dk;
     const float* qh = q_scaled + m * dk;
     float* state = recurrent_state.data() + j * dk * dv;
+    // Copies head j before its first write (a head computed whole by one thread: its slot
+    // is its own).
+    const auto save = [&] {
+      if (saves == nullptr) return;
+      std::copy(state, state + dk * dv, saves->heads + j * dk * dv);
+      saves->saved[j] = 1;
+    };
     float* delta = head_scratch + 2 * j * dv;
     float* o = delta + dv;
     const float* zh = z + j * dv;
@@ -468,15 +475,18 @@ void GatedDeltaNet::step(const float* h, std::span<float> conv_state, std::span<
         std::fill(o, o + dv, 0.0f);  // and on to the gated norm with o = +0
       }
       if (!delta_finite) {
+        save();  // the dense write
         delta_rule::skip_zeros(state, dk, dv, kh, {k_rows + m * dk, 0}, qh, {q_rows + m * dk, 0}, vh, bj, decay[j],
                                delta, o);
       }
     } else if (skip_zeros_) {
+      save();
       const int32_t* counts = head_counts;
       delta_rule::skip_zeros(state, dk, dv, kh, {k_rows + m * dk, static_cast<size_t>(counts[0])}, qh,
                              {q_rows + m * dk, static_cast<size_t>(counts[1])}, v + j * dv, beta[j],
                              decay[j], delta, o);
     } else {
+      save();
       delta_rule::dense(state, dk, dv, kh, qh, v + j * dv, beta[j], decay[j], delta, o);
     }
     if (first_token) {

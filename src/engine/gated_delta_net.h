@@ -40,6 +40,15 @@ int64_t nonzero_rows(const float* x, int64_t n, int32_t* rows);
 
 }  // namespace delta_rule
 
+// Where GatedDeltaNet::step copies a value head's recurrent state before it first writes
+// it (Model's StateJournal: a forward that may have to be undone). heads: [v_heads, dk,
+// dv]; saved: [v_heads], set to 1 for each head copied (the caller clears it). A head that
+// the step provably leaves untouched (a dead head, a head at rest) is not copied.
+struct HeadSaves {
+  float* heads = nullptr;
+  uint8_t* saved = nullptr;
+};
+
 struct GatedDeltaNetShape {
   int64_t hidden = 0;
   int64_t num_k_heads = 0;
@@ -99,9 +108,11 @@ class GatedDeltaNet {
   //   whose input has gone idle while its conv history is still live runs this way.
   // h_blocks: nullptr, or h's support (PackedMatrix::Support): h is +-0 outside these
   //   blocks of 16, so the projections scan only them (the same plan, the same bits).
+  // saves: nullptr, or where the heads it writes are copied first (HeadSaves).
   void step(const float* h, std::span<float> conv_state, std::span<float> recurrent_state,
             bool first_token, float* out, std::span<uint8_t> conv_zero_blocks = {},
-            bool projections_zero = false, const uint64_t* h_blocks = nullptr) const;
+            bool projections_zero = false, const uint64_t* h_blocks = nullptr,
+            const HeadSaves* saves = nullptr) const;
   // The number of conv_zero_blocks counts (conv channel blocks of 16).
   int64_t conv_blocks() const;
   // Conv blocks with no input row and value heads that step() leaves out while those

@@ -6,9 +6,12 @@
 #include <cmath>
 #include <cstring>
 #include <exception>
+#include <mutex>
 #include <string>
+#include <thread>
 
 #include <fmt/format.h>
+#include <omp.h>
 
 #include "common/error.h"
 #include "engine/elementwise.h"
@@ -16,6 +19,7 @@
 #include "engine/gated_delta_net.h"
 #include "engine/numerics.h"
 #include "engine/packed_matrix.h"
+#include "engine/trailing_worker.h"
 #include "engine/weight_scan.h"
 
 namespace qpu::engine {
@@ -194,6 +198,10 @@ struct Model::Impl {
   std::vector<uint32_t> run_gdn_layers;    // of every IdleRun
 
   void build_idle_runs();  // runs, run_words and run_gdn_layers from tests
+
+  // forward_pair's second thread, started by the first pair; one pair at a time.
+  mutable std::mutex pair_mutex;
+  mutable std::unique_ptr<TrailingWorker> trailer;
 
   const PackedMatrix& output() const { return tied ? embed : lm_head; }
 };
@@ -472,8 +480,151 @@ StorageStats Model::storage_stats() const {
   return stats;
 }
 
-void Model::forward(int64_t token, State& state, std::span<float> logits, std::span<float> hidden,
-                    const SublayerTap& tap) const {
+// One forward over the layers (run_pass). In a pair (forward_pair) the leading forward
+// publishes in `lead` how many layers it has finished (-1: it failed), and the trailing
+// one, at the next position, waits on `follow` before it reaches a layer's state.
+struct Model::Pass {
+  int64_t token = 0;
+  int64_t position = 0;  // the position this token takes (state.position is not read)
+  State* state = nullptr;
+  std::span<float> logits, hidden;
+  const SublayerTap* tap = nullptr;
+  StateJournal* journal = nullptr;  // nullptr: no record
+  std::atomic<int64_t>* lead = nullptr;
+  const std::atomic<int64_t>* follow = nullptr;
+};
+
+namespace {
+
+// Until the leading forward has finished `layers` layers. Spins: the leader is usually a
+// layer or two ahead, and a sleep would cost more than the wait.
+void wait_for_lead(const std::atomic<int64_t>& lead, int64_t layers) {
+  for (int spins = 0;; ++spins) {
+    const int64_t done = lead.load(std::memory_order_acquire);
+    if (done >= layers) return;
+    if (done < 0) fail("forward_pair: the leading forward failed");
+    if (spins % 1024 == 1023) std::this_thread::yield();  // a preempted leader gets its core back
+    spin_pause();
+  }
+}
+
+}  // namespace
+
+void StateJournal::reset(int64_t position) {
+  position_ = position;
+  entries_.clear();
+  heads_.clear();
+  floats_.clear();
+  bytes_.clear();
+}
+
+void StateJournal::note_counters(int64_t layer, int32_t conv_zero_inputs, uint8_t recurrent_zero) {
+  entries_.push_back({.layer = layer, .gdn = true, .conv_zero_inputs = conv_zero_inputs, .recurrent_zero = recurrent_zero});
+}
+
+void StateJournal::note_cache(int64_t layer, size_t cache_size) {
+  entries_.push_back({.layer = layer, .cache_size = cache_size});
+}
+
+HeadSaves StateJournal::begin_step(int64_t layer, const State& state, int64_t heads, int64_t head_size) {
+  const auto l = static_cast<size_t>(layer);
+  Entry& e = entries_.emplace_back();
+  e.layer = layer;
+  e.gdn = true;
+  e.conv_zero_inputs = state.conv_zero_inputs[l];
+  e.recurrent_zero = state.recurrent_zero[l];
+  e.stepped = true;
+  e.conv_at = floats_.size();
+  floats_.insert(floats_.end(), state.conv_state[l].begin(), state.conv_state[l].end());
+  e.blocks_at = bytes_.size();
+  bytes_.insert(bytes_.end(), state.conv_zero_blocks[l].begin(), state.conv_zero_blocks[l].end());
+  head_scratch_.resize(static_cast<size_t>(heads * head_size));
+  head_saved_.assign(static_cast<size_t>(heads), 0);
+  return {head_scratch_.data(), head_saved_.data()};
+}
+
+void StateJournal::end_step(int64_t heads, int64_t head_size) {
+  Entry& e = entries_.back();
+  e.heads_begin = static_cast<uint32_t>(heads_.size());
+  for (int64_t j = 0; j < heads; ++j) {
+    if (head_saved_[static_cast<size_t>(j)] == 0) continue;
+    heads_.push_back({j, floats_.size()});
+    const float* from = head_scratch_.data() + j * head_size;
+    floats_.insert(floats_.end(), from, from + head_size);
+  }
+  e.heads_end = static_cast<uint32_t>(heads_.size());
+}
+
+void Model::undo(StateJournal& journal, State& state) const {
+  if (journal.empty()) fail("undo: the journal is empty (no journaled forward, or undone already)");
+  if (state.position != journal.position_ + 1 || state.conv_state.size() != impl_->layers.size()) {
+    fail("undo: the journal is of the forward at position {}, but the state is at position {}", journal.position_,
+         state.position);
+  }
+  for (auto e = journal.entries_.rbegin(); e != journal.entries_.rend(); ++e) {
+    const auto l = static_cast<size_t>(e->layer);
+    if (!e->gdn) {
+      state.key_cache[l].resize(e->cache_size);
+      state.value_cache[l].resize(e->cache_size);
+      continue;
+    }
+    state.conv_zero_inputs[l] = e->conv_zero_inputs;
+    state.recurrent_zero[l] = e->recurrent_zero;
+    if (!e->stepped) continue;
+    const float* conv = journal.floats_.data() + e->conv_at;
+    std::copy(conv, conv + state.conv_state[l].size(), state.conv_state[l].begin());
+    const uint8_t* blocks = journal.bytes_.data() + e->blocks_at;
+    std::copy(blocks, blocks + state.conv_zero_blocks[l].size(), state.conv_zero_blocks[l].begin());
+    const GatedDeltaNetShape& shape = impl_->layers[l].linear.shape();
+    const int64_t head_size = shape.k_head_dim * shape.v_head_dim;
+    for (uint32_t h = e->heads_begin; h < e->heads_end; ++h) {
+      const StateJournal::Head& saved = journal.heads_[h];
+      const float* from = journal.floats_.data() + saved.at;
+      std::copy(from, from + head_size, state.recurrent_state[l].begin() + saved.head * head_size);
+    }
+  }
+  state.position = journal.position_;
+  journal.reset(-1);
+}
+
+void Model::forward_pair(int64_t token, int64_t draft, State& state, std::span<float> logits,
+                         std::span<float> draft_logits, StateJournal& journal) const {
+  check_forward(token, state, logits, {});
+  check_forward(draft, state, draft_logits, {});
+  const Impl& m = *impl_;
+  std::lock_guard<std::mutex> lock(m.pair_mutex);
+  if (!m.trailer) m.trailer = std::make_unique<TrailingWorker>();
+  const SublayerTap no_tap;
+  std::atomic<int64_t> lead{0};
+  Pass first{token, state.position, &state, logits, {}, &no_tap};
+  first.lead = &lead;
+  Pass second{draft, state.position + 1, &state, draft_logits, {}, &no_tap};
+  second.follow = &lead;
+  second.journal = &journal;
+  journal.reset(state.position + 1);
+  // The second thread runs its OpenMP regions with the caller's thread count (a thread's
+  // own setting; the bits do not depend on it).
+  const int threads = omp_get_max_threads();
+  m.trailer->post([&] {
+    omp_set_num_threads(threads);
+    run_pass(second);
+  });
+  try {
+    run_pass(first);
+  } catch (...) {
+    lead.store(-1, std::memory_order_release);
+    try {
+      m.trailer->wait();
+    } catch (...) {  // its error is "the leading forward failed"; the leader's is the one to report
+    }
+    journal.reset(-1);
+    throw;
+  }
+  m.trailer->wait();
+  state.position += 2;
+}
+
+void Model::check_forward(int64_t token, const State& state, std::span<float> logits, std::span<float> hidden) const {
   const Impl& m = *impl_;
   const io::Qwen35Config& c = m.config;
   const int64_t d = c.hidden_size;
@@ -498,9 +649,38 @@ void Model::forward(int64_t token, State& state, std::span<float> logits, std::s
            "some: it was not made by this model's new_state()", l);
     }
   }
+}
+
+void Model::forward(int64_t token, State& state, std::span<float> logits, std::span<float> hidden,
+                    const SublayerTap& tap) const {
+  check_forward(token, state, logits, hidden);
+  run_pass(Pass{token, state.position, &state, logits, hidden, &tap});
+  ++state.position;
+}
+
+void Model::forward(int64_t token, State& state, std::span<float> logits, StateJournal& journal) const {
+  check_forward(token, state, logits, {});
+  journal.reset(state.position);
+  const SublayerTap no_tap;
+  Pass pass{token, state.position, &state, logits, {}, &no_tap};
+  pass.journal = &journal;
+  run_pass(pass);
+  ++state.position;
+}
+
+void Model::run_pass(const Pass& pass) const {
+  const Impl& m = *impl_;
+  const io::Qwen35Config& c = m.config;
+  const int64_t d = c.hidden_size;
+  const int64_t token = pass.token;
+  State& state = *pass.state;
+  const std::span<float> logits = pass.logits, hidden = pass.hidden;
+  const SublayerTap& tap = *pass.tap;
+  StateJournal* const journal = pass.journal;
+  const auto layers = m.layers.size();
 
   // transformers runs its chunked GDN kernel when a layer has no previous state.
-  const bool first_token = state.position == 0;
+  const bool first_token = pass.position == 0;
   // x, normed, mixed [hidden]; gate, up [intermediate]: reused between calls (one set per
   // calling thread), so a step allocates nothing once warm.
   thread_local std::vector<float> scratch;
@@ -631,6 +811,10 @@ void Model::forward(int64_t token, State& state, std::span<float> logits, std::s
   };
   for (size_t l = 0; l < layers; ++l) {
     if (l % kRunLayers == 0) {
+      // A pair's leading forward says how far it is; the trailing one waits until the
+      // leader has left the next run of layers (whose state it is about to read).
+      if (pass.lead != nullptr) pass.lead->store(static_cast<int64_t>(l), std::memory_order_release);
+      if (pass.follow != nullptr) wait_for_lead(*pass.follow, static_cast<int64_t>(std::min(l + kRunLayers, layers)));
       const IdleRun& run = m.runs[l / kRunLayers];
       if (idle_run(run)) {
         add_zero();
@@ -656,9 +840,14 @@ void Model::forward(int64_t token, State& state, std::span<float> logits, std::s
       // conv history is +0 too, so q, k, v are +0 and the output is +0 (state permitting).
       const bool idle = idle_input(tests.mixer);
       const bool fully_idle = idle && zero_inputs >= history;
+      const int32_t next_zero_inputs = idle ? std::min(zero_inputs + 1, history) : 0;
+      const uint8_t next_recurrent_zero = recurrent_zero != 0 && fully_idle ? 1 : 0;
       if (m.skip_idle_sublayers && idle && drained(l)) {
         add_zero();
         ++skipped_gdn;
+        if (journal != nullptr && (next_zero_inputs != zero_inputs || next_recurrent_zero != recurrent_zero)) {
+          journal->note_counters(static_cast<int64_t>(l), zero_inputs, recurrent_zero);
+        }
       } else {
         // idle but the history is live (the cycles after a micro-op fed the layer): the
         // projections are +0 (the idle test's proof), so neither they nor the norm run.
@@ -667,15 +856,22 @@ void Model::forward(int64_t token, State& state, std::span<float> logits, std::s
             projections_zero ? nullptr
                              : rms_norm(layer.input_scale, layer.input_plain, layer.input_odd,
                                         layer.mixer_read_blocks.data());
+        const GatedDeltaNetShape& shape = layer.linear.shape();
+        const HeadSaves saves =
+            journal == nullptr ? HeadSaves{}
+                               : journal->begin_step(static_cast<int64_t>(l), state, shape.num_v_heads,
+                                                     shape.k_head_dim * shape.v_head_dim);
         layer.linear.step(normed, state.conv_state[l], state.recurrent_state[l], first_token, mixed,
-                          state.conv_zero_blocks[l], projections_zero, support);
+                          state.conv_zero_blocks[l], projections_zero, support, journal != nullptr ? &saves : nullptr);
+        if (journal != nullptr) journal->end_step(shape.num_v_heads, shape.k_head_dim * shape.v_head_dim);
         add_mixed(&layer.mixer_written);
       }
-      zero_inputs = idle ? std::min(zero_inputs + 1, history) : 0;
-      recurrent_zero = recurrent_zero != 0 && fully_idle ? 1 : 0;
+      zero_inputs = next_zero_inputs;
+      recurrent_zero = next_recurrent_zero;
     } else {
       rms_norm(layer.input_scale, layer.input_plain, layer.input_odd, nullptr);
-      layer.full.step(normed, state.position, state.key_cache[l], state.value_cache[l], mixed);
+      if (journal != nullptr) journal->note_cache(static_cast<int64_t>(l), state.key_cache[l].size());
+      layer.full.step(normed, pass.position, state.key_cache[l], state.value_cache[l], mixed);
       add_mixed(nullptr);
     }
     // x is what the mixer left, bit for bit (a skipped one's x + (+0) included).
@@ -705,10 +901,10 @@ void Model::forward(int64_t token, State& state, std::span<float> logits, std::s
   if (skipped_runs != 0) m.skipped_runs.fetch_add(skipped_runs, std::memory_order_relaxed);
   if (skipped_gdn != 0) m.skipped_gdn.fetch_add(skipped_gdn, std::memory_order_relaxed);
 
+  if (pass.lead != nullptr) pass.lead->store(static_cast<int64_t>(layers), std::memory_order_release);
   if (!hidden.empty()) std::copy(x.begin(), x.end(), hidden.begin());
   rms_norm(m.final_scale, m.final_plain, m.final_odd, nullptr);
   m.output().multiply(normed, logits.data());
-  ++state.position;
 }
 
 }  // namespace qpu::engine

@@ -13,6 +13,8 @@
 
 namespace qpu::engine {
 
+struct HeadSaves;  // gated_delta_net.h
+
 // Everything a sequence carries between forward steps. Each vector of vectors is
 // indexed by layer index (0 .. num_hidden_layers-1); the entries of layers of the
 // other type stay empty, and so do all four entries of a layer whose mixer the model
@@ -35,6 +37,52 @@ struct State {
   std::vector<int32_t> conv_zero_inputs;
   std::vector<uint8_t> recurrent_zero;
   std::vector<std::vector<uint8_t>> conv_zero_blocks;
+};
+
+// What one forward overwrote in a State, so that Model::undo can put the State back bit
+// for bit (speculative decoding: Model::forward_pair runs a guessed next token and takes
+// it back when the guess was wrong). Per layer the forward touched: a GDN layer's zero
+// counters, and when its step ran, its conv history and the value heads it wrote
+// (GatedDeltaNet's HeadSaves); an attention layer's cache length. Reused between forwards
+// (its buffers stay allocated).
+class StateJournal {
+ public:
+  bool empty() const { return position_ < 0; }
+  // Floats copied (conv histories and heads): what a journaled forward costs beyond its own.
+  int64_t saved_floats() const { return static_cast<int64_t>(floats_.size()); }
+
+ private:
+  friend class Model;
+  struct Entry {
+    int64_t layer = 0;
+    bool gdn = false;
+    int32_t conv_zero_inputs = 0;  // GDN: State's counters before
+    uint8_t recurrent_zero = 0;
+    bool stepped = false;          // GDN: the step ran; conv, blocks and heads were saved
+    size_t conv_at = 0, blocks_at = 0;     // into floats_ / bytes_
+    uint32_t heads_begin = 0, heads_end = 0;  // into heads_
+    size_t cache_size = 0;         // attention: key and value cache sizes before
+  };
+  struct Head {
+    int64_t head = 0;
+    size_t at = 0;  // into floats_
+  };
+  void reset(int64_t position);
+  // Model::forward's records: a GDN layer's counters before (its step did not run), an
+  // attention layer's cache length before, and a GDN step's saves: begin_step copies the
+  // conv history and blocks and returns where the step copies its heads; end_step keeps
+  // the heads it copied.
+  void note_counters(int64_t layer, int32_t conv_zero_inputs, uint8_t recurrent_zero);
+  void note_cache(int64_t layer, size_t cache_size);
+  HeadSaves begin_step(int64_t layer, const State& state, int64_t heads, int64_t head_size);
+  void end_step(int64_t heads, int64_t head_size);
+  int64_t position_ = -1;  // state.position before the forward (-1: nothing recorded)
+  std::vector<Entry> entries_;
+  std::vector<Head> heads_;
+  std::vector<float> floats_;
+  std::vector<uint8_t> bytes_;
+  std::vector<float> head_scratch_;   // HeadSaves of the step running now
+  std::vector<uint8_t> head_saved_;
 };
 
 // How the weight matrices are stored (the results are identical in every mode; see
@@ -156,10 +204,31 @@ class Model {
   // every sublayer (SublayerTap).
   void forward(int64_t token, State& state, std::span<float> logits,
                std::span<float> hidden = {}, const SublayerTap& tap = {}) const;
+  // The same step, recording in `journal` (cleared first) what it overwrites in `state`.
+  void forward(int64_t token, State& state, std::span<float> logits, StateJournal& journal) const;
+  // Puts `state` back to what it was before the journaled forward (bit for bit: every
+  // cache, history, head and counter). The journal must be the latest forward's on this
+  // state (else an error); it is empty afterwards.
+  void undo(StateJournal& journal, State& state) const;
+
+  // Speculative decoding on two threads (docs/engine.md, "Forward pairs"): forward(token)
+  // on the calling thread and forward(draft) at the next position on a second thread that
+  // trails the first layer by layer (it reaches a layer's state only after the first token
+  // has written it). logits and draft_logits get the bits of the two forwards run one after
+  // the other, and the state ends as after both, with the draft's writes in `journal`: when
+  // `draft` was not the token that should follow (the caller's pick from logits), undo
+  // puts the state back to where forward(token) alone leaves it. Calls on one model are
+  // serialized (one trailing thread per model).
+  void forward_pair(int64_t token, int64_t draft, State& state, std::span<float> logits,
+                    std::span<float> draft_logits, StateJournal& journal) const;
 
  private:
   struct Impl;
+  struct Pass;  // one forward's inputs, and its place in a pair (model.cpp)
   std::unique_ptr<Impl> impl_;
+
+  void check_forward(int64_t token, const State& state, std::span<float> logits, std::span<float> hidden) const;
+  void run_pass(const Pass& pass) const;
 
   void build(io::Qwen35Weights globals, const LayerSource& layer, const ModelOptions& options);
 };

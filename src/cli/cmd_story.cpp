@@ -1,5 +1,5 @@
 // `qpu story --model stories260K.bin -z tok512.bin [-n steps] [-i prompt] [-t temp] [-p topp] [-s seed]
-// [--verify] [--threads T] [--build-threads B]`: the whole nested model running inside the host
+// [--verify] [--threads T] [--build-threads B] [--no-speculate]`: the whole nested model running inside the host
 // (docs/story-cli.md). Builds the token machine (machine/token_machine.h) for the run in
 // memory (with the sampler below HEAD when -t > 0), runs it on the engine from HDR with
 // the host's greedy argmax fed back, and prints the story tokens the stream carries
@@ -51,6 +51,7 @@ struct StoryOptions {
   bool profile = false;
   int threads = 1;
   int build_threads = 0;
+  bool speculate = true;
 };
 
 // --profile: host cycles, wall time and computed sublayers per micro-op family, the
@@ -178,6 +179,7 @@ int run_story(const StoryOptions& o) {
   if (checker) ro.logit_probes = m.logit_probes;  // the nested logits, read where HEAD computes them
   ro.on_cycle = [&](const runner::StreamCounts& counts, double seconds) { progress.update(counts, seconds, false); };
   ro.profile = o.profile;
+  ro.speculate = o.speculate;
   const runner::StoryRunResult r = runner::run_story(m, model, ro, cb);
   progress.update(r.counts, r.seconds, true);
   if (o.profile) print_profile(r.profile);  // also when the check below fails: where the time went
@@ -199,6 +201,10 @@ int run_story(const StoryOptions& o) {
                static_cast<long long>(r.host_forwards), nested, r.seconds, r.cycles_per_second(),
                r.seconds > 0 ? nested / r.seconds : 0.0,
                r.ambiguous > 0 ? fmt::format(" ({} ambiguous host argmaxes)", r.ambiguous).c_str() : "");
+  if (r.pairs > 0)
+    std::fprintf(stderr, "story: %lld forwards ran beside a guessed next token, %lld guesses kept (%.1f %%)\n",
+                 static_cast<long long>(r.pairs), static_cast<long long>(r.guesses_kept),
+                 100.0 * static_cast<double>(r.guesses_kept) / static_cast<double>(r.pairs));
   if (checker)
     std::fprintf(stderr, "verify: %lld floats, %lld logits vectors and %lld tokens bit-identical to run.c\n",
                  static_cast<long long>(checker->floats_compared()),
@@ -234,6 +240,10 @@ qpu::cli::Runner setup(CLI::App& app) {
                  "sublayers are too small to share)");
   app.add_option("--build-threads", o->build_threads,
                  "threads that build the engine model's layers; 0 = one per core (default 0)");
+  app.add_flag("--speculate,!--no-speculate", o->speculate,
+               "run each cycle's forward beside the forward of a guessed next host token on a second thread, kept "
+               "when the host's argmax is the guess (speculative decoding; the same bits). Off with --profile "
+               "(default on; --no-speculate: one forward at a time)");
   return [o] { return run_story(*o); };
 }
 

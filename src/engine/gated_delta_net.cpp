@@ -1,5 +1,7 @@
 #include "engine/gated_delta_net.h"
 
+#include <bit>
+
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -285,9 +287,38 @@ int64_t GatedDeltaNet::conv_blocks() const { return shape_.conv_dim() / elementw
 int64_t GatedDeltaNet::dead_conv_blocks() const { return std::count(dead_blocks_.begin(), dead_blocks_.end(), 1); }
 int64_t GatedDeltaNet::dead_value_heads() const { return std::count(dead_heads_.begin(), dead_heads_.end(), 1); }
 
+void GatedDeltaNet::save_conv(std::span<const float> conv_state, const float* input,
+                              std::span<const uint8_t> conv_zero_blocks, const StepSaves& saves) const {
+  const int64_t history = shape_.conv_kernel - 1, conv_dim = shape_.conv_dim();
+  const int64_t full = conv_dim / elementwise::kBlock * elementwise::kBlock;
+  // conv_silu_tracked leaves a block's history alone when its taps are finite, its input is
+  // all +0 bits and its history is known +0 (count at kernel-1) or all +0 bits; the plain
+  // loop (no tracking) writes every channel.
+  const bool tracked = skip_idle_channels_ && conv_taps_finite_ && !conv_zero_blocks.empty();
+  const auto all_plus_zero = [](const float* x, int64_t n) {
+    for (int64_t i = 0; i < n; ++i)
+      if (std::bit_cast<uint32_t>(x[i]) != 0) return false;
+    return true;
+  };
+  for (int64_t c = 0; c < full; c += elementwise::kBlock) {
+    const int64_t b = c / elementwise::kBlock;
+    const float* past = conv_state.data() + c * history;
+    const int64_t values = elementwise::kBlock * history;
+    if (tracked && all_plus_zero(input + c, elementwise::kBlock) &&
+        (conv_zero_blocks[static_cast<size_t>(b)] >= history || all_plus_zero(past, values)))
+      continue;
+    std::copy(past, past + values, saves.conv + c * history);
+    saves.conv_saved[b] = 1;
+  }
+  if (full < conv_dim) {
+    std::copy(conv_state.begin() + full * history, conv_state.end(), saves.conv + full * history);
+    saves.conv_saved[full / elementwise::kBlock] = 1;
+  }
+}
+
 void GatedDeltaNet::step(const float* h, std::span<float> conv_state, std::span<float> recurrent_state,
                          bool first_token, float* out, std::span<uint8_t> conv_zero_blocks,
-                         bool projections_zero, const uint64_t* h_blocks, const HeadSaves* saves) const {
+                         bool projections_zero, const uint64_t* h_blocks, const StepSaves* saves) const {
   const GatedDeltaNetShape& s = shape_;
   const int64_t conv_dim = s.conv_dim();
   const int64_t taps = s.conv_kernel;
@@ -335,6 +366,7 @@ void GatedDeltaNet::step(const float* h, std::span<float> conv_state, std::span<
   // Dead blocks (no input row) whose history is known +0 (count at kernel-1): their
   // input is +0 too, so conv_silu_tracked would write +0, keep the count at the cap and
   // leave the history's bits; only the live runs are run, on the same kernel.
+  if (saves != nullptr) save_conv(conv_state, mixed, conv_zero_blocks, *saves);
   bool dead_blocks_idle = false;
   if (skip_idle_channels_ && has_dead_blocks_ && conv_taps_finite_ && !conv_zero_blocks.empty() && history <= 255) {
     const auto cap = static_cast<uint8_t>(std::min<int64_t>(history, 255));
@@ -449,7 +481,7 @@ void GatedDeltaNet::step(const float* h, std::span<float> conv_state, std::span<
     const auto save = [&] {
       if (saves == nullptr) return;
       std::copy(state, state + dk * dv, saves->heads + j * dk * dv);
-      saves->saved[j] = 1;
+      saves->heads_saved[j] = 1;
     };
     float* delta = head_scratch + 2 * j * dv;
     float* o = delta + dv;
@@ -480,8 +512,15 @@ void GatedDeltaNet::step(const float* h, std::span<float> conv_state, std::span<
                                delta, o);
       }
     } else if (skip_zeros_) {
-      save();
       const int32_t* counts = head_counts;
+      // skip_zeros writes rows only where k_i != 0, every row when decay != 1, and every row
+      // when delta = (v - S^T k) * beta is not finite; with no k row, S^T k is +0.
+      if (saves != nullptr) {
+        bool writes = decay[j] != 1.0f || counts[0] > 0;
+        const float* vh = v + j * dv;
+        for (int64_t c = 0; c < dv && !writes; ++c) writes = !finite((vh[c] - 0.0f) * beta[j]);
+        if (writes) save();
+      }
       delta_rule::skip_zeros(state, dk, dv, kh, {k_rows + m * dk, static_cast<size_t>(counts[0])}, qh,
                              {q_rows + m * dk, static_cast<size_t>(counts[1])}, v + j * dv, beta[j],
                              decay[j], delta, o);

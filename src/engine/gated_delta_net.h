@@ -40,13 +40,21 @@ int64_t nonzero_rows(const float* x, int64_t n, int32_t* rows);
 
 }  // namespace delta_rule
 
-// Where GatedDeltaNet::step copies a value head's recurrent state before it first writes
-// it (Model's StateJournal: a forward that may have to be undone). heads: [v_heads, dk,
-// dv]; saved: [v_heads], set to 1 for each head copied (the caller clears it). A head that
-// the step provably leaves untouched (a dead head, a head at rest) is not copied.
-struct HeadSaves {
+// Where GatedDeltaNet::step copies the state it is about to overwrite (Model's
+// StateJournal: a forward that may have to be undone). The caller sizes the buffers and
+// clears the flags; step sets a flag for each part it copied.
+//   heads [v_heads, dk, dv], heads_saved [v_heads]: a value head's recurrent state, copied
+//     whole just before its first write. Heads that the step leaves untouched (dead heads,
+//     heads at rest, and heads whose only rows are read) are not copied.
+//   conv [conv_dim, kernel-1], conv_saved [conv_blocks() + 1]: the conv history of a block
+//     of 16 channels (the last flag: the channels past the last full block), copied before
+//     the conv runs, unless the conv provably leaves it alone (its input and history are
+//     +0: elementwise's conv_silu_tracked skips such a block).
+struct StepSaves {
   float* heads = nullptr;
-  uint8_t* saved = nullptr;
+  uint8_t* heads_saved = nullptr;
+  float* conv = nullptr;
+  uint8_t* conv_saved = nullptr;
 };
 
 struct GatedDeltaNetShape {
@@ -108,11 +116,11 @@ class GatedDeltaNet {
   //   whose input has gone idle while its conv history is still live runs this way.
   // h_blocks: nullptr, or h's support (PackedMatrix::Support): h is +-0 outside these
   //   blocks of 16, so the projections scan only them (the same plan, the same bits).
-  // saves: nullptr, or where the heads it writes are copied first (HeadSaves).
+  // saves: nullptr, or where what it overwrites is copied first (StepSaves).
   void step(const float* h, std::span<float> conv_state, std::span<float> recurrent_state,
             bool first_token, float* out, std::span<uint8_t> conv_zero_blocks = {},
             bool projections_zero = false, const uint64_t* h_blocks = nullptr,
-            const HeadSaves* saves = nullptr) const;
+            const StepSaves* saves = nullptr) const;
   // The number of conv_zero_blocks counts (conv channel blocks of 16).
   int64_t conv_blocks() const;
   // Conv blocks with no input row and value heads that step() leaves out while those
@@ -126,6 +134,11 @@ class GatedDeltaNet {
   static int64_t parallel_steps();
 
  private:
+  // StepSaves' conv part: copies the blocks of conv_state that the conv may write for this
+  // input (mixed, the in_proj_qkv output).
+  void save_conv(std::span<const float> conv_state, const float* input, std::span<const uint8_t> conv_zero_blocks,
+                 const StepSaves& saves) const;
+
   GatedDeltaNetShape shape_;
   float rms_eps_ = 0;
   bool skip_zeros_ = true;

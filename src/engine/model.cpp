@@ -513,7 +513,7 @@ void wait_for_lead(const std::atomic<int64_t>& lead, int64_t layers) {
 void StateJournal::reset(int64_t position) {
   position_ = position;
   entries_.clear();
-  heads_.clear();
+  parts_.clear();
   floats_.clear();
   bytes_.clear();
 }
@@ -526,7 +526,8 @@ void StateJournal::note_cache(int64_t layer, size_t cache_size) {
   entries_.push_back({.layer = layer, .cache_size = cache_size});
 }
 
-HeadSaves StateJournal::begin_step(int64_t layer, const State& state, int64_t heads, int64_t head_size) {
+StepSaves StateJournal::begin_step(int64_t layer, const State& state, int64_t heads, int64_t head_size,
+                                   int64_t conv_parts) {
   const auto l = static_cast<size_t>(layer);
   Entry& e = entries_.emplace_back();
   e.layer = layer;
@@ -534,25 +535,36 @@ HeadSaves StateJournal::begin_step(int64_t layer, const State& state, int64_t he
   e.conv_zero_inputs = state.conv_zero_inputs[l];
   e.recurrent_zero = state.recurrent_zero[l];
   e.stepped = true;
-  e.conv_at = floats_.size();
-  floats_.insert(floats_.end(), state.conv_state[l].begin(), state.conv_state[l].end());
   e.blocks_at = bytes_.size();
   bytes_.insert(bytes_.end(), state.conv_zero_blocks[l].begin(), state.conv_zero_blocks[l].end());
-  head_scratch_.resize(static_cast<size_t>(heads * head_size));
-  head_saved_.assign(static_cast<size_t>(heads), 0);
-  return {head_scratch_.data(), head_saved_.data()};
+  heads_scratch_.resize(static_cast<size_t>(heads * head_size));
+  heads_saved_.assign(static_cast<size_t>(heads), 0);
+  conv_scratch_.resize(state.conv_state[l].size());
+  conv_saved_.assign(static_cast<size_t>(conv_parts), 0);
+  return {heads_scratch_.data(), heads_saved_.data(), conv_scratch_.data(), conv_saved_.data()};
 }
 
-void StateJournal::end_step(int64_t heads, int64_t head_size) {
+void StateJournal::end_step(int64_t history) {
   Entry& e = entries_.back();
-  e.heads_begin = static_cast<uint32_t>(heads_.size());
-  for (int64_t j = 0; j < heads; ++j) {
-    if (head_saved_[static_cast<size_t>(j)] == 0) continue;
-    heads_.push_back({j, floats_.size()});
-    const float* from = head_scratch_.data() + j * head_size;
+  e.parts_begin = static_cast<uint32_t>(parts_.size());
+  // Conv block b holds channels [16 b, 16 b + 16), the last flag the channels past the last
+  // full block: kBlock * history values from 16 b * history (the tail: to the end).
+  const size_t block_values = static_cast<size_t>(elementwise::kBlock * history);
+  for (size_t b = 0; b < conv_saved_.size(); ++b) {
+    if (conv_saved_[b] == 0) continue;
+    parts_.push_back({false, static_cast<int64_t>(b), floats_.size()});
+    const size_t from = b * block_values, to = std::min(from + block_values, conv_scratch_.size());
+    floats_.insert(floats_.end(), conv_scratch_.begin() + static_cast<ptrdiff_t>(from),
+                   conv_scratch_.begin() + static_cast<ptrdiff_t>(to));
+  }
+  const size_t head_size = heads_saved_.empty() ? 0 : heads_scratch_.size() / heads_saved_.size();
+  for (size_t j = 0; j < heads_saved_.size(); ++j) {
+    if (heads_saved_[j] == 0) continue;
+    parts_.push_back({true, static_cast<int64_t>(j), floats_.size()});
+    const float* from = heads_scratch_.data() + j * head_size;
     floats_.insert(floats_.end(), from, from + head_size);
   }
-  e.heads_end = static_cast<uint32_t>(heads_.size());
+  e.parts_end = static_cast<uint32_t>(parts_.size());
 }
 
 void Model::undo(StateJournal& journal, State& state) const {
@@ -571,16 +583,18 @@ void Model::undo(StateJournal& journal, State& state) const {
     state.conv_zero_inputs[l] = e->conv_zero_inputs;
     state.recurrent_zero[l] = e->recurrent_zero;
     if (!e->stepped) continue;
-    const float* conv = journal.floats_.data() + e->conv_at;
-    std::copy(conv, conv + state.conv_state[l].size(), state.conv_state[l].begin());
     const uint8_t* blocks = journal.bytes_.data() + e->blocks_at;
     std::copy(blocks, blocks + state.conv_zero_blocks[l].size(), state.conv_zero_blocks[l].begin());
     const GatedDeltaNetShape& shape = impl_->layers[l].linear.shape();
-    const int64_t head_size = shape.k_head_dim * shape.v_head_dim;
-    for (uint32_t h = e->heads_begin; h < e->heads_end; ++h) {
-      const StateJournal::Head& saved = journal.heads_[h];
-      const float* from = journal.floats_.data() + saved.at;
-      std::copy(from, from + head_size, state.recurrent_state[l].begin() + saved.head * head_size);
+    const size_t head_size = static_cast<size_t>(shape.k_head_dim * shape.v_head_dim);
+    const size_t block_values = static_cast<size_t>(elementwise::kBlock * (shape.conv_kernel - 1));
+    for (uint32_t p = e->parts_begin; p < e->parts_end; ++p) {
+      const StateJournal::Part& part = journal.parts_[p];
+      const float* from = journal.floats_.data() + part.at;
+      std::vector<float>& to = part.head ? state.recurrent_state[l] : state.conv_state[l];
+      const size_t size = part.head ? head_size : block_values;
+      const size_t first = static_cast<size_t>(part.index) * size;
+      std::copy(from, from + std::min(size, to.size() - first), to.begin() + static_cast<ptrdiff_t>(first));
     }
   }
   state.position = journal.position_;
@@ -857,13 +871,13 @@ void Model::run_pass(const Pass& pass) const {
                              : rms_norm(layer.input_scale, layer.input_plain, layer.input_odd,
                                         layer.mixer_read_blocks.data());
         const GatedDeltaNetShape& shape = layer.linear.shape();
-        const HeadSaves saves =
-            journal == nullptr ? HeadSaves{}
+        const StepSaves saves =
+            journal == nullptr ? StepSaves{}
                                : journal->begin_step(static_cast<int64_t>(l), state, shape.num_v_heads,
-                                                     shape.k_head_dim * shape.v_head_dim);
+                                                     shape.k_head_dim * shape.v_head_dim, layer.linear.conv_blocks() + 1);
         layer.linear.step(normed, state.conv_state[l], state.recurrent_state[l], first_token, mixed,
                           state.conv_zero_blocks[l], projections_zero, support, journal != nullptr ? &saves : nullptr);
-        if (journal != nullptr) journal->end_step(shape.num_v_heads, shape.k_head_dim * shape.v_head_dim);
+        if (journal != nullptr) journal->end_step(shape.conv_kernel - 1);
         add_mixed(&layer.mixer_written);
       }
       zero_inputs = next_zero_inputs;

@@ -13,7 +13,7 @@
 
 namespace qpu::engine {
 
-struct HeadSaves;  // gated_delta_net.h
+struct StepSaves;  // gated_delta_net.h
 
 // Everything a sequence carries between forward steps. Each vector of vectors is
 // indexed by layer index (0 .. num_hidden_layers-1); the entries of layers of the
@@ -42,13 +42,13 @@ struct State {
 // What one forward overwrote in a State, so that Model::undo can put the State back bit
 // for bit (speculative decoding: Model::forward_pair runs a guessed next token and takes
 // it back when the guess was wrong). Per layer the forward touched: a GDN layer's zero
-// counters, and when its step ran, its conv history and the value heads it wrote
-// (GatedDeltaNet's HeadSaves); an attention layer's cache length. Reused between forwards
+// counters, and when its step ran, the conv blocks and value heads it wrote (GatedDeltaNet's
+// StepSaves); an attention layer's cache length. Reused between forwards
 // (its buffers stay allocated).
 class StateJournal {
  public:
   bool empty() const { return position_ < 0; }
-  // Floats copied (conv histories and heads): what a journaled forward costs beyond its own.
+  // Floats copied (conv blocks and heads): what a journaled forward costs beyond its own.
   int64_t saved_floats() const { return static_cast<int64_t>(floats_.size()); }
 
  private:
@@ -58,31 +58,35 @@ class StateJournal {
     bool gdn = false;
     int32_t conv_zero_inputs = 0;  // GDN: State's counters before
     uint8_t recurrent_zero = 0;
-    bool stepped = false;          // GDN: the step ran; conv, blocks and heads were saved
-    size_t conv_at = 0, blocks_at = 0;     // into floats_ / bytes_
-    uint32_t heads_begin = 0, heads_end = 0;  // into heads_
+    bool stepped = false;          // GDN: the step ran; its block counters and saves are kept
+    size_t blocks_at = 0;          // into bytes_: conv_zero_blocks before
+    uint32_t parts_begin = 0, parts_end = 0;  // into parts_: the conv blocks and heads saved
     size_t cache_size = 0;         // attention: key and value cache sizes before
   };
-  struct Head {
-    int64_t head = 0;
-    size_t at = 0;  // into floats_
+  // A saved piece of a GDN layer's state: conv block `index` (StepSaves' conv flags) or
+  // value head `index`, its old values at floats_[at].
+  struct Part {
+    bool head = false;
+    int64_t index = 0;
+    size_t at = 0;
   };
   void reset(int64_t position);
   // Model::forward's records: a GDN layer's counters before (its step did not run), an
-  // attention layer's cache length before, and a GDN step's saves: begin_step copies the
-  // conv history and blocks and returns where the step copies its heads; end_step keeps
-  // the heads it copied.
+  // attention layer's cache length before, and a GDN step's saves: begin_step keeps the
+  // counters and returns where the step copies what it overwrites; end_step keeps the
+  // parts it copied.
   void note_counters(int64_t layer, int32_t conv_zero_inputs, uint8_t recurrent_zero);
   void note_cache(int64_t layer, size_t cache_size);
-  HeadSaves begin_step(int64_t layer, const State& state, int64_t heads, int64_t head_size);
-  void end_step(int64_t heads, int64_t head_size);
+  StepSaves begin_step(int64_t layer, const State& state, int64_t heads, int64_t head_size, int64_t conv_parts);
+  void end_step(int64_t history);
   int64_t position_ = -1;  // state.position before the forward (-1: nothing recorded)
   std::vector<Entry> entries_;
-  std::vector<Head> heads_;
+  std::vector<Part> parts_;
   std::vector<float> floats_;
   std::vector<uint8_t> bytes_;
-  std::vector<float> head_scratch_;   // HeadSaves of the step running now
-  std::vector<uint8_t> head_saved_;
+  // The StepSaves of the step running now (kept between forwards: no allocation once warm).
+  std::vector<float> heads_scratch_, conv_scratch_;
+  std::vector<uint8_t> heads_saved_, conv_saved_;
 };
 
 // How the weight matrices are stored (the results are identical in every mode; see

@@ -9,6 +9,7 @@
 
 #include "common/error.h"
 #include "engine/elementwise.h"
+#include "runner/prompt_lookup.h"
 
 namespace qpu::runner {
 
@@ -195,11 +196,46 @@ StoryRunResult run_story(const machine::AssembledMachine& m, const engine::Model
   std::unique_ptr<CycleProfile> profile;
   if (o.profile) profile = std::make_unique<CycleProfile>(parser.vocabulary().first_control, parser.vocabulary().control_names);
   const int64_t computable = sublayers - static_cast<int64_t>(model.skipped_mixers().size());
-  // One forward and the host's greedy pick (the first maximum, as torch's argmax).
-  // The argmax after a prompt token other than the last is not used (the prompt forces the
-  // next token), so it is neither returned nor checked.
+  // The host's greedy pick from `from` (the first maximum, as torch's argmax): engine's
+  // greedy kernel gives the first maximum (std::max_element's index) and the count above
+  // 2^20 in one vector pass (two scalar passes over the vocabulary were 7.5 % of a cycle).
+  const auto pick = [&](const std::vector<float>& from) {
+    int64_t above = 0;
+    const int64_t best = engine::elementwise::kernels().argmax(from.data(), static_cast<int64_t>(from.size()), 0x1p20f, &above);
+    if (!unambiguous(from[static_cast<size_t>(best)], above)) ++r.ambiguous;
+    return best;
+  };
+  // Speculation (StoryRunOptions::speculate): the draft, the guess's logits and its undo.
+  const bool speculate = o.speculate && !profile && !o.around_forward;
+  PromptLookup lookup;
+  std::vector<float> guess_logits(speculate ? vocab : 0);
+  engine::StateJournal journal;
+  int64_t ready = -1;  // a kept guess: the token whose forward has run, its logits in guess_logits
+  // One forward and the host's greedy pick. The argmax after a prompt token other than the
+  // last is not used (the prompt forces the next token), so it is neither returned nor
+  // checked.
   const auto forward = [&](int64_t token, bool used) {
+    if (speculate) lookup.push(token);
+    if (token == ready) {  // its forward ran beside the previous one, which kept it
+      ready = -1;
+      ++r.host_forwards;
+      return pick(guess_logits);
+    }
     const bool head = read_logits && token == head_id;
+    const int64_t guess = speculate && used && !head ? lookup.guess() : -1;
+    if (guess >= 0 && !(read_logits && guess == head_id)) {
+      model.forward_pair(token, guess, state, logits, guess_logits, journal);
+      ++r.host_forwards;
+      ++r.pairs;
+      const int64_t best = pick(logits);
+      if (best == guess) {
+        ready = guess;
+        ++r.guesses_kept;
+      } else {
+        model.undo(journal, state);
+      }
+      return best;
+    }
     if (o.around_forward) o.around_forward(token, true);
     if (profile) {
       const engine::IdleSublayerCounts before = model.skipped_sublayers();
@@ -219,14 +255,7 @@ StoryRunResult run_story(const machine::AssembledMachine& m, const engine::Model
       if (!callbacks.on_logits(e)) stop_for_logits = true;
     }
     if (!used) return int64_t{-1};
-    // engine's greedy kernel: the first maximum (std::max_element's index) and the count
-    // above 2^20 in one vector pass (two scalar passes over the vocabulary were 7.5 % of a
-    // cycle).
-    int64_t above = 0;
-    const int64_t best =
-        engine::elementwise::kernels().argmax(logits.data(), static_cast<int64_t>(logits.size()), 0x1p20f, &above);
-    if (!unambiguous(logits[static_cast<size_t>(best)], above)) ++r.ambiguous;
-    return best;
+    return pick(logits);
   };
   int64_t next = 0;
   for (size_t i = 0; i < prompt.size(); ++i) next = forward(prompt[i], i + 1 == prompt.size());

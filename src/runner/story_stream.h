@@ -137,6 +137,13 @@ struct StoryRunOptions {
   // (false): e.g. to switch a sampling profiler on for one micro-op family
   // (bench/story_profile.cpp). It observes only.
   std::function<void(int64_t token, bool before)> around_forward;
+  // Speculative decoding on a second thread (engine::Model::forward_pair): each generated
+  // cycle's forward runs beside the forward of a guessed next token (PromptLookup over the
+  // host tokens so far); when the host's argmax is the guess, the next cycle's logits are
+  // ready, else the guess is undone. The same tokens, logits and State bits as without.
+  // Not with profile or around_forward (which time or watch one forward at a time), nor on
+  // a cycle whose forward the logit probes read (HEAD's), nor for a guess of HEAD then.
+  bool speculate = false;
 };
 
 struct StoryRunResult {
@@ -145,6 +152,8 @@ struct StoryRunResult {
   int64_t ambiguous = 0;      // cycles whose winning logit is not a token signature or not unique
   double seconds = 0;         // wall time of the run (forwards, parsing, callbacks)
   std::vector<ProfileRow> profile;  // StoryRunOptions::profile: every forward (prompt included)
+  int64_t pairs = 0;         // StoryRunOptions::speculate: forwards run beside a guess
+  int64_t guesses_kept = 0;  // of those, the guess was the host's next token
   double cycles_per_second() const { return seconds > 0 ? static_cast<double>(host_forwards) / seconds : 0.0; }
 };
 

@@ -212,17 +212,20 @@ TEST(ForwardPair, BadInputLeavesTheStateAlone) {
   EXPECT_EQ(state.position, before.position + 2);
 }
 
-// GatedDeltaNet::step's HeadSaves on their own: every head whose state bits changed was
-// copied first, with its old bits; on random states and inputs with exact zeros, one-hot
-// q and k, decays of 1 and not, and non-finite inputs (the dense write of a head at rest).
-TEST(GdnHeadSaves, EveryWrittenHeadIsCopiedFirst) {
-  int copied = 0, untouched = 0;
+// GatedDeltaNet::step's StepSaves on their own: every value head and every conv block whose
+// state bits changed was copied first, with its old bits. Random states and inputs with
+// exact zeros (idle conv blocks, with and without the block counters), one-hot-like heads
+// at rest, decays of 1 and not, and non-finite inputs (the dense write of a head at rest).
+TEST(GdnStepSaves, EveryWrittenPartIsCopiedFirst) {
+  int heads_copied = 0, heads_untouched = 0, blocks_copied = 0, blocks_untouched = 0;
   for (uint64_t seed = 1; seed <= 40; ++seed) {
     TinySpec spec;
     spec.seed = seed;
     spec.layers = {LayerType::LinearAttention};
     spec.k_heads = 2;
     spec.v_heads = 4;
+    spec.k_dim = 16;
+    spec.v_dim = seed % 3 == 0 ? 8 : seed % 3 == 1 ? 6 : 10;  // conv_dim 96, 88, 104: a partial last block at 6 and 10
     io::Qwen35Weights w = make_tiny_weights(spec);
     TinyRandom rng(seed * 5 + 2);
     io::LinearAttentionWeights& lw = w.layers[0].linear;
@@ -248,36 +251,61 @@ TEST(GdnHeadSaves, EveryWrittenHeadIsCopiedFirst) {
     std::vector<float> conv(static_cast<size_t>(shape.conv_state_size()), 0.0f);
     std::vector<float> rec(static_cast<size_t>(shape.recurrent_state_size()));
     for (float& x : rec) x = rng.unit() < 0.3 ? 0.0f : rng.uniform(2.0);
+    // The block counters (as Model keeps them) in most seeds, none in the others.
+    const bool tracked = seed % 7 != 0;
+    std::vector<uint8_t> counts(tracked ? static_cast<size_t>(gdn.conv_blocks()) : 0,
+                                static_cast<uint8_t>(spec.conv_kernel - 1));
     std::vector<float> input(static_cast<size_t>(h)), out(static_cast<size_t>(h));
-    const int64_t head = spec.k_dim * spec.v_dim;
+    const int64_t head = spec.k_dim * spec.v_dim, history = spec.conv_kernel - 1;
+    const int64_t conv_dim = shape.conv_dim(), full = conv_dim / 16 * 16;
     std::vector<float> heads(static_cast<size_t>(shape.recurrent_state_size()));
-    std::vector<uint8_t> saved(static_cast<size_t>(spec.v_heads));
-    for (int step = 0; step < 6; ++step) {
-      for (float& x : input) x = rng.unit() < 0.5 ? 0.0f : rng.uniform(1.0);
-      if (seed % 4 == 2 && step >= 3) input[0] = kInf;  // non-finite v and delta (decay 1)
-      const std::vector<float> before = rec;
-      std::fill(saved.begin(), saved.end(), 0);
-      const HeadSaves saves{heads.data(), saved.data()};
-      gdn.step(input.data(), conv, rec, step == 0, out.data(), {}, false, nullptr, &saves);
-      for (int64_t j = 0; j < spec.v_heads; ++j) {
-        const auto first = static_cast<size_t>(j * head);
+    std::vector<float> convs(conv.size());
+    std::vector<uint8_t> heads_saved(static_cast<size_t>(spec.v_heads));
+    std::vector<uint8_t> conv_saved(static_cast<size_t>(gdn.conv_blocks() + 1));
+    for (int step = 0; step < 8; ++step) {
+      // Idle inputs now and then: the conv history drains and blocks go untouched.
+      const bool idle = rng.unit() < 0.4;
+      for (float& x : input) x = idle || rng.unit() < 0.5 ? 0.0f : rng.uniform(1.0);
+      if (seed % 4 == 2 && step >= 5) input[0] = kInf;  // non-finite v and delta (decay 1)
+      const std::vector<float> rec_before = rec, conv_before = conv;
+      std::fill(heads_saved.begin(), heads_saved.end(), 0);
+      std::fill(conv_saved.begin(), conv_saved.end(), 0);
+      const StepSaves saves{heads.data(), heads_saved.data(), convs.data(), conv_saved.data()};
+      gdn.step(input.data(), conv, rec, step == 0, out.data(), counts, false, nullptr, &saves);
+      const std::string at = "seed " + std::to_string(seed) + " step " + std::to_string(step);
+      // [first, first + size) of `now` against `before`, and of the copy when saved.
+      const auto check = [&](const std::vector<float>& now, const std::vector<float>& before,
+                             const std::vector<float>& copy, size_t first, size_t size, bool saved, int& copied,
+                             int& untouched, const std::string& what) {
         bool changed = false;
-        for (int64_t i = 0; i < head; ++i)
-          changed = changed || float_bits(rec[first + static_cast<size_t>(i)]) != float_bits(before[first + static_cast<size_t>(i)]);
-        if (saved[static_cast<size_t>(j)] != 0) {
+        for (size_t i = first; i < first + size; ++i) changed = changed || float_bits(now[i]) != float_bits(before[i]);
+        if (saved) {
           ++copied;
-          for (int64_t i = 0; i < head; ++i)
-            ASSERT_EQ(float_bits(heads[first + static_cast<size_t>(i)]), float_bits(before[first + static_cast<size_t>(i)]))
-                << "seed " << seed << " step " << step << " head " << j << " [" << i << "]";
+          for (size_t i = first; i < first + size; ++i)
+            ASSERT_EQ(float_bits(copy[i]), float_bits(before[i])) << at << " " << what << " [" << i << "]";
         } else {
           ++untouched;
-          ASSERT_FALSE(changed) << "seed " << seed << " step " << step << " head " << j << " written without a copy";
+          ASSERT_FALSE(changed) << at << " " << what << " written without a copy";
         }
+      };
+      for (int64_t j = 0; j < spec.v_heads; ++j) {
+        check(rec, rec_before, heads, static_cast<size_t>(j * head), static_cast<size_t>(head),
+              heads_saved[static_cast<size_t>(j)] != 0, heads_copied, heads_untouched, "head " + std::to_string(j));
+        if (HasFatalFailure()) return;
+      }
+      for (int64_t c = 0; c < conv_dim; c += 16) {
+        const int64_t channels = std::min<int64_t>(16, conv_dim - c);
+        check(conv, conv_before, convs, static_cast<size_t>(c * history), static_cast<size_t>(channels * history),
+              conv_saved[static_cast<size_t>(c / 16)] != 0, blocks_copied, blocks_untouched,
+              "conv block " + std::to_string(c / 16) + (c >= full ? " (the tail)" : ""));
+        if (HasFatalFailure()) return;
       }
     }
   }
-  EXPECT_GT(copied, 100);
-  EXPECT_GT(untouched, 50);
+  EXPECT_GT(heads_copied, 100);
+  EXPECT_GT(heads_untouched, 100);
+  EXPECT_GT(blocks_copied, 300);
+  EXPECT_GT(blocks_untouched, 300);
 }
 
 }  // namespace

@@ -6,6 +6,22 @@ function(qpu_warnings target)
     -Wformat=2 -Wimplicit-fallthrough)
 endfunction()
 
+# Labels whose test binaries are not built (CMake cache): a binary whose tests all carry
+# one of them would be built for nothing where those labels are not run. The sanitizer
+# preset skips slow, transformers and long (its ctest run excludes them); test.sh skips
+# long unless QPU_LONG_TESTS=1. Binaries with other tests too are always built.
+set(QPU_UNBUILT_TEST_LABELS "" CACHE STRING "Test labels whose test binaries are not built (a list; empty: all)")
+# qpu_tests_wanted(var label...): var is TRUE when some of the binary's labels is built.
+function(qpu_tests_wanted var)
+  set(${var} FALSE PARENT_SCOPE)
+  foreach(label IN LISTS ARGN)
+    if(NOT label IN_LIST QPU_UNBUILT_TEST_LABELS)
+      set(${var} TRUE PARENT_SCOPE)
+      return()
+    endif()
+  endforeach()
+endfunction()
+
 # qpu_test(name SOURCES ... LIBS ...): a GoogleTest executable registered with CTest.
 function(qpu_test name)
   cmake_parse_arguments(T "" "" "SOURCES;LIBS" ${ARGN})

@@ -8,7 +8,12 @@
 // Every forward's logits are compared with the sequential run's argmax (the token that
 // followed in the stream) and the last logits vector bit for bit: a difference is an error.
 //
-//   pair_replay TOKENS [positions=256] [forwards=all] [threads=1]
+//   pair_replay TOKENS [positions=256] [forwards=all] [threads=1] [modes=sjp]
+//
+// modes: the letters of the modes to run (s, j, p); the sequential run always runs first
+// (the others compare with it), timed only when s is given. Two sequential runs side by
+// side in two processes say what the two cores give when nothing is shared but the
+// memory system.
 //
 // A measurement, not a test.
 #include <omp.h>
@@ -29,12 +34,13 @@
 int main(int argc, char** argv) {
   using namespace qpu;
   if (argc < 2) {
-    std::fprintf(stderr, "usage: pair_replay TOKENS [positions=256] [forwards=all] [threads=1]\n");
+    std::fprintf(stderr, "usage: pair_replay TOKENS [positions=256] [forwards=all] [threads=1] [modes=sjp]\n");
     return 1;
   }
   const int positions = argc > 2 ? std::atoi(argv[2]) : 256;
   const long limit = argc > 3 ? std::atol(argv[3]) : 0;
   omp_set_num_threads(argc > 4 ? std::atoi(argv[4]) : 1);
+  const std::string modes = argc > 5 ? argv[5] : "sjp";
   std::vector<int64_t> tokens;
   {
     std::ifstream in(argv[1]);
@@ -64,9 +70,11 @@ int main(int argc, char** argv) {
     // The stream's own next token is the host's argmax (the forwards of a prompt excepted:
     // the first few tokens are forced), so only the count of disagreements is reported.
     const auto timed = [&](const char* mode, auto&& body) {
+      if (modes.find(mode[0]) == std::string::npos && mode[0] != 's') return;
       const auto start = std::chrono::steady_clock::now();
       const long misses = body();
       const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      if (modes.find(mode[0]) == std::string::npos) return;
       std::printf("%-11s %8.1f s  %7.1f forwards/s  (%ld argmaxes differ from the stream: the prompt's)\n", mode, s,
                   static_cast<double>(tokens.size()) / s, misses);
       std::fflush(stdout);

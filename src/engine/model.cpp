@@ -823,14 +823,22 @@ void Model::run_pass(const Pass& pass) const {
     know_x();
     return x_facts.finite && none_live(m.run_words, run.words_begin, run.words_end);
   };
+  // A pair (forward_pair): the leader publishes, at the top of every layer, how many layers
+  // it has finished; the trailer waits for that count to pass a layer just before it
+  // reaches the layer's state (its mixer: an MLP reads no state, so the trailer runs those
+  // without waiting), and tries a whole idle run only when the leader has already left it
+  // (the run's test reads its GDN layers' counters). The trailer thus follows one layer
+  // behind where the leader computes, instead of a run of 16.
+  const auto reach_state = [&](size_t l) {
+    if (pass.follow != nullptr) wait_for_lead(*pass.follow, static_cast<int64_t>(l + 1));
+  };
   for (size_t l = 0; l < layers; ++l) {
+    if (pass.lead != nullptr) pass.lead->store(static_cast<int64_t>(l), std::memory_order_release);
     if (l % kRunLayers == 0) {
-      // A pair's leading forward says how far it is; the trailing one waits until the
-      // leader has left the next run of layers (whose state it is about to read).
-      if (pass.lead != nullptr) pass.lead->store(static_cast<int64_t>(l), std::memory_order_release);
-      if (pass.follow != nullptr) wait_for_lead(*pass.follow, static_cast<int64_t>(std::min(l + kRunLayers, layers)));
       const IdleRun& run = m.runs[l / kRunLayers];
-      if (idle_run(run)) {
+      const bool run_left = pass.follow == nullptr || pass.follow->load(std::memory_order_acquire) >=
+                                                          static_cast<int64_t>(std::min(l + kRunLayers, layers));
+      if (run_left && idle_run(run)) {
         add_zero();
         skipped_mlp += run.mlp_sublayers;
         ++skipped_runs;
@@ -848,6 +856,7 @@ void Model::run_pass(const Pass& pass) const {
       // The add still happens: x + (+0) turns -0 into +0 (docs/engine.md, "Idle mixers").
       add_zero();
     } else if (tests.gdn) {
+      reach_state(l);
       int32_t& zero_inputs = state.conv_zero_inputs[l];
       uint8_t& recurrent_zero = state.recurrent_zero[l];
       // idle: the projections are +0, so this step's conv input is +0. fully idle: the
@@ -883,6 +892,7 @@ void Model::run_pass(const Pass& pass) const {
       zero_inputs = next_zero_inputs;
       recurrent_zero = next_recurrent_zero;
     } else {
+      reach_state(l);
       rms_norm(layer.input_scale, layer.input_plain, layer.input_odd, nullptr);
       if (journal != nullptr) journal->note_cache(static_cast<int64_t>(l), state.key_cache[l].size());
       layer.full.step(normed, pass.position, state.key_cache[l], state.value_cache[l], mixed);

@@ -5,20 +5,10 @@
 #include <numeric>
 
 #include "common/error.h"
+#include "common/splitmix64.h"
 #include "engine/elementwise.h"
 
 namespace qpu::engine {
-namespace {
-
-uint64_t splitmix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-
-}  // namespace
-
 int64_t argmax(std::span<const float> logits) {
   if (logits.empty()) fail("argmax of an empty vector");
   return elementwise::kernels().argmax(logits.data(), static_cast<int64_t>(logits.size()), 0.0f, nullptr);

@@ -3,20 +3,9 @@
 #include <algorithm>
 
 #include "common/error.h"
+#include "common/splitmix64.h"
 
 namespace qpu::runner {
-namespace {
-
-// splitmix64's finalizer: every input bit reaches every output bit.
-uint64_t mix(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-
-}  // namespace
-
 PromptLookup::PromptLookup(int table_bits) {
   if (table_bits < 4 || table_bits > 30) fail("prompt lookup: table_bits {} is outside [4, 30]", table_bits);
   table_.resize(size_t{1} << table_bits);
@@ -24,8 +13,8 @@ PromptLookup::PromptLookup(int table_bits) {
 }
 
 uint64_t PromptLookup::key(int n, size_t end) const {
-  uint64_t h = mix(static_cast<uint64_t>(n));
-  for (size_t i = end - static_cast<size_t>(n); i < end; ++i) h = mix(h ^ static_cast<uint64_t>(tokens_[i]));
+  uint64_t h = splitmix64(static_cast<uint64_t>(n));
+  for (size_t i = end - static_cast<size_t>(n); i < end; ++i) h = splitmix64(h ^ static_cast<uint64_t>(tokens_[i]));
   return h == 0 ? 1 : h;
 }
 

@@ -463,6 +463,14 @@ void GatedDeltaNet::step(const float* h, std::span<float> conv_state, std::span<
   // The gated delta rule, one value head per call; value head j reads key head
   // j / (v_heads / k_heads) (repeat_interleave, grouped). A head is computed whole by one
   // thread, so the thread count changes no bit.
+  // With no k row, S^T k is +0 and delta = (v - (+0)) * beta: whether that is finite
+  // decides whether a head at rest is written (skip_zeros' dense write) at all.
+  const auto rest_delta_finite = [dv](const float* vh, float bj) {
+    int all_finite = 1;
+#pragma omp simd reduction(& : all_finite)  // elementwise, and & is exact in any order
+    for (int64_t c = 0; c < dv; ++c) all_finite &= finite((vh[c] - 0.0f) * bj);
+    return all_finite != 0;
+  };
   const auto run_head = [&](int64_t j) {
     if (dead_blocks_idle && dead_heads_[static_cast<size_t>(j)] != 0) {
       // k = q = v = +0 (dead blocks at rest), decay 1, beta = sigmoid(+0): skip_zeros
@@ -496,9 +504,7 @@ void GatedDeltaNet::step(const float* h, std::span<float> conv_state, std::span<
     if (rest_heads_ && !first_token && head_counts[0] == 0 && head_counts[1] == 0 && decay[j] == 1.0f) {
       const float* vh = v + j * dv;
       const float bj = beta[j];
-      int delta_finite = 1;
-#pragma omp simd reduction(& : delta_finite)
-      for (int64_t c = 0; c < dv; ++c) delta_finite &= finite((vh[c] - 0.0f) * bj);
+      const bool delta_finite = rest_delta_finite(vh, bj);
       if (delta_finite) {
         if (elementwise::all_zero(zh, dv)) {
           std::fill(yh, yh + dv, 0.0f);
@@ -516,10 +522,7 @@ void GatedDeltaNet::step(const float* h, std::span<float> conv_state, std::span<
       // skip_zeros writes rows only where k_i != 0, every row when decay != 1, and every row
       // when delta = (v - S^T k) * beta is not finite; with no k row, S^T k is +0.
       if (saves != nullptr) {
-        bool writes = decay[j] != 1.0f || counts[0] > 0;
-        const float* vh = v + j * dv;
-        for (int64_t c = 0; c < dv && !writes; ++c) writes = !finite((vh[c] - 0.0f) * beta[j]);
-        if (writes) save();
+        if (decay[j] != 1.0f || counts[0] > 0 || !rest_delta_finite(v + j * dv, beta[j])) save();
       }
       delta_rule::skip_zeros(state, dk, dv, kh, {k_rows + m * dk, static_cast<size_t>(counts[0])}, qh,
                              {q_rows + m * dk, static_cast<size_t>(counts[1])}, v + j * dv, beta[j],

@@ -15,6 +15,15 @@ using io::LayerType;
 
 float pow2(int e) { return std::ldexp(1.0f, e); }
 
+// A projection as it is emitted: a dense array of +0 written in place, or the same writes
+// recorded (io::SparseMatrixBuilder, which replays them in the same order per position).
+void make_matrix(std::vector<float>& m, int64_t rows, int64_t cols) { m.assign(static_cast<size_t>(rows * cols), 0.0f); }
+void make_matrix(io::SparseMatrixBuilder& m, int64_t rows, int64_t cols) { m = io::SparseMatrixBuilder(rows, cols); }
+void add_at(std::vector<float>& m, int64_t i, float w) { m[static_cast<size_t>(i)] += w; }
+void add_at(io::SparseMatrixBuilder& m, int64_t i, float w) { m.add(i, w); }
+void set_at(std::vector<float>& m, int64_t i, float w) { m[static_cast<size_t>(i)] = w; }
+void set_at(io::SparseMatrixBuilder& m, int64_t i, float w) { m.set(i, w); }
+
 struct Emitter {
   const Program& program;
   const Allocation& alloc;
@@ -24,12 +33,14 @@ struct Emitter {
   float rail_scale;   // 1/8: weight multiplier for the constant (the rail arrives as 8)
 
   // Adds w * lin into row `row` (length hidden) of a weight matrix.
-  void add_lin(std::vector<float>& matrix, int64_t row, const Lin& lin, float scale = 1.0f) const {
+  template <class M>
+  void add_lin(M& matrix, int64_t row, const Lin& lin, float scale = 1.0f) const {
     for (const Term& t : lin.terms) add_term(matrix, row, t.value, t.weight * scale);
   }
-  void add_term(std::vector<float>& matrix, int64_t row, ValueId v, float w) const {
+  template <class M>
+  void add_term(M& matrix, int64_t row, ValueId v, float w) const {
     const int64_t col = v == kOne ? alloc.rail_dims[0] : alloc.dim(v);
-    matrix[static_cast<size_t>(row * hidden + col)] += w * (v == kOne ? rail_scale : value_scale);
+    add_at(matrix, row * hidden + col, w * (v == kOne ? rail_scale : value_scale));
   }
 };
 
@@ -78,8 +89,9 @@ void check_mlp(const Op& op) {
 // One GDN memory in head h of a linear_attention layer (docs/npu-gdn-memory.md).
 // Every pre-silu q/k/v/z/b value below is a sum of a few small integer multiples of
 // powers of two (exact in any order); the conv picks one token (the op's taps).
+template <class M>
 void emit_gdn_memory(const Emitter& e, const Op& op, int64_t h, const GdnLayout& g, int64_t heads,
-                     io::LinearAttentionWeights& la) {
+                     io::BasicLinearAttentionWeights<M>& la) {
   const GdnMemory& m = op.gdn;
   const int64_t dk = g.key_dim, dv = g.value_dim;
   const auto n_bits = static_cast<int64_t>(m.key_bits.size());
@@ -143,8 +155,8 @@ void emit_gdn_memory(const Emitter& e, const Op& op, int64_t h, const GdnLayout&
   for (int64_t c = 0; c < D; ++c) {
     const float Wc = W * m.out_weight(static_cast<size_t>(c));
     const int64_t dim = e.alloc.dim(m.out[static_cast<size_t>(c)]);
-    la.out_proj[static_cast<size_t>(dim * vd + h * dv + c)] = Wc;
-    if (has_offset) la.out_proj[static_cast<size_t>(dim * vd + h * dv + g.offset_column(D))] = -Wc;
+    set_at(la.out_proj, dim * vd + h * dv + c, Wc);
+    if (has_offset) set_at(la.out_proj, dim * vd + h * dv + g.offset_column(D), -Wc);
   }
 }
 
@@ -242,7 +254,44 @@ io::Qwen35Weights LayerEmitter::globals() const {
   return w;
 }
 
-io::LayerWeights LayerEmitter::layer(int64_t l) const {
+io::LayerWeights LayerEmitter::layer(int64_t l) const { return emit_layer<std::vector<float>>(l); }
+
+io::SparseLayerWeights LayerEmitter::sparse_layer(int64_t l) const {
+  io::BasicLayerWeights<io::SparseMatrixBuilder> b = emit_layer<io::SparseMatrixBuilder>(l);
+  io::SparseLayerWeights w;
+  w.type = b.type;
+  w.input_layernorm = std::move(b.input_layernorm);
+  w.post_attention_layernorm = std::move(b.post_attention_layernorm);
+  w.gate_proj = b.gate_proj.finish();
+  w.up_proj = b.up_proj.finish();
+  w.down_proj = b.down_proj.finish();
+  if (w.type == LayerType::LinearAttention) {
+    auto& from = b.linear;
+    auto& to = w.linear;
+    to.in_proj_qkv = from.in_proj_qkv.finish();
+    to.in_proj_z = from.in_proj_z.finish();
+    to.in_proj_b = from.in_proj_b.finish();
+    to.in_proj_a = from.in_proj_a.finish();
+    to.conv1d = std::move(from.conv1d);
+    to.dt_bias = std::move(from.dt_bias);
+    to.A_log = std::move(from.A_log);
+    to.norm = std::move(from.norm);
+    to.out_proj = from.out_proj.finish();
+  } else {
+    auto& from = b.full;
+    auto& to = w.full;
+    to.q_proj = from.q_proj.finish();
+    to.k_proj = from.k_proj.finish();
+    to.v_proj = from.v_proj.finish();
+    to.o_proj = from.o_proj.finish();
+    to.q_norm = std::move(from.q_norm);
+    to.k_norm = std::move(from.k_norm);
+  }
+  return w;
+}
+
+template <class M>
+io::BasicLayerWeights<M> LayerEmitter::emit_layer(int64_t l) const {
   const io::Qwen35Config& c = config_;
   if (l < 0 || l >= c.num_hidden_layers) fail("emit: layer {} outside [0, {})", l, c.num_hidden_layers);
   const Allocation& alloc = alloc_;
@@ -257,23 +306,23 @@ io::LayerWeights LayerEmitter::layer(int64_t l) const {
   const int64_t rot = static_cast<int64_t>(static_cast<double>(hd) * c.partial_rotary_factor);
   const Emitter e{program_, alloc, options_, H, pow2(options_.norm_exponent), 1.0f / 8.0f};
 
-  io::LayerWeights lw;
+  io::BasicLayerWeights<M> lw;
   lw.type = c.layer_types[static_cast<size_t>(l)];
   lw.input_layernorm.assign(static_cast<size_t>(H), 0.0f);
   lw.post_attention_layernorm.assign(static_cast<size_t>(H), 0.0f);
-  lw.gate_proj.assign(static_cast<size_t>(I * H), 0.0f);
-  lw.up_proj.assign(static_cast<size_t>(I * H), 0.0f);
-  lw.down_proj.assign(static_cast<size_t>(H * I), 0.0f);
+  make_matrix(lw.gate_proj, I, H);
+  make_matrix(lw.up_proj, I, H);
+  make_matrix(lw.down_proj, H, I);
   if (lw.type == LayerType::LinearAttention) {
     // An idle Gated DeltaNet: every projection 0, so q = k = v = 0 and the output
     // is exactly +0 (l2norm(0) = 0, the gated norm of 0 is 0).
     // GDN memory ops overwrite the weights of their heads below.
     auto& la = lw.linear;
     const int64_t conv_dim = gdn_heads * (2 * lkd + lvd);
-    la.in_proj_qkv.assign(static_cast<size_t>(conv_dim * H), 0.0f);
-    la.in_proj_z.assign(static_cast<size_t>(gdn_heads * lvd * H), 0.0f);
-    la.in_proj_b.assign(static_cast<size_t>(gdn_heads * H), 0.0f);
-    la.in_proj_a.assign(static_cast<size_t>(gdn_heads * H), 0.0f);
+    make_matrix(la.in_proj_qkv, conv_dim, H);
+    make_matrix(la.in_proj_z, gdn_heads * lvd, H);
+    make_matrix(la.in_proj_b, gdn_heads, H);
+    make_matrix(la.in_proj_a, gdn_heads, H);
     la.conv1d.assign(static_cast<size_t>(conv_dim * 4), 0.0f);
     // Decay exp(-exp(0) * softplus(0 - 1000)) == 1 in every head, the unused ones too (as
     // a memory's): their state stays +0 either way, and a layer whose every head decays by
@@ -283,13 +332,13 @@ io::LayerWeights LayerEmitter::layer(int64_t l) const {
     la.dt_bias.assign(static_cast<size_t>(gdn_heads), -1000.0f);
     la.A_log.assign(static_cast<size_t>(gdn_heads), 0.0f);
     la.norm.assign(static_cast<size_t>(lvd), 1.0f);
-    la.out_proj.assign(static_cast<size_t>(H * gdn_heads * lvd), 0.0f);
+    make_matrix(la.out_proj, H, gdn_heads * lvd);
   } else {
     auto& fa = lw.full;
-    fa.q_proj.assign(static_cast<size_t>(2 * nkv * hd * H), 0.0f);
-    fa.k_proj.assign(static_cast<size_t>(nkv * hd * H), 0.0f);
-    fa.v_proj.assign(static_cast<size_t>(nkv * hd * H), 0.0f);
-    fa.o_proj.assign(static_cast<size_t>(H * nkv * hd), 0.0f);
+    make_matrix(fa.q_proj, 2 * nkv * hd, H);
+    make_matrix(fa.k_proj, nkv * hd, H);
+    make_matrix(fa.v_proj, nkv * hd, H);
+    make_matrix(fa.o_proj, H, nkv * hd);
     // q and k of a memory head: 64 (hd/4) dims of size A = 2^10 per token, so the
     // per-head RMSNorm scale is exactly 2/A; with 1 + w = 32 each such dim becomes 64
     // and one matching dim adds 64 * 64 / sqrt(hd) >= 256 to the score.
@@ -313,7 +362,7 @@ io::LayerWeights LayerEmitter::layer(int64_t l) const {
       for (const Neuron& n : op.neurons) {
         e.add_lin(lw.gate_proj, row, n.gate);
         e.add_lin(lw.up_proj, row, n.up);
-        for (const Term& t : n.down) lw.down_proj[static_cast<size_t>(alloc.dim(t.value) * I + row)] += t.weight;
+        for (const Term& t : n.down) add_at(lw.down_proj, alloc.dim(t.value) * I + row, t.weight);
         ++row;
       }
       continue;
@@ -330,7 +379,7 @@ io::LayerWeights LayerEmitter::layer(int64_t l) const {
     const float A = 1024.0f;
     // Dual-rail code: bit j -> dims (rot + 2j, rot + 2j + 1) = (A b, A (1 - b)); then the
     // flag pair; then constant pads so that exactly hd/4 dims hold A whatever the bits.
-    auto encode = [&](std::vector<float>& proj, int64_t head_row0, const std::vector<ValueId>& bits, ValueId flag) {
+    auto encode = [&](M& proj, int64_t head_row0, const std::vector<ValueId>& bits, ValueId flag) {
       for (int64_t j = 0; j <= n_bits; ++j) {
         const ValueId b = j < n_bits ? bits[static_cast<size_t>(j)] : flag;
         e.add_term(proj, head_row0 + rot + 2 * j, b, A);
@@ -345,7 +394,7 @@ io::LayerWeights LayerEmitter::layer(int64_t l) const {
       e.add_term(fa.v_proj, h * hd + static_cast<int64_t>(d), m.data[d], 1.0f);
       // Gate: -128 (closed, set above) + 256 * read_flag.
       e.add_term(fa.q_proj, 2 * hd * h + hd + static_cast<int64_t>(d), m.read_flag, 256.0f);
-      fa.o_proj[static_cast<size_t>(alloc.dim(m.out[d]) * nkv * hd + h * hd + static_cast<int64_t>(d))] = 1.0f;
+      set_at(fa.o_proj, alloc.dim(m.out[d]) * nkv * hd + h * hd + static_cast<int64_t>(d), 1.0f);
     }
   }
   return lw;

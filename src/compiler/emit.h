@@ -70,8 +70,15 @@ class LayerEmitter {
   io::Qwen35Weights globals() const;
   // Throws qpu::Error when l is outside [0, num_layers()).
   io::LayerWeights layer(int64_t l) const;
+  // The same layer with its projections as entries (io::SparseMatrix): the same values,
+  // bit for bit, without the dense arrays (what engine::Model's SparseLayerSource takes).
+  io::SparseLayerWeights sparse_layer(int64_t l) const;
 
  private:
+  // layer and sparse_layer: M is std::vector<float> or io::SparseMatrixBuilder (emit.cpp).
+  template <class M>
+  io::BasicLayerWeights<M> emit_layer(int64_t l) const;
+
   const Program& program_;
   const Allocation& alloc_;
   const Interface& interface_;

@@ -403,4 +403,15 @@ void ColumnMatrix::multiply_band(int64_t band, const float* x, const Plan& plan,
   }
 }
 
+bool ColumnMatrix::same_storage(const ColumnMatrix& other) const {
+  const auto same_entries = [](const std::vector<Entry>& a, const std::vector<Entry>& b) {
+    return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](const Entry& x, const Entry& y) {
+             return x.row == y.row && std::bit_cast<uint32_t>(x.weight) == std::bit_cast<uint32_t>(y.weight);
+           });
+  };
+  return rows_ == other.rows_ && cols_ == other.cols_ && weights_finite_ == other.weights_finite_ &&
+         col_entries_ == other.col_entries_ && nonempty_ == other.nonempty_ && start_ == other.start_ &&
+         same_entries(entries_, other.entries_);
+}
+
 }  // namespace qpu::engine

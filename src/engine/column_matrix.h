@@ -79,6 +79,9 @@ class ColumnMatrix {
   // weights_finite() must hold). Uses the calling thread's scratch.
   void multiply_band(int64_t band, const float* x, const Plan& plan, float* y) const;
 
+ // Every stored array equal, weights bit for bit (tests: two packings of one matrix).
+  bool same_storage(const ColumnMatrix& other) const;
+
  private:
   struct Entry {
     uint32_t row;  // within the band

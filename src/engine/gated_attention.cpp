@@ -62,6 +62,18 @@ GatedAttention::GatedAttention(io::FullAttentionWeights&& w, const GatedAttentio
                                float rms_eps, const PackedMatrix::Options& options,
                                const std::string& name)
     : shape_(shape), rms_eps_(rms_eps) {
+  build(std::move(w), options, name);
+}
+
+GatedAttention::GatedAttention(io::BasicFullAttentionWeights<io::SparseMatrix>&& w, const GatedAttentionShape& shape,
+                               float rms_eps, const PackedMatrix::Options& options, const std::string& name)
+    : shape_(shape), rms_eps_(rms_eps) {
+  build(std::move(w), options, name);
+}
+
+template <class Matrix>
+void GatedAttention::build(io::BasicFullAttentionWeights<Matrix>&& w, const PackedMatrix::Options& options,
+                           const std::string& name) {
   const GatedAttentionShape& s = shape_;
   if (s.hidden <= 0 || s.num_heads <= 0 || s.num_kv_heads <= 0 || s.head_dim <= 0 ||
       s.num_heads % s.num_kv_heads != 0 || s.rotary_dim < 0 || s.rotary_dim > s.head_dim ||
@@ -72,14 +84,10 @@ GatedAttention::GatedAttention(io::FullAttentionWeights&& w, const GatedAttentio
   scaling_ = static_cast<float>(std::pow(static_cast<double>(s.head_dim), -0.5));
   inv_freq_ = rope_inv_freq(s.rope_theta, s.rotary_dim);
 
-  q_proj_ = PackedMatrix::pack(w.q_proj, 2 * s.num_heads * s.head_dim, s.hidden, options, name + ".q_proj");
-  k_proj_ = PackedMatrix::pack(w.k_proj, s.kv_dim(), s.hidden, options, name + ".k_proj");
-  v_proj_ = PackedMatrix::pack(w.v_proj, s.kv_dim(), s.hidden, options, name + ".v_proj");
-  o_proj_ = PackedMatrix::pack(w.o_proj, s.hidden, s.num_heads * s.head_dim, options, name + ".o_proj");
-  w.q_proj = {};
-  w.k_proj = {};
-  w.v_proj = {};
-  w.o_proj = {};
+  q_proj_ = pack_matrix(w.q_proj, 2 * s.num_heads * s.head_dim, s.hidden, options, name + ".q_proj");
+  k_proj_ = pack_matrix(w.k_proj, s.kv_dim(), s.hidden, options, name + ".k_proj");
+  v_proj_ = pack_matrix(w.v_proj, s.kv_dim(), s.hidden, options, name + ".v_proj");
+  o_proj_ = pack_matrix(w.o_proj, s.hidden, s.num_heads * s.head_dim, options, name + ".o_proj");
   q_norm_scale_ = one_plus(std::move(w.q_norm), s.head_dim, name + ".q_norm.weight");
   k_norm_scale_ = one_plus(std::move(w.k_norm), s.head_dim, name + ".k_norm.weight");
 }

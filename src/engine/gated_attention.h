@@ -43,6 +43,9 @@ class GatedAttention {
   GatedAttention() = default;
   GatedAttention(io::FullAttentionWeights&& weights, const GatedAttentionShape& shape, float rms_eps,
                  const PackedMatrix::Options& options, const std::string& name);
+  // The same layer from its projections' entries (io::SparseMatrix; PackedMatrix::pack).
+  GatedAttention(io::BasicFullAttentionWeights<io::SparseMatrix>&& weights, const GatedAttentionShape& shape,
+                 float rms_eps, const PackedMatrix::Options& options, const std::string& name);
 
   const GatedAttentionShape& shape() const { return shape_; }
   std::vector<const PackedMatrix*> matrices() const { return {&q_proj_, &k_proj_, &v_proj_, &o_proj_}; }
@@ -56,6 +59,10 @@ class GatedAttention {
             std::vector<float>& value_cache, float* out) const;
 
  private:
+  // Both constructors: the shape's checks, the projections packed, the norms kept.
+  template <class Matrix>
+  void build(io::BasicFullAttentionWeights<Matrix>&& weights, const PackedMatrix::Options& options,
+             const std::string& name);
   GatedAttentionShape shape_;
   float rms_eps_ = 0;
   float scaling_ = 0;  // float(head_dim ** -0.5)

@@ -174,6 +174,19 @@ GatedDeltaNet::GatedDeltaNet(io::LinearAttentionWeights&& w, const GatedDeltaNet
                              float rms_eps, const PackedMatrix::Options& options,
                              const std::string& name, bool skip_zeros, bool skip_idle_channels)
     : shape_(shape), rms_eps_(rms_eps), skip_zeros_(skip_zeros), skip_idle_channels_(skip_idle_channels) {
+  build(std::move(w), options, name);
+}
+
+GatedDeltaNet::GatedDeltaNet(io::BasicLinearAttentionWeights<io::SparseMatrix>&& w, const GatedDeltaNetShape& shape,
+                             float rms_eps, const PackedMatrix::Options& options, const std::string& name,
+                             bool skip_zeros, bool skip_idle_channels)
+    : shape_(shape), rms_eps_(rms_eps), skip_zeros_(skip_zeros), skip_idle_channels_(skip_idle_channels) {
+  build(std::move(w), options, name);
+}
+
+template <class Matrix>
+void GatedDeltaNet::build(io::BasicLinearAttentionWeights<Matrix>&& w, const PackedMatrix::Options& options,
+                          const std::string& name) {
   const GatedDeltaNetShape& s = shape_;
   if (s.hidden <= 0 || s.num_k_heads <= 0 || s.num_v_heads <= 0 || s.k_head_dim <= 0 ||
       s.v_head_dim <= 0 || s.conv_kernel < 1 || s.num_v_heads % s.num_k_heads != 0) {
@@ -186,19 +199,14 @@ GatedDeltaNet::GatedDeltaNet(io::LinearAttentionWeights&& w, const GatedDeltaNet
   q_divisor_ = static_cast<float>(std::pow(dk, 0.5));
   q_multiplier_ = static_cast<float>(std::pow(dk, -0.5));
 
-  in_proj_qkv_ = PackedMatrix::pack(w.in_proj_qkv, s.conv_dim(), s.hidden, options, name + ".in_proj_qkv");
-  in_proj_z_ = PackedMatrix::pack(w.in_proj_z, s.value_dim(), s.hidden, options, name + ".in_proj_z");
-  in_proj_b_ = PackedMatrix::pack(w.in_proj_b, s.num_v_heads, s.hidden, options, name + ".in_proj_b");
-  in_proj_a_ = PackedMatrix::pack(w.in_proj_a, s.num_v_heads, s.hidden, options, name + ".in_proj_a");
-  out_proj_ = PackedMatrix::pack(w.out_proj, s.hidden, s.value_dim(), options, name + ".out_proj");
+  in_proj_qkv_ = pack_matrix(w.in_proj_qkv, s.conv_dim(), s.hidden, options, name + ".in_proj_qkv");
+  in_proj_z_ = pack_matrix(w.in_proj_z, s.value_dim(), s.hidden, options, name + ".in_proj_z");
+  in_proj_b_ = pack_matrix(w.in_proj_b, s.num_v_heads, s.hidden, options, name + ".in_proj_b");
+  in_proj_a_ = pack_matrix(w.in_proj_a, s.num_v_heads, s.hidden, options, name + ".in_proj_a");
+  out_proj_ = pack_matrix(w.out_proj, s.hidden, s.value_dim(), options, name + ".out_proj");
   // From the packed matrices: a scan of their stored values, not of the dense ones.
   const bool projections_finite = in_proj_qkv_.all_finite() && in_proj_z_.all_finite() && in_proj_b_.all_finite() &&
                                   in_proj_a_.all_finite() && out_proj_.all_finite();
-  w.in_proj_qkv = {};
-  w.in_proj_z = {};
-  w.in_proj_b = {};
-  w.in_proj_a = {};
-  w.out_proj = {};
 
   expect_size(w.conv1d, s.conv_dim() * s.conv_kernel, name + ".conv1d.weight");
   expect_size(w.dt_bias, s.num_v_heads, name + ".dt_bias");
@@ -263,7 +271,7 @@ GatedDeltaNet::GatedDeltaNet(io::LinearAttentionWeights&& w, const GatedDeltaNet
     }
     return true;
   };
-  const bool norm_finite = weight_scan::all_finite(norm_weight_) && std::isfinite(rms_eps) && rms_eps > 0.0f;
+  const bool norm_finite = weight_scan::all_finite(norm_weight_) && std::isfinite(rms_eps_) && rms_eps_ > 0.0f;
   const int64_t heads_per_key = s.num_v_heads / s.num_k_heads;
   for (int64_t j = 0; j < s.num_v_heads && skip_zeros_ && skip_idle_channels_ && norm_finite; ++j) {
     const int64_t m = j / heads_per_key;
@@ -280,7 +288,7 @@ GatedDeltaNet::GatedDeltaNet(io::LinearAttentionWeights&& w, const GatedDeltaNet
   rest_heads_ = skip_zeros_ && skip_idle_channels_ && norm_finite;
 
   idle_output_zero_ = projections_finite && conv_taps_finite_ && weight_scan::all_finite(norm_weight_) &&
-                      decays_finite && std::isfinite(rms_eps) && rms_eps > 0.0f;
+                      decays_finite && std::isfinite(rms_eps_) && rms_eps_ > 0.0f;
 }
 
 int64_t GatedDeltaNet::conv_blocks() const { return shape_.conv_dim() / elementwise::kBlock; }

@@ -83,6 +83,11 @@ class GatedDeltaNet {
   GatedDeltaNet(io::LinearAttentionWeights&& weights, const GatedDeltaNetShape& shape, float rms_eps,
                 const PackedMatrix::Options& options, const std::string& name, bool skip_zeros = true,
                 bool skip_idle_channels = true);
+  // The same layer from its projections' entries (io::SparseMatrix; packed as the dense
+  // arrays would be, PackedMatrix::pack).
+  GatedDeltaNet(io::BasicLinearAttentionWeights<io::SparseMatrix>&& weights, const GatedDeltaNetShape& shape,
+                float rms_eps, const PackedMatrix::Options& options, const std::string& name, bool skip_zeros = true,
+                bool skip_idle_channels = true);
 
   const GatedDeltaNetShape& shape() const { return shape_; }
   std::vector<const PackedMatrix*> matrices() const { return {&in_proj_qkv_, &in_proj_z_, &in_proj_b_, &in_proj_a_, &out_proj_}; }
@@ -134,6 +139,10 @@ class GatedDeltaNet {
   static int64_t parallel_steps();
 
  private:
+  // Both constructors: the shape's checks, the projections packed, the small vectors kept.
+  template <class Matrix>
+  void build(io::BasicLinearAttentionWeights<Matrix>&& weights, const PackedMatrix::Options& options,
+             const std::string& name);
   // StepSaves' conv part: copies the blocks of conv_state that the conv may write for this
   // input (mixed, the in_proj_qkv output).
   void save_conv(std::span<const float> conv_state, const float* input, std::span<const uint8_t> conv_zero_blocks,

@@ -253,7 +253,7 @@ Model::Model(io::Qwen35Weights weights, const ModelOptions& options) : impl_(std
   // Each layer leaves the vector when it is packed (and is freed then), as before.
   std::vector<io::LayerWeights> layers = std::move(weights.layers);
   weights.layers.clear();
-  build(std::move(weights), [&layers](int64_t l) { return std::move(layers[static_cast<size_t>(l)]); }, options);
+  build(std::move(weights), LayerSource([&layers](int64_t l) { return std::move(layers[static_cast<size_t>(l)]); }), options);
 }
 
 Model::Model(io::Qwen35Weights globals, const LayerSource& layer, const ModelOptions& options)
@@ -261,9 +261,16 @@ Model::Model(io::Qwen35Weights globals, const LayerSource& layer, const ModelOpt
   build(std::move(globals), layer, options);
 }
 
+Model::Model(io::Qwen35Weights globals, const SparseLayerSource& layer, const ModelOptions& options)
+    : impl_(std::make_unique<Impl>()) {
+  build(std::move(globals), layer, options);
+}
+
 // The one packing path of every constructor: globals first, then layer by layer, each
-// dense layer dropped as soon as it is packed.
-void Model::build(io::Qwen35Weights weights, const LayerSource& source, const ModelOptions& options) {
+// layer's source arrays dropped as soon as they are packed (dense and sparse layers go
+// through the same steps; only pack_matrix's overload differs).
+template <class Source>
+void Model::build(io::Qwen35Weights weights, const Source& source, const ModelOptions& options) {
   Impl& m = *impl_;
   const io::Qwen35Config& c = weights.config;
   check_config(c);
@@ -315,7 +322,7 @@ void Model::build(io::Qwen35Weights weights, const LayerSource& source, const Mo
   std::vector<std::exception_ptr> errors(static_cast<size_t>(layer_count));
   std::atomic<int64_t> first_error{layer_count};
   const auto build_layer = [&](int64_t l) {
-    io::LayerWeights w = source(l);
+    auto w = source(l);
     Layer& layer = m.layers[static_cast<size_t>(l)];
     const std::string name = fmt::format("layers.{}", l);
     layer.type = c.layer_types[l];
@@ -351,12 +358,9 @@ void Model::build(io::Qwen35Weights weights, const LayerSource& source, const Mo
           eps_ok && weight_scan::all_finite(layer.input_scale) && layer.linear.idle_output_zero();
       layer.idle_state_untouched = layer.linear.idle_decay_one() && options.gdn == GdnRecurrence::SkipZeros;
     }
-    layer.gate_proj = PackedMatrix::pack(w.gate_proj, c.intermediate_size, hidden, pack, name + ".mlp.gate_proj");
-    layer.up_proj = PackedMatrix::pack(w.up_proj, c.intermediate_size, hidden, pack, name + ".mlp.up_proj");
-    layer.down_proj = PackedMatrix::pack(w.down_proj, hidden, c.intermediate_size, pack, name + ".mlp.down_proj");
-    w.gate_proj = {};
-    w.up_proj = {};
-    w.down_proj = {};
+    layer.gate_proj = pack_matrix(w.gate_proj, c.intermediate_size, hidden, pack, name + ".mlp.gate_proj");
+    layer.up_proj = pack_matrix(w.up_proj, c.intermediate_size, hidden, pack, name + ".mlp.up_proj");
+    layer.down_proj = pack_matrix(w.down_proj, hidden, c.intermediate_size, pack, name + ".mlp.down_proj");
     {
       // From the packed matrices: a scan of their stored values, not of the dense ones.
       std::vector<uint8_t> used(static_cast<size_t>(hidden), 0);

@@ -170,6 +170,10 @@ struct StorageStats {
 // packs the layer and frees it before the next call (ModelOptions::build_threads = 1;
 // with more, from that many threads at once, each thread in increasing order).
 using LayerSource = std::function<io::LayerWeights(int64_t layer)>;
+// The same, each layer's projections given as their entries (io::SparseMatrix): a compiled
+// layer of nearly all +0 is packed without its dense arrays (the same model; docs/engine.md,
+// "Streaming construction").
+using SparseLayerSource = std::function<io::SparseLayerWeights(int64_t layer)>;
 
 // Sees the residual stream after every sublayer of one forward: `sublayer` 2 l is layer
 // l's token mixer, 2 l + 1 its MLP (the numbering of compiler/schedule.h). Like
@@ -190,6 +194,7 @@ class Model {
   // model and make the same checks (a layer of the wrong type or shape is an error
   // naming the layer).
   Model(io::Qwen35Weights globals, const LayerSource& layer, const ModelOptions& options = {});
+  Model(io::Qwen35Weights globals, const SparseLayerSource& layer, const ModelOptions& options = {});
   ~Model();
   Model(Model&&) noexcept;
   Model& operator=(Model&&) noexcept;
@@ -234,7 +239,8 @@ class Model {
   void check_forward(int64_t token, const State& state, std::span<float> logits, std::span<float> hidden) const;
   void run_pass(const Pass& pass) const;
 
-  void build(io::Qwen35Weights globals, const LayerSource& layer, const ModelOptions& options);
+  template <class Source>  // LayerSource or SparseLayerSource
+  void build(io::Qwen35Weights globals, const Source& layer, const ModelOptions& options);
 };
 
 }  // namespace qpu::engine

@@ -61,6 +61,19 @@ const char* format_name(PackedMatrix::Format format) {
   return "?";
 }
 
+PackedMatrix::Format PackedMatrix::choose_format(int64_t size, int64_t plus_zeros, bool all_bf16,
+                                                 const Options& options, const std::string& name) {
+  if (options.force) {
+    if (*options.force == Format::DenseBf16 && !all_bf16)
+      fail("{}: cannot store as bf16, some values are not bf16 numbers", name);
+    return *options.force;
+  }
+  if (size > 0 && static_cast<double>(plus_zeros) > options.sparse_min_zero_fraction * static_cast<double>(size))
+    return Format::SparseCsr;
+  if (options.allow_bf16 && all_bf16) return Format::DenseBf16;
+  return Format::DenseF32;
+}
+
 PackedMatrix PackedMatrix::pack(std::span<const float> values, int64_t rows, int64_t cols,
                                 const Options& options, const std::string& name) {
   if (rows < 0 || cols < 0 || static_cast<int64_t>(values.size()) != rows * cols) {
@@ -86,19 +99,7 @@ PackedMatrix PackedMatrix::pack(std::span<const float> values, int64_t rows, int
   std::vector<int64_t> listed;
   const weight_scan::Census census = weight_scan::census_listing(values, limit, listed);
   const int64_t zeros = census.plus_zeros;
-  const bool all_bf16 = census.all_bf16;
-
-  Format format = Format::DenseF32;
-  if (options.force) {
-    format = *options.force;
-    if (format == Format::DenseBf16 && !all_bf16) {
-      fail("{}: cannot store as bf16, some values are not bf16 numbers", name);
-    }
-  } else if (!values.empty() && static_cast<double>(zeros) > sparse_zeros) {
-    format = Format::SparseCsr;
-  } else if (options.allow_bf16 && all_bf16) {
-    format = Format::DenseBf16;
-  }
+  const Format format = choose_format(size, zeros, census.all_bf16, options, name);
   m.format_ = format;
   m.path_ = options.path;
 
@@ -113,81 +114,142 @@ PackedMatrix PackedMatrix::pack(std::span<const float> values, int64_t rows, int
       }
       break;
     case Format::SparseCsr: {
-      const auto nonzeros = static_cast<size_t>(static_cast<int64_t>(values.size()) - zeros);
-      m.f32_.reserve(nonzeros);
-      m.col_index_.reserve(nonzeros);
-      m.row_start_.resize(static_cast<size_t>(rows) + 1);
-      m.program_start_.resize(static_cast<size_t>(rows) + 1);
       // The census listed every non-+0 position (its limit, above).
       if (static_cast<int64_t>(listed.size()) != size - zeros)
         fail("{}: internal: the census listed {} of {} nonzeros", name, listed.size(), size - zeros);
-      size_t next_listed = 0;
-      std::vector<uint32_t> row_cols;
-      std::vector<int> pending;  // meet levels of the subtrees on the evaluation stack
-      for (int64_t r = 0; r < rows; ++r) {
-        m.row_start_[r] = static_cast<int64_t>(m.f32_.size());
-        m.program_start_[r] = static_cast<int64_t>(m.program_.size());
-        row_cols.clear();
-        for (; next_listed < listed.size() && listed[next_listed] < (r + 1) * cols; ++next_listed)
-          row_cols.push_back(static_cast<uint32_t>(listed[next_listed] - r * cols));
-        // Tree order of the lanes; a stable sort keeps each lane's columns ascending.
-        std::stable_sort(row_cols.begin(), row_cols.end(), [](uint32_t a, uint32_t b) {
-          return tree_key(a % dot::kLanes) < tree_key(b % dot::kLanes);
-        });
-        for (uint32_t c : row_cols) {
-          m.f32_.push_back(values[r * cols + c]);
-          m.col_index_.push_back(c);
-        }
-        // One leaf per occupied lane. After pushing a leaf, merge the top two subtrees
-        // while they meet below the level at which the stack meets the next leaf.
-        pending.clear();
-        for (size_t i = 0; i < row_cols.size();) {
-          const uint32_t lane = row_cols[i] % dot::kLanes;
-          size_t end = i;
-          while (end < row_cols.size() && row_cols[end] % dot::kLanes == lane) ++end;
-          const int next = end < row_cols.size() ? meet_level(tree_key(lane), tree_key(row_cols[end] % dot::kLanes)) : 7;
-          pending.push_back(next);
-          uint32_t merges = 0;
-          while (pending.size() >= 2 && pending[pending.size() - 2] < next) {
-            pending.erase(pending.end() - 2);  // the merged subtree meets the next leaf at `next`
-            ++merges;
-          }
-          m.program_.push_back(static_cast<uint32_t>(end - i) << 8 | merges);
-          i = end;
-        }
-      }
-      m.row_start_[rows] = static_cast<int64_t>(m.f32_.size());
-      m.program_start_[rows] = static_cast<int64_t>(m.program_.size());
-      int64_t live = 0, widest = 0;
-      for (int64_t r = 0; r < rows; ++r) {
-        live += m.row_start_[r + 1] > m.row_start_[r];
-        widest = std::max(widest, m.row_start_[r + 1] - m.row_start_[r]);
-      }
-      m.single_term_rows_ = widest <= 1;
-      if (2 * live < rows && rows <= std::numeric_limits<int32_t>::max() &&
-          m.f32_.size() <= std::numeric_limits<uint32_t>::max() &&
-          m.program_.size() <= std::numeric_limits<uint32_t>::max()) {
-        m.live_rows_listed_ = true;
-        m.live_rows_.reserve(static_cast<size_t>(live));
-        for (int64_t r = 0; r < rows; ++r) {
-          if (m.row_start_[r + 1] > m.row_start_[r]) {
-            m.live_rows_.push_back({static_cast<int32_t>(r), static_cast<uint32_t>(m.row_start_[r]),
-                                    static_cast<uint32_t>(m.row_start_[r + 1]),
-                                    static_cast<uint32_t>(m.program_start_[r]),
-                                    static_cast<uint32_t>(m.program_start_[r + 1] - m.program_start_[r])});
-          }
-        }
-      }
-      // No column copy where it would never run: Rows, or Auto on a matrix with almost
-      // no nonzeros (its rows cost less than a column-path call).
-      if (options.path == Path::Columns ||
-          (options.path == Path::Auto && static_cast<int64_t>(m.f32_.size()) >= kColumnCallCost)) {
-        m.columns_ = ColumnMatrix::from_csr(rows, cols, m.row_start_, m.col_index_, m.f32_);
-      }
+      std::vector<float> listed_values(listed.size());
+      for (size_t i = 0; i < listed.size(); ++i) listed_values[i] = values[static_cast<size_t>(listed[i])];
+      m.fill_csr(listed, listed_values, options);
       break;
     }
   }
   return m;
+}
+
+PackedMatrix PackedMatrix::pack(const io::SparseMatrix& s, const Options& options, const std::string& name) {
+  s.check(name.c_str());
+  if (s.cols > std::numeric_limits<uint32_t>::max()) fail("{}: {} columns is too many", name, s.cols);
+  // The census of the dense array without it: the unlisted positions are +0, bf16 numbers.
+  uint32_t low = 0;
+  for (float v : s.values) low |= std::bit_cast<uint32_t>(v);
+  const int64_t zeros = s.size() - static_cast<int64_t>(s.values.size());
+  const Format format = choose_format(s.size(), zeros, (low & 0xffffu) == 0, options, name);
+  // A matrix too full for CSR is as large as its dense array anyway: the dense packing.
+  if (format != Format::SparseCsr) return pack(s.dense(), s.rows, s.cols, options, name);
+  PackedMatrix m;
+  m.rows_ = s.rows;
+  m.cols_ = s.cols;
+  m.format_ = format;
+  m.path_ = options.path;
+  m.fill_csr(s.positions, s.values, options);
+  return m;
+}
+
+// The CSR form from the non-+0 entries (positions ascending, their values), whichever
+// form the matrix came in: the same arrays for the same matrix.
+void PackedMatrix::fill_csr(std::span<const int64_t> listed, std::span<const float> listed_values,
+                            const Options& options) {
+  const int64_t rows = rows_, cols = cols_;
+  f32_.reserve(listed.size());
+  col_index_.reserve(listed.size());
+  row_start_.resize(static_cast<size_t>(rows) + 1);
+  program_start_.resize(static_cast<size_t>(rows) + 1);
+  size_t next_listed = 0;
+  std::vector<uint32_t> row_entries;  // indices into listed, made row-relative below
+  std::vector<int> pending;           // meet levels of the subtrees on the evaluation stack
+  const auto col_of = [&](uint32_t e) { return static_cast<uint32_t>(listed[e] % cols); };
+  for (int64_t r = 0; r < rows; ++r) {
+    row_start_[r] = static_cast<int64_t>(f32_.size());
+    program_start_[r] = static_cast<int64_t>(program_.size());
+    row_entries.clear();
+    for (; next_listed < listed.size() && listed[next_listed] < (r + 1) * cols; ++next_listed)
+      row_entries.push_back(static_cast<uint32_t>(next_listed));
+    // Tree order of the lanes; a stable sort keeps each lane's columns ascending.
+    std::stable_sort(row_entries.begin(), row_entries.end(), [&](uint32_t a, uint32_t b) {
+      return tree_key(col_of(a) % dot::kLanes) < tree_key(col_of(b) % dot::kLanes);
+    });
+    for (uint32_t e : row_entries) {
+      f32_.push_back(listed_values[e]);
+      col_index_.push_back(col_of(e));
+    }
+    // One leaf per occupied lane. After pushing a leaf, merge the top two subtrees
+    // while they meet below the level at which the stack meets the next leaf.
+    pending.clear();
+    for (size_t i = 0; i < row_entries.size();) {
+      const uint32_t lane = col_of(row_entries[i]) % dot::kLanes;
+      size_t end = i;
+      while (end < row_entries.size() && col_of(row_entries[end]) % dot::kLanes == lane) ++end;
+      const int next =
+          end < row_entries.size() ? meet_level(tree_key(lane), tree_key(col_of(row_entries[end]) % dot::kLanes)) : 7;
+      pending.push_back(next);
+      uint32_t merges = 0;
+      while (pending.size() >= 2 && pending[pending.size() - 2] < next) {
+        pending.erase(pending.end() - 2);  // the merged subtree meets the next leaf at `next`
+        ++merges;
+      }
+      program_.push_back(static_cast<uint32_t>(end - i) << 8 | merges);
+      i = end;
+    }
+  }
+  row_start_[rows] = static_cast<int64_t>(f32_.size());
+  program_start_[rows] = static_cast<int64_t>(program_.size());
+  int64_t live = 0, widest = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    live += row_start_[r + 1] > row_start_[r];
+    widest = std::max(widest, row_start_[r + 1] - row_start_[r]);
+  }
+  single_term_rows_ = widest <= 1;
+  if (2 * live < rows && rows <= std::numeric_limits<int32_t>::max() &&
+      f32_.size() <= std::numeric_limits<uint32_t>::max() && program_.size() <= std::numeric_limits<uint32_t>::max()) {
+    live_rows_listed_ = true;
+    live_rows_.reserve(static_cast<size_t>(live));
+    for (int64_t r = 0; r < rows; ++r) {
+      if (row_start_[r + 1] > row_start_[r]) {
+        live_rows_.push_back({static_cast<int32_t>(r), static_cast<uint32_t>(row_start_[r]),
+                              static_cast<uint32_t>(row_start_[r + 1]), static_cast<uint32_t>(program_start_[r]),
+                              static_cast<uint32_t>(program_start_[r + 1] - program_start_[r])});
+      }
+    }
+  }
+  // No column copy where it would never run: Rows, or Auto on a matrix with almost
+  // no nonzeros (its rows cost less than a column-path call).
+  if (options.path == Path::Columns ||
+      (options.path == Path::Auto && static_cast<int64_t>(f32_.size()) >= kColumnCallCost)) {
+    columns_ = ColumnMatrix::from_csr(rows, cols, row_start_, col_index_, f32_);
+  }
+}
+
+PackedMatrix pack_matrix(std::vector<float>& dense, int64_t rows, int64_t cols, const PackedMatrix::Options& options,
+                         const std::string& name) {
+  PackedMatrix m = PackedMatrix::pack(dense, rows, cols, options, name);
+  dense = {};
+  return m;
+}
+
+PackedMatrix pack_matrix(io::SparseMatrix& sparse, int64_t rows, int64_t cols, const PackedMatrix::Options& options,
+                         const std::string& name) {
+  if (sparse.rows != rows || sparse.cols != cols)
+    fail("{}: expected {} x {}, got {} x {} entries", name, rows, cols, sparse.rows, sparse.cols);
+  PackedMatrix m = PackedMatrix::pack(sparse, options, name);
+  sparse = {};
+  return m;
+}
+
+bool PackedMatrix::same_storage(const PackedMatrix& other) const {
+  const auto same_bits = [](const std::vector<float>& a, const std::vector<float>& b) {
+    return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
+  };
+  const auto same_rows = [](const std::vector<LiveRow>& a, const std::vector<LiveRow>& b) {
+    return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](const LiveRow& x, const LiveRow& y) {
+             return x.row == y.row && x.begin == y.begin && x.end == y.end && x.program == y.program &&
+                    x.leaves == y.leaves;
+           });
+  };
+  return rows_ == other.rows_ && cols_ == other.cols_ && format_ == other.format_ && path_ == other.path_ &&
+         same_bits(f32_, other.f32_) && bf16_ == other.bf16_ && col_index_ == other.col_index_ &&
+         row_start_ == other.row_start_ && program_ == other.program_ && program_start_ == other.program_start_ &&
+         same_rows(live_rows_, other.live_rows_) && live_rows_listed_ == other.live_rows_listed_ &&
+         single_term_rows_ == other.single_term_rows_ && columns_.same_storage(other.columns_);
 }
 
 bool PackedMatrix::all_finite() const {

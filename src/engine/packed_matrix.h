@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "engine/column_matrix.h"
+#include "io/sparse_matrix.h"
 
 namespace qpu::engine {
 
@@ -48,6 +49,11 @@ class PackedMatrix {
   // `name` is used in error messages (e.g. "layers.3.mlp.up_proj").
   static PackedMatrix pack(std::span<const float> values, int64_t rows, int64_t cols,
                            const Options& options, const std::string& name);
+  // The same packing from the matrix's entries (io/sparse_matrix.h): the same format and
+  // arrays as pack(s.dense(), ...), without the dense array unless the format is dense.
+  static PackedMatrix pack(const io::SparseMatrix& s, const Options& options, const std::string& name);
+  // Every stored array equal, values bit for bit (tests: the two packings above).
+  bool same_storage(const PackedMatrix& other) const;
 
   int64_t rows() const { return rows_; }
   int64_t cols() const { return cols_; }
@@ -139,6 +145,10 @@ class PackedMatrix {
   // this x, and updating it otherwise); false if the row path must run.
   bool plan_columns(const float* x, ColumnMatrix::Plan& plan, ColumnScan* shared = nullptr) const;
   int64_t row_work() const;  // multiply-adds of the row path (parallel threshold)
+  static Format choose_format(int64_t size, int64_t plus_zeros, bool all_bf16, const Options& options,
+                              const std::string& name);
+  // The SparseCsr arrays (rows_, cols_ and path_ set) from the non-+0 entries, positions ascending.
+  void fill_csr(std::span<const int64_t> listed, std::span<const float> listed_values, const Options& options);
 
   int64_t rows_ = 0;
   int64_t cols_ = 0;
@@ -178,5 +188,12 @@ class PackedMatrix {
 };
 
 const char* format_name(PackedMatrix::Format format);
+
+// A layer's projection packed and its source freed, whether it comes dense (a checkpoint's
+// [rows, cols] array) or as entries (a compiled layer; its shape must be rows x cols).
+PackedMatrix pack_matrix(std::vector<float>& dense, int64_t rows, int64_t cols, const PackedMatrix::Options& options,
+                         const std::string& name);
+PackedMatrix pack_matrix(io::SparseMatrix& sparse, int64_t rows, int64_t cols, const PackedMatrix::Options& options,
+                         const std::string& name);
 
 }  // namespace qpu::engine

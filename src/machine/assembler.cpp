@@ -132,7 +132,10 @@ engine::Model AssembledMachine::model(const engine::ModelOptions& options) const
   if (!compiled.weights.layers.empty()) return engine::Model(compiled.weights, options);
   const compiler::LayerEmitter emitter(program, compiled.schedule, compiled.allocation, interface, emit_options);
   io::Qwen35Weights globals = compiled.weights;
-  return engine::Model(std::move(globals), [&](int64_t l) { return emitter.layer(l); }, options);
+  // The layers as entries: a machine layer holds a few thousand nonzeros among tens of
+  // millions of +0, which the dense arrays would allocate, fill and scan (most of the build).
+  return engine::Model(std::move(globals), engine::SparseLayerSource([&](int64_t l) { return emitter.sparse_layer(l); }),
+                       options);
 }
 
 io::LayerWeights AssembledMachine::layer(int64_t l) const {

@@ -234,6 +234,57 @@ TEST(EmitStreaming, LayerEmitterBuildsLayersInAnyOrder) {
   }
 }
 
+// The dense layer of a layer given as entries (SparseMatrix::dense of every projection).
+io::LayerWeights dense_of(const io::SparseLayerWeights& s) {
+  io::LayerWeights l;
+  l.type = s.type;
+  l.input_layernorm = s.input_layernorm;
+  l.post_attention_layernorm = s.post_attention_layernorm;
+  l.gate_proj = s.gate_proj.dense();
+  l.up_proj = s.up_proj.dense();
+  l.down_proj = s.down_proj.dense();
+  l.linear.in_proj_qkv = s.linear.in_proj_qkv.dense();
+  l.linear.in_proj_z = s.linear.in_proj_z.dense();
+  l.linear.in_proj_b = s.linear.in_proj_b.dense();
+  l.linear.in_proj_a = s.linear.in_proj_a.dense();
+  l.linear.conv1d = s.linear.conv1d;
+  l.linear.dt_bias = s.linear.dt_bias;
+  l.linear.A_log = s.linear.A_log;
+  l.linear.norm = s.linear.norm;
+  l.linear.out_proj = s.linear.out_proj.dense();
+  l.full.q_proj = s.full.q_proj.dense();
+  l.full.k_proj = s.full.k_proj.dense();
+  l.full.v_proj = s.full.v_proj.dense();
+  l.full.o_proj = s.full.o_proj.dense();
+  l.full.q_norm = s.full.q_norm;
+  l.full.k_norm = s.full.k_norm;
+  return l;
+}
+
+// sparse_layer(l): the same writes recorded instead of made give emit's bits (the
+// programs' repeated terms make two += into one cell, whose order shows in the bits).
+TEST(EmitStreaming, SparseLayersHoldTheDenseLayersBits) {
+  int64_t layers = 0, entries = 0;
+  for (unsigned mix : {kMlp, kMlp | kAttn, kMlp | kGdn, kMlp | kAttn | kGdn}) {
+    for (uint64_t seed = 1; seed <= 6; ++seed) {
+      SCOPED_TRACE("mix " + std::to_string(mix) + " seed " + std::to_string(seed));
+      const Case c = random_case(seed * 100 + mix, mix);
+      const Compiled dense = compile(c.p, c.io, c.limits, c.eo);
+      const LayerEmitter e(c.p, dense.schedule, dense.allocation, c.io, c.eo);
+      for (int64_t l = 0; l < e.num_layers(); ++l) {
+        const io::SparseLayerWeights s = e.sparse_layer(l);
+        entries += static_cast<int64_t>(s.gate_proj.values.size() + s.down_proj.values.size() +
+                                        s.linear.in_proj_qkv.values.size() + s.full.q_proj.values.size());
+        expect_same_layer(dense.weights.layers[static_cast<size_t>(l)], dense_of(s), "layers." + std::to_string(l));
+        ++layers;
+      }
+      EXPECT_THROW(e.sparse_layer(e.num_layers()), Error);
+    }
+  }
+  EXPECT_GE(layers, 24 * 6);
+  EXPECT_GT(entries, 1000);
+}
+
 // A program that cannot be emitted fails before any layer reaches the sink, with the
 // message of emit (the bad op is in the last layer).
 TEST(EmitStreaming, ChecksEveryOpBeforeTheFirstLayer) {

@@ -202,6 +202,83 @@ TEST(StreamingModel, BuildThreadsReportTheFirstBadLayer) {
   }
 }
 
+// A layer's projections as entries (what a compiler's SparseLayerSource hands over).
+io::SparseLayerWeights entries_of(const io::LayerWeights& l, const io::Qwen35Config& c) {
+  const auto entries = [](const std::vector<float>& m, int64_t cols) {
+    return m.empty() ? io::SparseMatrix{} : io::SparseMatrix::from_dense(m, static_cast<int64_t>(m.size()) / cols, cols);
+  };
+  const int64_t h = c.hidden_size;
+  io::SparseLayerWeights s;
+  s.type = l.type;
+  s.input_layernorm = l.input_layernorm;
+  s.post_attention_layernorm = l.post_attention_layernorm;
+  s.gate_proj = entries(l.gate_proj, h);
+  s.up_proj = entries(l.up_proj, h);
+  s.down_proj = entries(l.down_proj, c.intermediate_size);
+  s.linear.in_proj_qkv = entries(l.linear.in_proj_qkv, h);
+  s.linear.in_proj_z = entries(l.linear.in_proj_z, h);
+  s.linear.in_proj_b = entries(l.linear.in_proj_b, h);
+  s.linear.in_proj_a = entries(l.linear.in_proj_a, h);
+  s.linear.conv1d = l.linear.conv1d;
+  s.linear.dt_bias = l.linear.dt_bias;
+  s.linear.A_log = l.linear.A_log;
+  s.linear.norm = l.linear.norm;
+  s.linear.out_proj = entries(l.linear.out_proj, c.linear_num_value_heads * c.linear_value_head_dim);
+  s.full.q_proj = entries(l.full.q_proj, h);
+  s.full.k_proj = entries(l.full.k_proj, h);
+  s.full.v_proj = entries(l.full.v_proj, h);
+  s.full.o_proj = entries(l.full.o_proj, c.num_attention_heads * c.head_dim);
+  s.full.q_norm = l.full.q_norm;
+  s.full.k_norm = l.full.k_norm;
+  return s;
+}
+
+// SparseLayerSource: the layers as entries build the model of the dense layers (every
+// variant: dense formats, where the entries are packed densely, and CSR), at one and two
+// build threads, and a projection of the wrong shape is an error naming it.
+TEST(StreamingModel, SparseSourceGivesTheDenseModel) {
+  const int saved = omp_get_max_threads();
+  for (const Variant& v : variants()) {
+    io::Qwen35Weights w = make_tiny_weights(v.spec);
+    for (int64_t l : v.idle) idle_mixer(w.layers[static_cast<size_t>(l)]);
+    const Model dense(w, v.options);
+    for (int build_threads : {1, 2}) {
+      io::Qwen35Weights globals = w;
+      globals.layers.clear();
+      ModelOptions options = v.options;
+      options.build_threads = build_threads;
+      const SparseLayerSource source = [&](int64_t l) { return entries_of(w.layers[static_cast<size_t>(l)], w.config); };
+      const Model sparse(std::move(globals), source, options);
+      const std::string what = v.name + " build threads " + std::to_string(build_threads);
+      EXPECT_EQ(dense.skipped_mixers(), sparse.skipped_mixers()) << what;
+      const StorageStats a = dense.storage_stats(), b = sparse.storage_stats();
+      EXPECT_EQ(a.bytes, b.bytes) << what;
+      EXPECT_EQ(a.sparse_matrices, b.sparse_matrices) << what;
+      EXPECT_EQ(a.dense_bf16_matrices, b.dense_bf16_matrices) << what;
+      EXPECT_EQ(a.dense_f32_matrices, b.dense_f32_matrices) << what;
+      for (int threads : {1, 2}) {
+        omp_set_num_threads(threads);
+        expect_same_run(dense, sparse, what + " threads " + std::to_string(threads));
+      }
+    }
+  }
+  omp_set_num_threads(saved);
+  const io::Qwen35Weights w = make_tiny_weights(TinySpec{});
+  io::Qwen35Weights globals = w;
+  globals.layers.clear();
+  const SparseLayerSource wrong = [&](int64_t l) {
+    io::SparseLayerWeights s = entries_of(w.layers[static_cast<size_t>(l)], w.config);
+    if (l == 1) s.down_proj.cols += 1;
+    return s;
+  };
+  try {
+    const Model m(globals, wrong);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("layers.1.mlp.down_proj: expected 64 x 96"), std::string::npos) << e.what();
+  }
+}
+
 // Not only the same as the dense path: right (against the double-precision reference).
 TEST(StreamingModel, AgreesWithADoublePrecisionReference) {
   const io::Qwen35Weights w = make_tiny_weights(TinySpec{});

@@ -485,8 +485,9 @@ StorageStats Model::storage_stats() const {
 }
 
 // One forward over the layers (run_pass). In a pair (forward_pair) the leading forward
-// publishes in `lead` how many layers it has finished (-1: it failed), and the trailing
-// one, at the next position, waits on `follow` before it reaches a layer's state.
+// publishes in `lead` how many layers' state it has finished (their mixers; -1: it
+// failed), and the trailing one, at the next position, waits on `follow` before it
+// reaches a layer's state.
 struct Model::Pass {
   int64_t token = 0;
   int64_t position = 0;  // the position this token takes (state.position is not read)
@@ -827,12 +828,13 @@ void Model::run_pass(const Pass& pass) const {
     know_x();
     return x_facts.finite && none_live(m.run_words, run.words_begin, run.words_end);
   };
-  // A pair (forward_pair): the leader publishes, at the top of every layer, how many layers
-  // it has finished; the trailer waits for that count to pass a layer just before it
-  // reaches the layer's state (its mixer: an MLP reads no state, so the trailer runs those
-  // without waiting), and tries a whole idle run only when the leader has already left it
-  // (the run's test reads its GDN layers' counters). The trailer thus follows one layer
-  // behind where the leader computes, instead of a run of 16.
+  // A pair (forward_pair): the leader publishes how many layers' mixers it has finished
+  // (after each mixer, and at the top of every layer for the skipped ones); the trailer
+  // waits for that count to pass a layer just before it reaches the layer's state (its
+  // mixer: an MLP reads no state, so the trailer runs those without waiting), and tries a
+  // whole idle run only when the leader has already left it (the run's test reads its GDN
+  // layers' counters). The trailer's mixer l thus runs beside the leader's MLP l: it
+  // follows half a layer behind where the leader computes.
   const auto reach_state = [&](size_t l) {
     if (pass.follow != nullptr) wait_for_lead(*pass.follow, static_cast<int64_t>(l + 1));
   };
@@ -902,6 +904,8 @@ void Model::run_pass(const Pass& pass) const {
       layer.full.step(normed, pass.position, state.key_cache[l], state.value_cache[l], mixed);
       add_mixed(nullptr);
     }
+    // Layer l's state is final: the trailer may take it while this thread runs the MLP.
+    if (pass.lead != nullptr) pass.lead->store(static_cast<int64_t>(l + 1), std::memory_order_release);
     // x is what the mixer left, bit for bit (a skipped one's x + (+0) included).
     if (tap) tap(static_cast<int64_t>(2 * l), x);
 

@@ -1,12 +1,15 @@
-// PromptLookup (runner/prompt_lookup.h) against the plain definition: for every prefix of a
-// stream, the continuation of the most recent earlier occurrence of the longest suffix
-// (n <= 8) that occurred before, found by scanning the whole stream. Streams that repeat
-// themselves with noise (a looped machine's control stream, value tokens between), many
-// seeds; a table far larger than the stream, so no slot is shared and the guesses match
-// exactly.
+// PromptLookup (runner/prompt_lookup.h) against the plain definition, found by scanning
+// the whole stream for every prefix: the candidates are the continuations of the latest
+// earlier occurrence of each suffix (n = 8 .. 1), then of the token k = 1 .. 5 places
+// before the last one (the token k + 1 places after that occurrence); the first whose two
+// latest occurrences had the same continuation wins, else the first found. Streams that
+// repeat themselves with noise (a looped machine's control stream, value tokens between),
+// many seeds; a table far larger than the stream, so no slot is shared and the guesses
+// match exactly.
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <optional>
 #include <random>
 #include <vector>
 
@@ -16,17 +19,42 @@
 namespace qpu::runner {
 namespace {
 
+struct Candidate {
+  int64_t next;
+  bool confirmed;
+};
+
+// The continuations (index of the token that followed) of every occurrence of a context,
+// latest first, as `follows(i)` lists them: a candidate from the latest two.
+std::optional<Candidate> candidate(const std::vector<size_t>& continuations, const std::vector<int64_t>& tokens) {
+  if (continuations.empty()) return std::nullopt;
+  const int64_t next = tokens[continuations[0]];
+  return Candidate{next, continuations.size() >= 2 && tokens[continuations[1]] == next};
+}
+
 // The guess for the token after tokens[0, end) by definition.
 int64_t scan_guess(const std::vector<int64_t>& tokens, size_t end) {
+  std::vector<Candidate> found;
   for (size_t n = std::min<size_t>(PromptLookup::kMaxN, end); n >= 1; --n) {
-    // The latest i + n < end with tokens[i, i + n) == tokens[end - n, end): its next token.
+    // Every i + n < end with tokens[i, i + n) == tokens[end - n, end), latest first.
+    std::vector<size_t> continuations;
     for (size_t i = end - n; i-- > 0;) {
       bool same = true;
       for (size_t k = 0; k < n && same; ++k) same = tokens[i + k] == tokens[end - n + k];
-      if (same) return tokens[i + n];
+      if (same) continuations.push_back(i + n);
     }
+    if (auto c = candidate(continuations, tokens)) found.push_back(*c);
   }
-  return -1;
+  for (size_t lag = 1; lag <= PromptLookup::kMaxLag && lag + 1 <= end; ++lag) {
+    // Every j with j + lag + 1 < end and tokens[j] == tokens[end - 1 - lag], latest first.
+    std::vector<size_t> continuations;
+    for (size_t j = end - 1 - lag; j-- > 0;)
+      if (tokens[j] == tokens[end - 1 - lag]) continuations.push_back(j + lag + 1);
+    if (auto c = candidate(continuations, tokens)) found.push_back(*c);
+  }
+  for (const Candidate& c : found)
+    if (c.confirmed) return c.next;
+  return found.empty() ? -1 : found[0].next;
 }
 
 std::vector<int64_t> looping_stream(uint64_t seed, size_t length) {
@@ -65,6 +93,29 @@ TEST(PromptLookup, GuessesAsTheScanOfTheWholeStream) {
   EXPECT_GT(right, guesses / 2);
 }
 
+// The skip-gram candidates: a fixed skeleton with three data tokens after every control
+// token (a control token, three values, the next control token). No suffix that ends in
+// data repeats (every data token is new), but the control token three places back names
+// the next one: after the first two laps every control token is guessed.
+TEST(PromptLookup, GuessesTheSkeletonAcrossDataTokens) {
+  const int controls = 17;
+  int64_t data = 1000, right = 0, asked = 0;
+  PromptLookup lookup(20);
+  for (int lap = 0; lap < 6; ++lap) {
+    for (int c = 0; c < controls; ++c) {
+      for (int64_t t : {int64_t{c}, data++, data++, data++}) {
+        if (lap >= 2 && t == c) {
+          ++asked;
+          right += lookup.guess() == t;
+        }
+        lookup.push(t);
+      }
+    }
+  }
+  EXPECT_EQ(right, asked);
+  EXPECT_EQ(asked, 4 * controls);
+}
+
 // A small table (2^4 slots): slots are shared and guesses may be wrong, but every guess is
 // a token that the stream has carried.
 TEST(PromptLookup, ASharedSlotGuessesATokenOfTheStream) {
@@ -79,9 +130,12 @@ TEST(PromptLookup, ASharedSlotGuessesATokenOfTheStream) {
   }
 }
 
-TEST(PromptLookup, TableSizeOutsideTheRangeIsAnError) {
+TEST(PromptLookup, TableSizeOrATokenOutsideTheRangeIsAnError) {
   EXPECT_THROW(PromptLookup(3), Error);
   EXPECT_THROW(PromptLookup(31), Error);
+  PromptLookup lookup(4);
+  EXPECT_THROW(lookup.push(-1), Error);
+  EXPECT_THROW(lookup.push(int64_t{1} << 31), Error);
 }
 
 }  // namespace

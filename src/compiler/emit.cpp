@@ -257,37 +257,8 @@ io::Qwen35Weights LayerEmitter::globals() const {
 io::LayerWeights LayerEmitter::layer(int64_t l) const { return emit_layer<std::vector<float>>(l); }
 
 io::SparseLayerWeights LayerEmitter::sparse_layer(int64_t l) const {
-  io::BasicLayerWeights<io::SparseMatrixBuilder> b = emit_layer<io::SparseMatrixBuilder>(l);
-  io::SparseLayerWeights w;
-  w.type = b.type;
-  w.input_layernorm = std::move(b.input_layernorm);
-  w.post_attention_layernorm = std::move(b.post_attention_layernorm);
-  w.gate_proj = b.gate_proj.finish();
-  w.up_proj = b.up_proj.finish();
-  w.down_proj = b.down_proj.finish();
-  if (w.type == LayerType::LinearAttention) {
-    auto& from = b.linear;
-    auto& to = w.linear;
-    to.in_proj_qkv = from.in_proj_qkv.finish();
-    to.in_proj_z = from.in_proj_z.finish();
-    to.in_proj_b = from.in_proj_b.finish();
-    to.in_proj_a = from.in_proj_a.finish();
-    to.conv1d = std::move(from.conv1d);
-    to.dt_bias = std::move(from.dt_bias);
-    to.A_log = std::move(from.A_log);
-    to.norm = std::move(from.norm);
-    to.out_proj = from.out_proj.finish();
-  } else {
-    auto& from = b.full;
-    auto& to = w.full;
-    to.q_proj = from.q_proj.finish();
-    to.k_proj = from.k_proj.finish();
-    to.v_proj = from.v_proj.finish();
-    to.o_proj = from.o_proj.finish();
-    to.q_norm = std::move(from.q_norm);
-    to.k_norm = std::move(from.k_norm);
-  }
-  return w;
+  return io::convert_matrices<io::SparseMatrix>(emit_layer<io::SparseMatrixBuilder>(l),
+                                                [](io::SparseMatrixBuilder&& b, const char*) { return b.finish(); });
 }
 
 template <class M>

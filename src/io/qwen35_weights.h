@@ -52,6 +52,37 @@ struct BasicLayerWeights {
   Matrix down_proj;                             // [hidden, intermediate]
 };
 
+// The same layer with every projection converted by f(Matrix&& m, const char* name) ->
+// To (name: the tensor's, e.g. "mlp.down_proj"); the small vectors are moved as they are.
+template <class To, class From, class F>
+BasicLayerWeights<To> convert_matrices(BasicLayerWeights<From>&& from, F&& f) {
+  BasicLayerWeights<To> to;
+  to.type = from.type;
+  to.input_layernorm = std::move(from.input_layernorm);
+  to.post_attention_layernorm = std::move(from.post_attention_layernorm);
+  auto& la = from.linear;
+  to.linear.in_proj_qkv = f(std::move(la.in_proj_qkv), "linear_attn.in_proj_qkv");
+  to.linear.in_proj_z = f(std::move(la.in_proj_z), "linear_attn.in_proj_z");
+  to.linear.in_proj_b = f(std::move(la.in_proj_b), "linear_attn.in_proj_b");
+  to.linear.in_proj_a = f(std::move(la.in_proj_a), "linear_attn.in_proj_a");
+  to.linear.conv1d = std::move(la.conv1d);
+  to.linear.dt_bias = std::move(la.dt_bias);
+  to.linear.A_log = std::move(la.A_log);
+  to.linear.norm = std::move(la.norm);
+  to.linear.out_proj = f(std::move(la.out_proj), "linear_attn.out_proj");
+  auto& fa = from.full;
+  to.full.q_proj = f(std::move(fa.q_proj), "self_attn.q_proj");
+  to.full.k_proj = f(std::move(fa.k_proj), "self_attn.k_proj");
+  to.full.v_proj = f(std::move(fa.v_proj), "self_attn.v_proj");
+  to.full.o_proj = f(std::move(fa.o_proj), "self_attn.o_proj");
+  to.full.q_norm = std::move(fa.q_norm);
+  to.full.k_norm = std::move(fa.k_norm);
+  to.gate_proj = f(std::move(from.gate_proj), "mlp.gate_proj");
+  to.up_proj = f(std::move(from.up_proj), "mlp.up_proj");
+  to.down_proj = f(std::move(from.down_proj), "mlp.down_proj");
+  return to;
+}
+
 using LinearAttentionWeights = BasicLinearAttentionWeights<std::vector<float>>;
 using FullAttentionWeights = BasicFullAttentionWeights<std::vector<float>>;
 using LayerWeights = BasicLayerWeights<std::vector<float>>;

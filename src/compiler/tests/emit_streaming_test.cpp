@@ -235,30 +235,9 @@ TEST(EmitStreaming, LayerEmitterBuildsLayersInAnyOrder) {
 }
 
 // The dense layer of a layer given as entries (SparseMatrix::dense of every projection).
-io::LayerWeights dense_of(const io::SparseLayerWeights& s) {
-  io::LayerWeights l;
-  l.type = s.type;
-  l.input_layernorm = s.input_layernorm;
-  l.post_attention_layernorm = s.post_attention_layernorm;
-  l.gate_proj = s.gate_proj.dense();
-  l.up_proj = s.up_proj.dense();
-  l.down_proj = s.down_proj.dense();
-  l.linear.in_proj_qkv = s.linear.in_proj_qkv.dense();
-  l.linear.in_proj_z = s.linear.in_proj_z.dense();
-  l.linear.in_proj_b = s.linear.in_proj_b.dense();
-  l.linear.in_proj_a = s.linear.in_proj_a.dense();
-  l.linear.conv1d = s.linear.conv1d;
-  l.linear.dt_bias = s.linear.dt_bias;
-  l.linear.A_log = s.linear.A_log;
-  l.linear.norm = s.linear.norm;
-  l.linear.out_proj = s.linear.out_proj.dense();
-  l.full.q_proj = s.full.q_proj.dense();
-  l.full.k_proj = s.full.k_proj.dense();
-  l.full.v_proj = s.full.v_proj.dense();
-  l.full.o_proj = s.full.o_proj.dense();
-  l.full.q_norm = s.full.q_norm;
-  l.full.k_norm = s.full.k_norm;
-  return l;
+io::LayerWeights dense_of(io::SparseLayerWeights s) {
+  return io::convert_matrices<std::vector<float>>(std::move(s),
+                                                  [](io::SparseMatrix&& m, const char*) { return m.dense(); });
 }
 
 // sparse_layer(l): the same writes recorded instead of made give emit's bits (the

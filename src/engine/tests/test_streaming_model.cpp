@@ -203,34 +203,15 @@ TEST(StreamingModel, BuildThreadsReportTheFirstBadLayer) {
 }
 
 // A layer's projections as entries (what a compiler's SparseLayerSource hands over).
-io::SparseLayerWeights entries_of(const io::LayerWeights& l, const io::Qwen35Config& c) {
-  const auto entries = [](const std::vector<float>& m, int64_t cols) {
+io::SparseLayerWeights entries_of(io::LayerWeights l, const io::Qwen35Config& c) {
+  return io::convert_matrices<io::SparseMatrix>(std::move(l), [&c](std::vector<float>&& m, const char* name) {
+    const std::string n = name;
+    const int64_t cols = n == "mlp.down_proj"            ? c.intermediate_size
+                         : n == "linear_attn.out_proj" ? c.linear_num_value_heads * c.linear_value_head_dim
+                         : n == "self_attn.o_proj"     ? c.num_attention_heads * c.head_dim
+                                                       : c.hidden_size;
     return m.empty() ? io::SparseMatrix{} : io::SparseMatrix::from_dense(m, static_cast<int64_t>(m.size()) / cols, cols);
-  };
-  const int64_t h = c.hidden_size;
-  io::SparseLayerWeights s;
-  s.type = l.type;
-  s.input_layernorm = l.input_layernorm;
-  s.post_attention_layernorm = l.post_attention_layernorm;
-  s.gate_proj = entries(l.gate_proj, h);
-  s.up_proj = entries(l.up_proj, h);
-  s.down_proj = entries(l.down_proj, c.intermediate_size);
-  s.linear.in_proj_qkv = entries(l.linear.in_proj_qkv, h);
-  s.linear.in_proj_z = entries(l.linear.in_proj_z, h);
-  s.linear.in_proj_b = entries(l.linear.in_proj_b, h);
-  s.linear.in_proj_a = entries(l.linear.in_proj_a, h);
-  s.linear.conv1d = l.linear.conv1d;
-  s.linear.dt_bias = l.linear.dt_bias;
-  s.linear.A_log = l.linear.A_log;
-  s.linear.norm = l.linear.norm;
-  s.linear.out_proj = entries(l.linear.out_proj, c.linear_num_value_heads * c.linear_value_head_dim);
-  s.full.q_proj = entries(l.full.q_proj, h);
-  s.full.k_proj = entries(l.full.k_proj, h);
-  s.full.v_proj = entries(l.full.v_proj, h);
-  s.full.o_proj = entries(l.full.o_proj, c.num_attention_heads * c.head_dim);
-  s.full.q_norm = l.full.q_norm;
-  s.full.k_norm = l.full.k_norm;
-  return s;
+  });
 }
 
 // SparseLayerSource: the layers as entries build the model of the dense layers (every

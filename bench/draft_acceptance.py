@@ -12,7 +12,7 @@ token). The drafts know nothing of the machine:
           candidates are the suffixes (n = 8 .. 1), then the token k = 1 .. 5 places
           before the last one; the first whose last two occurrences were followed by the
           same token wins, else the first found.
-Prints per family of the actual next token (digits as '#', as `qpu story --profile`
+Prints how often confirmed and unconfirmed guesses are right, and per family of the actual next token (digits as '#', as `qpu story --profile`
 groups them): cycles and the share predicted right. A measurement for
 docs/npu-machine.md ("What the second core could do"), not a test.
 """
@@ -37,7 +37,7 @@ def learn(table, key, nxt):
 
 suffixes = [dict() for _ in range(N + 1)]
 lags = [dict() for _ in range(LAGS + 1)]
-right = collections.Counter(); total = collections.Counter()
+right = collections.Counter(); total = collections.Counter(); kinds = collections.Counter()
 for t in range(len(ids) - 1):
     # predict ids[t+1] from ids[:t+1]
     found = [suffixes[n].get(tuple(ids[t + 1 - n:t + 1])) for n in range(min(N, t + 1), 0, -1)]
@@ -49,6 +49,7 @@ for t in range(len(ids) - 1):
     f = family(names[t + 1])
     total[f] += 1
     if guess == ids[t + 1]: right[f] += 1
+    kinds[('confirmed' if confirmed else 'unconfirmed' if found else 'none', guess == ids[t + 1])] += 1
     # learn: the continuation of every context ending at t
     for n in range(1, min(N, t + 1) + 1):
         learn(suffixes[n], tuple(ids[t + 1 - n:t + 1]), ids[t + 1])
@@ -56,5 +57,8 @@ for t in range(len(ids) - 1):
         if t - k >= 0: learn(lags[k], ids[t - k], ids[t + 1])
 all_t = sum(total.values()); all_r = sum(right.values())
 print(f"{all_t} predictions, {all_r} right ({100*all_r/all_t:.1f} %), draft '{mode}'")
+for kind in ('confirmed', 'unconfirmed'):
+    n = kinds[(kind, True)] + kinds[(kind, False)]
+    if n: print(f"  {kind} guesses: {n}, right {kinds[(kind, True)]} ({100*kinds[(kind, True)]/n:.1f} %)")
 for f, c in sorted(total.items(), key=lambda kv: -kv[1]):
     print(f"{f:24s} {c:8d} {100*right[f]/c:6.1f} %")

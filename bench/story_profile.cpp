@@ -19,8 +19,8 @@
 //
 // With QPU_PERF_FAMILY (a micro-op family as the table names it, e.g. 'EXP(#).#.#') and
 // QPU_PERF_CTL (the control fifo of `perf record --control=fifo:PATH -D -1`), perf samples
-// only the forwards of that family: "enable" is written to the fifo before each of them
-// and "disable" after, e.g.
+// only the forwards of that family ('value' for the value tokens): "enable" is written to
+// the fifo before each of them and "disable" after, e.g.
 //   mkfifo /tmp/ctl
 //   QPU_PERF_FAMILY='EXP(#).#.#' QPU_PERF_CTL=/tmp/ctl perf record -D -1 --control=fifo:/tmp/ctl -o exp.data story_profile 256 40
 //
@@ -96,8 +96,11 @@ int main(int argc, char** argv) {
         if (tokens_path && before) host_tokens.push_back(token);
         if (!ctl) return;
         const int64_t index = token - m.control.first;
-        if (index < 0 || index >= static_cast<int64_t>(m.control_names.size())) return;
-        if (runner::micro_op_family(m.control_names[static_cast<size_t>(index)]) != target) return;
+        const bool control = index >= 0 && index < static_cast<int64_t>(m.control_names.size());
+        // Value tokens (the crossing floats' parts, whatever family they follow): "value".
+        const std::string family =
+            control ? runner::micro_op_family(m.control_names[static_cast<size_t>(index)]) : std::string("value");
+        if (family != target) return;
         std::fputs(before ? "enable\n" : "disable\n", ctl);
         std::fflush(ctl);
       };

@@ -11,6 +11,8 @@ namespace qpu {
 
 inline uint32_t float_bits(float x) { return std::bit_cast<uint32_t>(x); }
 inline float float_from_bits(uint32_t b) { return std::bit_cast<float>(b); }
+// +0 and nothing else (-0 is a value: a stored -0 weight, a listed -0 entry).
+inline bool is_plus_zero(float x) { return float_bits(x) == 0; }
 
 // "0x1.99999ap-1 (0x3f4ccccd)": exact value and bit pattern, for error messages.
 inline std::string describe_float(float x) {

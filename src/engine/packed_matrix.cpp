@@ -10,16 +10,17 @@
 #include <limits>
 
 #include "common/error.h"
+#include "common/float_bits.h"
 #include "engine/dot.h"
 #include "engine/weight_scan.h"
 
 namespace qpu::engine {
 namespace {
 
-// Only +0 is left out of CSR (weight_scan::census_listing): a -0 weight is kept so
-// that copy_row returns the exact values (its products are zeros, which change no sum;
-// see dot.h). A bf16 number: weight_scan::census.
-bool is_plus_zero(float v) { return std::bit_cast<uint32_t>(v) == 0; }
+// Only +0 (is_plus_zero, common/float_bits.h) is left out of CSR
+// (weight_scan::census_listing): a -0 weight is kept so that copy_row returns the exact
+// values (its products are zeros, which change no sum; see dot.h). A bf16 number:
+// weight_scan::census.
 
 using dot::tree_key;
 

@@ -4,14 +4,9 @@
 #include <bit>
 
 #include "common/error.h"
+#include "common/float_bits.h"
 
 namespace qpu::io {
-
-namespace {
-
-bool is_plus_zero(float v) { return std::bit_cast<uint32_t>(v) == 0; }
-
-}  // namespace
 
 SparseMatrix SparseMatrix::from_dense(std::span<const float> values, int64_t rows, int64_t cols) {
   if (rows < 0 || cols < 0 || static_cast<int64_t>(values.size()) != rows * cols)

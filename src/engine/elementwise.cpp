@@ -18,27 +18,31 @@ using simd::load;
 using simd::store;
 using simd::u32x16;
 
-typedef uint64_t u64x8 __attribute__((vector_size(64)));
-typedef uint64_t u64x4 __attribute__((vector_size(32)));
+typedef uint32_t u32x8 __attribute__((vector_size(32)));
+typedef uint32_t u32x4 __attribute__((vector_size(16)));
 typedef uint64_t u64x2 __attribute__((vector_size(16)));
 
-// Any bit set in the 64 bytes: OR-ed down by halves in vector registers (extracting the
-// eight 64-bit words one by one cost more than the arithmetic it guards).
+// Any bit set in the 32 or 64 bytes: OR-ed down by halves in vector registers. The halves are
+// shuffles of the vector itself and the last step a std::bit_cast, all in registers: the
+// earlier memcpy into a vector of 64-bit lanes made GCC's AVX2 code store the two ymm
+// halves and reload them as 64-bit words, a store-forwarding stall that was the top of
+// silu_mul's profile (docs/engine.md, "The zero tests").
+[[gnu::always_inline]] inline bool any(u32x8 h) {
+  const u32x4 q = __builtin_shufflevector(h, h, 0, 1, 2, 3) | __builtin_shufflevector(h, h, 4, 5, 6, 7);
+  const u64x2 w = std::bit_cast<u64x2>(q);
+  return (w[0] | w[1]) != 0;
+}
+
 [[gnu::always_inline]] inline bool any(u32x16 v) {
-  u64x8 w;
-  std::memcpy(&w, &v, sizeof w);
-  const u64x4 h = __builtin_shufflevector(w, w, 0, 1, 2, 3) | __builtin_shufflevector(w, w, 4, 5, 6, 7);
-  const u64x2 q = __builtin_shufflevector(h, h, 0, 1) | __builtin_shufflevector(h, h, 2, 3);
-  return (q[0] | q[1]) != 0;
+  return any(__builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7) |
+             __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15));
 }
 
 // A block holds an input x with x != 0, i.e. not +-0 (NaN counts: NaN != 0). On the
 // bits: dropping the sign bit leaves 0 exactly for +-0 (integer ops, no float compare,
 // which baseline x86-64 would split into scalar compares for 16 lanes).
 [[gnu::always_inline]] inline bool any_nonzero(f32x16 v) {
-  u32x16 bits;
-  std::memcpy(&bits, &v, sizeof bits);
-  return any(bits << 1);
+  return any(std::bit_cast<u32x16>(v) << 1);
 }
 
 [[gnu::always_inline]] inline void add_impl(float* x, const float* y, int64_t n) {
@@ -206,27 +210,36 @@ template <int kHistory>
 // whose value equals M, the largest non-NaN value, when x[0] is not NaN (NaN never
 // compares greater, and the first time the scan meets M it moves there, since M is
 // greater than every earlier value; -0 and +0 are equal, so the first of them is kept);
-// with a NaN x[0] it never moves. So: M from 16 lane maxima that start at x[0] and take
+// with a NaN x[0] it never moves. So: M from 8 lane maxima that start at x[0] and take
 // only values greater than them (the order does not matter for the maximum of non-NaN
 // values: ties between -0 and +0 are settled by the second pass, which looks for the first
 // x[i] == M), then the first index equal to M. Also counts the x[i] > above on the way.
+// 8 lanes, not the 16 of the other kernels: GCC 12 lowers a select or compare of 64-byte
+// vectors on an AVX2 target lane by lane through the stack (the host's pick over a
+// 26K-token vocabulary was a tenth of a value-token cycle); 32-byte ones stay in ymm
+// registers, and baseline x86-64 splits them into two SSE halves. Any lane count gives
+// the same M, count and index.
+typedef float f32x8 __attribute__((vector_size(32)));
+typedef int32_t i32x8 __attribute__((vector_size(32)));
+constexpr int64_t kArgmaxLanes = 8;
+
 [[gnu::always_inline]] inline int64_t argmax_impl(const float* x, int64_t n, float above, int64_t* count_above) {
   int64_t count = 0;
-  f32x16 best, limit;
-  for (int l = 0; l < kBlock; ++l) {
+  f32x8 best, limit;
+  for (int l = 0; l < kArgmaxLanes; ++l) {
     best[l] = x[0];
     limit[l] = above;
   }
-  u32x16 counts{};
+  i32x8 counts{};
   int64_t i = 0;
-  for (; i + kBlock <= n; i += kBlock) {
-    const f32x16 v = load<f32x16>(x + i);
+  for (; i + kArgmaxLanes <= n; i += kArgmaxLanes) {
+    const f32x8 v = load<f32x8>(x + i);
     best = v > best ? v : best;
-    counts -= reinterpret_cast<u32x16>(v > limit);  // a true lane is all ones (-1)
+    counts += v > limit;  // a true lane is -1
   }
   float m = x[0];
-  for (int l = 0; l < kBlock; ++l) {
-    count += counts[l];
+  for (int l = 0; l < kArgmaxLanes; ++l) {
+    count -= counts[l];
     if (best[l] > m) m = best[l];
   }
   for (int64_t j = i; j < n; ++j) {
@@ -236,10 +249,11 @@ template <int kHistory>
   if (count_above != nullptr) *count_above = count;
   if (std::isnan(x[0])) return 0;
   int64_t j = 0;
-  f32x16 mv;
-  for (int l = 0; l < kBlock; ++l) mv[l] = m;
-  for (; j + kBlock <= n; j += kBlock) {
-    if (any(reinterpret_cast<u32x16>(load<f32x16>(x + j) == mv))) break;
+  f32x8 mv;
+  for (int l = 0; l < kArgmaxLanes; ++l) mv[l] = m;
+  for (; j + kArgmaxLanes <= n; j += kArgmaxLanes) {
+    const i32x8 hit = load<f32x8>(x + j) == mv;
+    if (any(std::bit_cast<u32x8>(hit))) break;
   }
   for (; j < n; ++j)
     if (x[j] == m) return j;

@@ -5,6 +5,7 @@
 // (-ffp-contract=off), so a lane computes the bits of the scalar loop.
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 // These values never cross a function boundary (every kernel inlines them), so GCC's
 // note about the calling convention of 64-byte vectors is moot; this header is only for
@@ -26,7 +27,18 @@ template <typename T>
 
 template <typename T>
 [[gnu::always_inline]] inline void store(void* p, T v) {
-  std::memcpy(p, &v, sizeof v);
+  if constexpr (sizeof(T) == 64 && sizeof(v[0]) == 4) {
+    // In two 32-byte halves taken by shuffles: a 64-byte memcpy made GCC's AVX2 code
+    // spill the two ymm registers and copy them out as four xmm loads and stores.
+    typedef std::remove_cvref_t<decltype(v[0])> Lane;
+    typedef Lane Half __attribute__((vector_size(32)));
+    const Half lo = __builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7);
+    const Half hi = __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15);
+    std::memcpy(p, &lo, sizeof lo);
+    std::memcpy(static_cast<char*>(p) + sizeof lo, &hi, sizeof hi);
+  } else {
+    std::memcpy(p, &v, sizeof v);
+  }
 }
 
 }  // namespace qpu::engine::simd

@@ -31,7 +31,7 @@ TEST(Sampler, ArgmaxKernelIsTheScanOnEveryInstructionSet) {
   testing::TinyRandom rng(2026);
   const float pool[] = {0.0f, -0.0f, 1.0f, -1.0f, 0x1p20f, 0x1p20f + 0x1p3f, 0x1p20f + 0x1p10f, 3.5f, -7.0f,
                         1e-40f, testing::kInf, -testing::kInf, testing::kNaN};
-  const int64_t lengths[] = {1, 2, 15, 16, 17, 31, 32, 33, 100, 257, 4096, 70001};
+  const int64_t lengths[] = {1, 2, 7, 8, 9, 15, 16, 17, 31, 32, 33, 100, 257, 4096, 70001};
   int64_t cases = 0, nan_first = 0, ties = 0;
   for (dot::Isa isa : {dot::Isa::Generic, dot::Isa::Avx2, dot::Isa::Avx512}) {
     if (!dot::isa_supported(isa)) continue;

@@ -148,7 +148,8 @@ template <int kHistory>
   const int64_t history = kHistory >= 0 ? kHistory : taps - 1;
   int64_t c = 0;
   for (; c + kBlock <= channels; c += kBlock) {
-    const u32x16 in_bits = load<u32x16>(in + c);
+    // 8-lane words: GCC 12 on AVX2 moved a 64-byte vector loaded here through the stack.
+    const u32x8 in_bits = load<u32x8>(in + c) | load<u32x8>(in + c + 8);
     const bool input_zero = !any(in_bits);
     bool history_zero = false;  // known without reading it
     if (zero_inputs != nullptr) {
@@ -162,9 +163,9 @@ template <int kHistory>
         continue;
       }
       // The bits of the block's inputs and histories, OR-ed: 0 only if all are +0.
-      u32x16 bits = in_bits;
+      u32x8 bits = in_bits;
       const float* past = state + c * history;
-      for (int64_t k = 0; k < kBlock * history; k += kBlock) bits |= load<u32x16>(past + k);
+      for (int64_t k = 0; k < kBlock * history; k += 8) bits |= load<u32x8>(past + k);
       if (!any(bits)) {
         store(out + c, f32x16{});
         continue;

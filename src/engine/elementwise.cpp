@@ -93,6 +93,26 @@ typedef uint64_t u64x2 __attribute__((vector_size(16)));
   for (; i < n; ++i) out[i] = x[i] / d;
 }
 
+typedef float f32x8 __attribute__((vector_size(32)));
+typedef int32_t i32x8 __attribute__((vector_size(32)));
+
+// numerics::silu of 8 values, written to out (which may be a): a vector select where every
+// lane lies in one of silu's exact windows (g for +-0 and g >= 18, -0 for -inf < g < -89:
+// a compiled layer's gates are +-0 or far out), numerics::silu lane by lane otherwise.
+// Lanes of 8, not 16: GCC 12 lowers compares and selects of 64-byte vectors on an AVX2
+// target lane by lane through the stack.
+[[gnu::always_inline]] inline void silu8(const float* a, float* out) {
+  const f32x8 g = load<f32x8>(a);
+  const i32x8 identity = (g == 0.0f) | (g >= 18.0f);
+  const i32x8 minus_zero = (g < -89.0f) & (g > -std::numeric_limits<float>::infinity());
+  if (!any(std::bit_cast<u32x8>(~(identity | minus_zero)))) {
+    const f32x8 zero{};
+    store(out, identity ? g : -zero);  // -zero: -0 in every lane
+    return;
+  }
+  for (int l = 0; l < 8; ++l) out[l] = numerics::silu(a[l]);
+}
+
 // silu(g) = g for g = +-0, so an all-zero block is g * up.
 [[gnu::always_inline]] inline void silu_mul_impl(float* gate, const float* up, int64_t n) {
   int64_t i = 0;
@@ -102,7 +122,9 @@ typedef uint64_t u64x2 __attribute__((vector_size(16)));
       store(gate + i, g * load<f32x16>(up + i));
       continue;
     }
-    for (int64_t j = i; j < i + kBlock; ++j) gate[j] = numerics::silu(gate[j]) * up[j];
+    silu8(gate + i, gate + i);
+    silu8(gate + i + 8, gate + i + 8);
+    store(gate + i, load<f32x16>(gate + i) * load<f32x16>(up + i));
   }
   for (; i < n; ++i) gate[i] = numerics::silu(gate[i]) * up[i];
 }
@@ -130,15 +152,15 @@ typedef uint64_t u64x2 __attribute__((vector_size(16)));
 // memmove per channel, which cost more than the channel's arithmetic on the looped
 // machine (docs/engine.md, "Cost per machine cycle"). The same operations either way.
 template <int kHistory>
-[[gnu::always_inline]] inline void conv_channel(const float* wc, int64_t runtime_history, float* past, float input,
-                                                float* out) {
+[[gnu::always_inline]] inline float conv_channel_sum(const float* wc, int64_t runtime_history, float* past,
+                                                     float input) {
   const int64_t history = kHistory >= 0 ? kHistory : runtime_history;
   float acc = 0.0f;
   for (int64_t t = 0; t < history; ++t) acc = acc + wc[t] * past[t];
   acc = acc + wc[history] * input;
   for (int64_t t = 0; t + 1 < history; ++t) past[t] = past[t + 1];
   if (history > 0) past[history - 1] = input;
-  *out = numerics::silu(acc);
+  return acc;
 }
 
 template <int kHistory>
@@ -171,12 +193,15 @@ template <int kHistory>
         continue;
       }
     }
+    // The sums first, then silu over the block (silu8: mostly in its windows).
     for (int64_t ch = c; ch < c + kBlock; ++ch) {
-      conv_channel<kHistory>(weight + ch * taps, history, state + ch * history, in[ch], out + ch);
+      out[ch] = conv_channel_sum<kHistory>(weight + ch * taps, history, state + ch * history, in[ch]);
     }
+    silu8(out + c, out + c);
+    silu8(out + c + 8, out + c + 8);
   }
   for (; c < channels; ++c) {
-    conv_channel<kHistory>(weight + c * taps, history, state + c * history, in[c], out + c);
+    out[c] = numerics::silu(conv_channel_sum<kHistory>(weight + c * taps, history, state + c * history, in[c]));
   }
 }
 
@@ -220,8 +245,6 @@ template <int kHistory>
 // 26K-token vocabulary was a tenth of a value-token cycle); 32-byte ones stay in ymm
 // registers, and baseline x86-64 splits them into two SSE halves. Any lane count gives
 // the same M, count and index.
-typedef float f32x8 __attribute__((vector_size(32)));
-typedef int32_t i32x8 __attribute__((vector_size(32)));
 constexpr int64_t kArgmaxLanes = 8;
 
 [[gnu::always_inline]] inline int64_t argmax_impl(const float* x, int64_t n, float above, int64_t* count_above) {

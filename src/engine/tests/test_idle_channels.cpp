@@ -269,6 +269,91 @@ TEST(IdleChannels, LiveBlocksGiveTheScalarLoopBitsAndState) {
   EXPECT_GT(skippable_channels, 10000);  // the mix the machine has was exercised
 }
 
+// silu's window path (silu8: a group of 8 whose values all lie in numerics::silu's exact
+// windows is computed without the exp): values drawn from the windows' edges and insides
+// (+-0, 18 and up, +inf, below -89 down to -FLT_MAX) with, in most groups, some from
+// outside them (pred(18), -89 itself, next(-89), -inf, NaN, ordinary values, and 10 and -85,
+// where silu is neither x nor -0).
+const float kSiluInside[] = {0.0f, -0.0f, 18.0f, std::nextafter(18.0f, kInf), 100.0f, 1e30f, kInf,
+                             std::nextafter(-89.0f, -kInf), -90.0f, -1e30f, -std::numeric_limits<float>::max()};
+const float kSiluOutside[] = {std::nextafter(18.0f, 0.0f), -89.0f, std::nextafter(-89.0f, 0.0f), -kInf, kNaN,
+                              1.0f, -1.0f, 1e-40f, -17.5f, 10.0f, -85.0f};
+
+bool in_silu_windows(float g) { return g == 0.0f || g >= 18.0f || (g < -89.0f && g > -kInf); }
+
+// Gates for silu_mul: every lane inside the windows (pure) or each lane outside them with
+// probability 1/40; counts the groups of 8 of each kind.
+std::vector<float> window_gates(TinyRandom& rng, int64_t n, bool pure, int64_t counts[2]) {
+  const auto pick = [&rng](const auto& values) {
+    return values[static_cast<size_t>(rng.unit() * static_cast<double>(std::size(values)))];
+  };
+  std::vector<float> g(static_cast<size_t>(n));
+  for (float& v : g) v = !pure && rng.unit() < 0.025 ? pick(kSiluOutside) : pick(kSiluInside);
+  for (int64_t b = 0; b + 8 <= n; b += 8) {
+    bool inside = true;
+    for (int64_t i = b; i < b + 8; ++i) inside &= in_silu_windows(g[static_cast<size_t>(i)]);
+    ++counts[inside ? 0 : 1];
+  }
+  return g;
+}
+
+// silu_mul over such gates, times ups with +-0, subnormals, +-inf and NaN: the scalar
+// loop's bits on every instruction set.
+TEST(IdleChannels, SiluMulWindowGroupsGiveTheScalarLoopBits) {
+  const float ups[] = {0.0f, -0.0f, 1.0f, -3.0f, 1e-40f, -1e-40f, kInf, -kInf, kNaN, 1e30f, 0.5f};
+  TinyRandom rng(1213);
+  int64_t groups[2] = {0, 0};
+  for (dot::Isa isa : supported_isas()) {
+    const elementwise::Kernels& k = elementwise::kernels_for(isa);
+    for (int trial = 0; trial < 400; ++trial) {
+      const int64_t n = kLengths[trial % std::size(kLengths)];
+      const std::vector<float> gate = window_gates(rng, n, trial % 3 == 0, groups);
+      std::vector<float> up(gate.size());
+      for (float& u : up) u = rng.unit() < 0.5 ? ups[static_cast<size_t>(rng.unit() * std::size(ups))] : rng.uniform(4.0);
+      std::vector<float> got = gate, want(gate.size());
+      for (size_t i = 0; i < gate.size(); ++i) want[i] = numerics::silu(gate[i]) * up[i];
+      k.silu_mul(got.data(), up.data(), n);
+      expect_same(got, want, std::string(dot::isa_name(isa)) + " trial " + std::to_string(trial) + " silu_mul");
+    }
+  }
+  // Both kinds of group occur, so both paths run.
+  EXPECT_GT(groups[0], 500);
+  EXPECT_GT(groups[1], 500);
+}
+
+// The conv's silu on sums in and out of the windows: one tap of weight 1 on the input
+// (the history weights +0 and the history +0, so the sum is +0 + 1 * in = in up to the sign
+// of zero), inputs drawn as the gates above; then the same with live histories.
+TEST(IdleChannels, ConvSiluWindowGroupsGiveTheScalarLoopBits) {
+  TinyRandom rng(1214);
+  int64_t groups[2] = {0, 0};
+  for (dot::Isa isa : supported_isas()) {
+    const elementwise::Kernels& k = elementwise::kernels_for(isa);
+    for (int trial = 0; trial < 200; ++trial) {
+      const int64_t taps = 4, channels = kLengths[trial % std::size(kLengths)];
+      const std::vector<float> in = window_gates(rng, channels, trial % 3 == 0, groups);
+      std::vector<float> weight(static_cast<size_t>(channels * taps), 0.0f), state(static_cast<size_t>(channels * (taps - 1)), 0.0f);
+      for (int64_t c = 0; c < channels; ++c) weight[static_cast<size_t>(c * taps + taps - 1)] = 1.0f;
+      if (trial % 2 == 1) {  // live histories: sums of four terms
+        for (float& w : weight) w = w == 0.0f ? static_cast<float>(static_cast<int>(rng.unit() * 5.0) - 2) : w;
+        for (float& h : state) h = kSiluInside[static_cast<size_t>(rng.unit() * 4.0)];  // +-0, 18, next(18)
+      }
+      bool finite = true;
+      for (float w : weight) finite = finite && std::isfinite(w);
+      std::vector<float> want_state = state, got_state = state, want(in.size()), got(in.size(), -1.0f);
+      testing::conv_reference(weight, taps, want_state, in, want, channels);
+      std::vector<uint8_t> zero_inputs(static_cast<size_t>((channels + 15) / 16), 0);
+      k.conv_silu_tracked(weight.data(), taps, finite, got_state.data(), in.data(), got.data(), channels,
+                          zero_inputs.data());
+      const std::string what = std::string(dot::isa_name(isa)) + " trial " + std::to_string(trial);
+      expect_same(got, want, what + " conv out");
+      expect_same(got_state, want_state, what + " conv state");
+    }
+  }
+  EXPECT_GT(groups[0], 200);
+  EXPECT_GT(groups[1], 200);
+}
+
 TEST(IdleChannels, IdleBlocksFollowTheSignsOfZero) {
   // Hand-checked values: silu(-0) * 3 = -0, silu(+0) * -3 = -0, silu(-0) * NaN = NaN,
   // a +0 history with a -0 input sums to +0 but stores -0 in the history.

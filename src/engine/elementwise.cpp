@@ -26,7 +26,7 @@ typedef uint64_t u64x2 __attribute__((vector_size(16)));
 // shuffles of the vector itself and the last step a std::bit_cast, all in registers: the
 // earlier memcpy into a vector of 64-bit lanes made GCC's AVX2 code store the two ymm
 // halves and reload them as 64-bit words, a store-forwarding stall that was the top of
-// silu_mul's profile (docs/engine.md, "The zero tests").
+// silu_mul's profile (docs/engine.md, "The zero tests: AVX2 code for 64-byte vectors").
 [[gnu::always_inline]] inline bool any(u32x8 h) {
   const u32x4 q = __builtin_shufflevector(h, h, 0, 1, 2, 3) | __builtin_shufflevector(h, h, 4, 5, 6, 7);
   const u64x2 w = std::bit_cast<u64x2>(q);

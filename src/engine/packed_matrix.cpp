@@ -324,8 +324,11 @@ void PackedMatrix::multiply_rows(const float* x, float* y, int64_t row_begin, in
         // Mostly empty rows: an empty row's sum is +0 (below), so fill and evaluate
         // only the rows with a nonzero.
         std::fill(y + row_begin, y + row_end, 0.0f);
-        auto live = std::lower_bound(live_rows_.begin(), live_rows_.end(), row_begin,
-                                     [](const LiveRow& a, int64_t r) { return a.row < r; });
+        // From the first live row when the range starts at row 0 (a product in one thread):
+        // the binary search's cold probes were a sixth of this function's time.
+        auto live = row_begin == 0 ? live_rows_.begin()
+                                   : std::lower_bound(live_rows_.begin(), live_rows_.end(), row_begin,
+                                                      [](const LiveRow& a, int64_t r) { return a.row < r; });
         for (; live != live_rows_.end() && live->row < row_end; ++live) {
           if (live->leaves == 1) {  // csr_row's program for one leaf: the lane from +0, no merge
             float lane = 0.0f;

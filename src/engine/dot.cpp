@@ -1,5 +1,6 @@
 #include "engine/dot.h"
 
+#include <bit>
 #include <cstring>
 
 #include "engine/simd_lanes.h"
@@ -12,17 +13,56 @@ using simd::load;
 using simd::u32x16;
 typedef uint16_t u16x16 __attribute__((vector_size(32)));  // bf16 rows
 
+// The kernel runs on V-lane vectors, V = the target's native width (4 for baseline
+// x86-64, 8 for AVX2, 16 for AVX-512): a vector type wider than the target's registers is
+// lowered by GCC into a stack-resident variable, and the loop-carried accumulators of a
+// 16-lane kernel compiled for AVX2 were stored and reloaded (in pieces) on every step.
+// The lanes are the same whatever V: 64 / V accumulators, accumulator a holding lanes
+// a*V .. a*V + V - 1, so every lane sums the same terms in the same order.
+typedef float f32x8 __attribute__((vector_size(32)));
+typedef float f32x4 __attribute__((vector_size(16)));
+typedef uint32_t u32x8 __attribute__((vector_size(32)));
+typedef uint32_t u32x4 __attribute__((vector_size(16)));
+typedef uint16_t u16x8 __attribute__((vector_size(16)));
+typedef uint16_t u16x4 __attribute__((vector_size(8)));
+
+template <int V>
+struct Lanes;
+template <>
+struct Lanes<16> {
+  using F = f32x16;
+  using U32 = u32x16;
+  using U16 = u16x16;
+};
+template <>
+struct Lanes<8> {
+  using F = f32x8;
+  using U32 = u32x8;
+  using U16 = u16x8;
+};
+template <>
+struct Lanes<4> {
+  using F = f32x4;
+  using U32 = u32x4;
+  using U16 = u16x4;
+};
+
 struct F32Row {
   const float* w;
-  [[gnu::always_inline]] f32x16 load16(int64_t j) const { return load<f32x16>(w + j); }
+  template <int V>
+  [[gnu::always_inline]] typename Lanes<V>::F load_lanes(int64_t j) const {
+    return load<typename Lanes<V>::F>(w + j);
+  }
   [[gnu::always_inline]] float at(int64_t j) const { return w[j]; }
 };
 
 struct Bf16Row {
   const uint16_t* w;
-  [[gnu::always_inline]] f32x16 load16(int64_t j) const {
-    const u32x16 bits = __builtin_convertvector(load<u16x16>(w + j), u32x16) << 16;
-    return load<f32x16>(&bits);
+  template <int V>
+  [[gnu::always_inline]] typename Lanes<V>::F load_lanes(int64_t j) const {
+    using L = Lanes<V>;
+    const typename L::U32 bits = __builtin_convertvector(load<typename L::U16>(w + j), typename L::U32) << 16;
+    return std::bit_cast<typename L::F>(bits);
   }
   [[gnu::always_inline]] float at(int64_t j) const { return bf16_to_float(w[j]); }
 };
@@ -35,49 +75,48 @@ struct Bf16Row {
   return s[0] + s[1];
 }
 
-template <class Row>
+template <int V, class Row>
 [[gnu::always_inline]] inline float dot_impl(Row row, const float* x, int64_t n) {
-  // a0..a3 hold lanes 0-15, 16-31, 32-47, 48-63; zero-initialized = +0.
-  f32x16 a0{}, a1{}, a2{}, a3{};
+  using F = typename Lanes<V>::F;
+  constexpr int kAcc = kLanes / V;
+  F acc[kAcc];
+#pragma GCC unroll 16
+  for (int a = 0; a < kAcc; ++a) acc[a] = F{};  // +0
   const int64_t full = n - n % kLanes;
   for (int64_t j = 0; j < full; j += kLanes) {
-    a0 = a0 + row.load16(j) * load<f32x16>(x + j);
-    a1 = a1 + row.load16(j + 16) * load<f32x16>(x + j + 16);
-    a2 = a2 + row.load16(j + 32) * load<f32x16>(x + j + 32);
-    a3 = a3 + row.load16(j + 48) * load<f32x16>(x + j + 48);
+#pragma GCC unroll 16
+    for (int a = 0; a < kAcc; ++a) {
+      acc[a] = acc[a] + row.template load_lanes<V>(j + a * V) * load<F>(x + j + a * V);
+    }
   }
-  if (full != n) {
-    // Tail indices j go to lane j mod 64, still in ascending order per lane.
-    alignas(64) float p[kLanes];
-    std::memcpy(p, &a0, 64);
-    std::memcpy(p + 16, &a1, 64);
-    std::memcpy(p + 32, &a2, 64);
-    std::memcpy(p + 48, &a3, 64);
-    for (int64_t j = full; j < n; ++j) p[j - full] = p[j - full] + row.at(j) * x[j];
-    a0 = load<f32x16>(p);
-    a1 = load<f32x16>(p + 16);
-    a2 = load<f32x16>(p + 32);
-    a3 = load<f32x16>(p + 48);
-  }
-  const f32x16 s = (a0 + a1) + (a2 + a3);
+  alignas(64) float p[kLanes];
+#pragma GCC unroll 16
+  for (int a = 0; a < kAcc; ++a) simd::store(p + a * V, acc[a]);
+  // Tail indices j go to lane j mod 64, still in ascending order per lane.
+  for (int64_t j = full; j < n; ++j) p[j - full] = p[j - full] + row.at(j) * x[j];
+  // Lane i of the 16-lane sum: (lane i + lane i+16) + (lane i+32 + lane i+48), then halve16.
   alignas(64) float t[16];
-  std::memcpy(t, &s, 64);
+#pragma GCC unroll 16
+  for (int c = 0; c < 16; c += V) {
+    const F s = (load<F>(p + c) + load<F>(p + c + 16)) + (load<F>(p + c + 32) + load<F>(p + c + 48));
+    simd::store(t + c, s);
+  }
   return halve16(t);
 }
 
-#define QPU_DOT_VARIANT(suffix, target_attr)                                                   \
+#define QPU_DOT_VARIANT(suffix, target_attr, lanes)                                            \
   target_attr void rows_f32_##suffix(const float* w, int64_t n, const float* x, float* y,     \
                                      int64_t b, int64_t e) {                                   \
-    for (int64_t r = b; r < e; ++r) y[r] = dot_impl(F32Row{w + r * n}, x, n);                  \
+    for (int64_t r = b; r < e; ++r) y[r] = dot_impl<lanes>(F32Row{w + r * n}, x, n);           \
   }                                                                                            \
   target_attr void rows_bf16_##suffix(const uint16_t* w, int64_t n, const float* x, float* y, \
                                       int64_t b, int64_t e) {                                  \
-    for (int64_t r = b; r < e; ++r) y[r] = dot_impl(Bf16Row{w + r * n}, x, n);                 \
+    for (int64_t r = b; r < e; ++r) y[r] = dot_impl<lanes>(Bf16Row{w + r * n}, x, n);          \
   }
 
-QPU_DOT_VARIANT(generic, )
-QPU_DOT_VARIANT(avx2, __attribute__((target("avx2"))))
-QPU_DOT_VARIANT(avx512, __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))))
+QPU_DOT_VARIANT(generic, , 4)
+QPU_DOT_VARIANT(avx2, __attribute__((target("avx2"))), 8)
+QPU_DOT_VARIANT(avx512, __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))), 16)
 #undef QPU_DOT_VARIANT
 
 using RowsF32 = void (*)(const float*, int64_t, const float*, float*, int64_t, int64_t);

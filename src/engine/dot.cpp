@@ -9,8 +9,12 @@ namespace qpu::engine::dot {
 namespace {
 
 using simd::f32x16;
+using simd::f32x4;
+using simd::f32x8;
 using simd::load;
 using simd::u32x16;
+using simd::u32x4;
+using simd::u32x8;
 typedef uint16_t u16x16 __attribute__((vector_size(32)));  // bf16 rows
 
 // The kernel runs on V-lane vectors, V = the target's native width (4 for baseline
@@ -19,10 +23,6 @@ typedef uint16_t u16x16 __attribute__((vector_size(32)));  // bf16 rows
 // 16-lane kernel compiled for AVX2 were stored and reloaded (in pieces) on every step.
 // The lanes are the same whatever V: 64 / V accumulators, accumulator a holding lanes
 // a*V .. a*V + V - 1, so every lane sums the same terms in the same order.
-typedef float f32x8 __attribute__((vector_size(32)));
-typedef float f32x4 __attribute__((vector_size(16)));
-typedef uint32_t u32x8 __attribute__((vector_size(32)));
-typedef uint32_t u32x4 __attribute__((vector_size(16)));
 typedef uint16_t u16x8 __attribute__((vector_size(16)));
 typedef uint16_t u16x4 __attribute__((vector_size(8)));
 

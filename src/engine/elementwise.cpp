@@ -14,12 +14,14 @@ namespace qpu::engine::elementwise {
 namespace {
 
 using simd::f32x16;
+using simd::f32x8;
+using simd::i32x8;
 using simd::load;
 using simd::store;
 using simd::u32x16;
+using simd::u32x4;
+using simd::u32x8;
 
-typedef uint32_t u32x8 __attribute__((vector_size(32)));
-typedef uint32_t u32x4 __attribute__((vector_size(16)));
 typedef uint64_t u64x2 __attribute__((vector_size(16)));
 
 // Any bit set in the 32 or 64 bytes: OR-ed down by halves in vector registers. The halves are
@@ -92,9 +94,6 @@ typedef uint64_t u64x2 __attribute__((vector_size(16)));
   for (; i + kBlock <= n; i += kBlock) store(out + i, load<f32x16>(x + i) / dv);
   for (; i < n; ++i) out[i] = x[i] / d;
 }
-
-typedef float f32x8 __attribute__((vector_size(32)));
-typedef int32_t i32x8 __attribute__((vector_size(32)));
 
 // numerics::silu of 8 values, written to out (which may be a): a vector select where every
 // lane lies in one of silu's exact windows (g for +-0 and g >= 18, -0 for -inf < g < -89:

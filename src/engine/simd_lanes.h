@@ -16,6 +16,14 @@ namespace qpu::engine::simd {
 
 typedef float f32x16 __attribute__((vector_size(64)));
 typedef uint32_t u32x16 __attribute__((vector_size(64)));
+// The target's own widths (8 lanes: one AVX2 ymm; 4: one SSE xmm). GCC 12 keeps a
+// 64-byte vector that lives across a loop, or that a compare or select makes, in memory
+// on an AVX2 target, so such code uses these (docs/engine.md, "The zero tests").
+typedef float f32x8 __attribute__((vector_size(32)));
+typedef uint32_t u32x8 __attribute__((vector_size(32)));
+typedef int32_t i32x8 __attribute__((vector_size(32)));
+typedef float f32x4 __attribute__((vector_size(16)));
+typedef uint32_t u32x4 __attribute__((vector_size(16)));
 
 // Unaligned loads and stores (memcpy: no alignment or aliasing assumptions).
 template <typename T>

@@ -25,6 +25,7 @@
 #include "cli/command_registry.h"
 #include "cli/run_c_flags.h"
 #include "common/error.h"
+#include "io/qwen35_layout.h"
 #include "machine/sample_part.h"
 #include "npu/unit_topp.h"
 #include "reference/generate.h"
@@ -140,6 +141,10 @@ int run_story(const StoryOptions& o) {
                "(built in %.1f s, engine model in %.1f s)\n",
                sampled ? "sampling " : "", steps, static_cast<long long>(c.num_hidden_layers), static_cast<long long>(c.hidden_size),
                static_cast<long long>(c.intermediate_size), static_cast<long long>(c.vocab_size), built, since(t1));
+  // What keeps `qpu compile` from writing this machine (docs/npu-machine.md, "The
+  // checkpoint on disk"): the engine holds only its nonzeros, a checkpoint holds them all.
+  const double parameters = static_cast<double>(io::qwen35_parameter_count(c));
+  std::fprintf(stderr, "story: as a dense checkpoint: %.2f billion parameters, %.1f GB in fp32\n", parameters / 1e9, parameters * 4 / 1e9);
 
   if (sampled)  // the seed too: with -s absent it is the clock's, and a run is only reproducible with it
     std::fprintf(stderr, "story: run.c's sampling on the machine: temperature %s, topp %s, seed %llu\n",

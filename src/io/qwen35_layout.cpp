@@ -78,4 +78,17 @@ std::vector<ConstWeightSlot> qwen35_weight_slots(const Qwen35Weights& weights) {
   return slots_of(weights);
 }
 
+uint64_t qwen35_parameter_count(const Qwen35Config& config) {
+  Qwen35Weights shapes;  // layers and their types only: the slots' vectors stay empty
+  shapes.config = config;
+  uint64_t total = 0;
+  for (const WeightSlot& slot : qwen35_weight_slots(shapes)) {
+    uint64_t n = 1;
+    for (int64_t d : slot.shape) n *= static_cast<uint64_t>(d);
+    total += n;
+  }
+  if (!config.tie_word_embeddings) total += static_cast<uint64_t>(config.vocab_size) * static_cast<uint64_t>(config.hidden_size);
+  return total;
+}
+
 }  // namespace qpu::io

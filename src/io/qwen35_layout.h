@@ -30,4 +30,9 @@ std::vector<ConstWeightSlot> qwen35_weight_slots(const Qwen35Weights& weights);
 
 inline constexpr const char* kLmHeadName = "lm_head.weight";
 
+// Parameters of a checkpoint with this config, from the slots' shapes alone (nothing is
+// allocated): every slot, plus lm_head when the embeddings are not tied. What a compiled
+// machine would cost as a dense checkpoint before a byte of it is written.
+uint64_t qwen35_parameter_count(const Qwen35Config& config);
+
 }  // namespace qpu::io

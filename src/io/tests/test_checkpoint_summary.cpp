@@ -70,6 +70,7 @@ TEST(CheckpointSummary, ExactCounts) {
   EXPECT_EQ(s.by_group.at("lm_head").parameters, 640u);
   EXPECT_EQ(s.by_group.at("final norm").parameters, 16u);
   EXPECT_EQ(s.total.parameters, 3 * gdn + attn + 640 + 640 + 16);
+  EXPECT_EQ(qwen35_parameter_count(s.config), s.total.parameters);  // the count from the config alone
   EXPECT_EQ(s.by_kind.at("linear_attn.A_log").parameters, 6u);
   EXPECT_EQ(s.by_kind.at("mlp.up_proj.weight").tensors, 4u);
   EXPECT_EQ(s.by_dtype.at("F32").tensors, 3u);
@@ -111,6 +112,7 @@ TEST(CheckpointSummary, ReportsIgnoredAndMismatchedTensors) {
   const CheckpointSummary s = summarize_checkpoint(dir.path());
   EXPECT_EQ(s.by_group.at("mtp (ignored)").parameters, 12u);
   EXPECT_FALSE(s.by_group.contains("lm_head"));
+  EXPECT_EQ(qwen35_parameter_count(s.config), s.total.parameters - 12u);  // tied; the file adds MTP's 12; q_norm as {2, 4} is still 8
   EXPECT_NE(s.check.find("model.layers.3.self_attn.q_norm.weight"), std::string::npos) << s.check;
   EXPECT_NE(format_summary(s).find("FAILED"), std::string::npos);
 }

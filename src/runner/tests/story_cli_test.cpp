@@ -56,6 +56,7 @@ TEST(StoryCli, TwoStepsPrintWhatRefPrintsAndVerify) {
   // 2 positions of 5 layers x 64 elements (x after the FFN) + INC; BOS and 2 story tokens.
   EXPECT_NE(story.err.find("verify: 642 floats, 2 logits vectors and 3 tokens bit-identical to run.c"), std::string::npos) << story.err;
   EXPECT_NE(story.err.find("story: token machine for 2 nested positions: layers "), std::string::npos) << story.err;
+  EXPECT_NE(story.err.find("story: as a dense checkpoint: "), std::string::npos) << story.err;
 
   // The profile counts what docs/npu-machine.md (M2e) says one position costs: per layer
   // one QKV and one ATTO cycle, 8 SW chunks (stories260K's 172 hidden lanes in chunks of

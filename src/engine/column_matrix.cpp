@@ -345,11 +345,12 @@ int64_t ColumnMatrix::narrow(Plan& plan, const uint64_t* active_bits, std::vecto
   return entries;
 }
 
-void ColumnMatrix::multiply_band(int64_t band, const float* x, const Plan& plan, float* y) const {
+void ColumnMatrix::multiply_band(int64_t band, const float* x, const Plan& plan, float* y,
+                                 const std::span<const uint32_t>* fill_words) const {
   const int64_t row0 = band * kBandRows;
   const int64_t band_rows = std::min(rows_, row0 + kBandRows) - row0;
   float* yb = y + row0;
-  std::fill(yb, yb + band_rows, 0.0f);  // rows without a term: +0, as the dense row gives
+  fill_zero(y, row0, row0 + band_rows, fill_words);  // rows without a term: +0, as the dense row gives
 
   Scratch& s = scratch();
   if (s.head.empty()) {

@@ -18,8 +18,10 @@
 // the per-row bookkeeping of one band stays in the L1/L2 cache and bands can run on
 // different threads; a row is always computed whole by one band, so the thread count
 // never changes a bit.
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <vector>
 
 namespace qpu::engine {
@@ -76,8 +78,28 @@ class ColumnMatrix {
   int64_t narrow(Plan& plan, const uint64_t* active_bits, std::vector<int32_t>& own) const;
 
   // y[r] for the rows of `band`, for an x whose plan is `plan` (plan.x_finite and
-  // weights_finite() must hold). Uses the calling thread's scratch.
-  void multiply_band(int64_t band, const float* x, const Plan& plan, float* y) const;
+  // weights_finite() must hold). Uses the calling thread's scratch. fill_words: nullptr,
+  // or the 64-row words (ascending) that hold every row with an entry: the band's rows
+  // outside them are then not written (PackedMatrix::multiply_words).
+  void multiply_band(int64_t band, const float* x, const Plan& plan, float* y,
+                     const std::span<const uint32_t>* fill_words = nullptr) const;
+  // fn(lo, hi) over [begin, end): once over all of it, or (words != nullptr) over its part
+  // in each of the listed 64-row words (ascending).
+  template <typename Fn>
+  static void for_word_ranges(int64_t begin, int64_t end, const std::span<const uint32_t>* words, Fn&& fn) {
+    if (words == nullptr) {
+      fn(begin, end);
+      return;
+    }
+    auto w = begin == 0 ? words->begin() : std::lower_bound(words->begin(), words->end(), static_cast<uint32_t>(begin / 64));
+    for (; w != words->end() && 64 * static_cast<int64_t>(*w) < end; ++w) {
+      fn(std::max(begin, 64 * static_cast<int64_t>(*w)), std::min(end, 64 * static_cast<int64_t>(*w) + 64));
+    }
+  }
+  // y[begin, end) = +0: every row, or (words != nullptr) those in the listed 64-row words.
+  static void fill_zero(float* y, int64_t begin, int64_t end, const std::span<const uint32_t>* words) {
+    for_word_ranges(begin, end, words, [y](int64_t lo, int64_t hi) { std::fill(y + lo, y + hi, 0.0f); });
+  }
 
  // Every stored array equal, weights bit for bit (tests: two packings of one matrix).
   bool same_storage(const ColumnMatrix& other) const;

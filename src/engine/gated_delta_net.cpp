@@ -326,7 +326,8 @@ void GatedDeltaNet::save_conv(std::span<const float> conv_state, const float* in
 
 void GatedDeltaNet::step(const float* h, std::span<float> conv_state, std::span<float> recurrent_state,
                          bool first_token, float* out, std::span<uint8_t> conv_zero_blocks,
-                         bool projections_zero, const uint64_t* h_blocks, const StepSaves* saves) const {
+                         bool projections_zero, const uint64_t* h_blocks, const StepSaves* saves,
+                         const std::vector<uint32_t>* out_words) const {
   const GatedDeltaNetShape& s = shape_;
   const int64_t conv_dim = s.conv_dim();
   const int64_t taps = s.conv_kernel;
@@ -565,7 +566,11 @@ void GatedDeltaNet::step(const float* h, std::span<float> conv_state, std::span<
     for (int64_t j = 0; j < v_heads; ++j) run_head(j);
   }
 
-  out_proj_.multiply(normed, out);
+  if (out_words != nullptr) {
+    out_proj_.multiply_words(normed, out, *out_words);
+  } else {
+    out_proj_.multiply(normed, out);
+  }
 }
 
 int64_t GatedDeltaNet::parallel_steps() { return parallel_step_count.load(std::memory_order_relaxed); }

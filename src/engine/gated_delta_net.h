@@ -122,10 +122,13 @@ class GatedDeltaNet {
   // h_blocks: nullptr, or h's support (PackedMatrix::Support): h is +-0 outside these
   //   blocks of 16, so the projections scan only them (the same plan, the same bits).
   // saves: nullptr, or where what it overwrites is copied first (StepSaves).
+  // out_words: nullptr, or the 64-dim words of out_proj's stored rows (mark_stored_rows):
+  //   out is then written only there (PackedMatrix::multiply_words), for a caller that
+  //   reads no other dim of it; elsewhere the product is +0.
   void step(const float* h, std::span<float> conv_state, std::span<float> recurrent_state,
             bool first_token, float* out, std::span<uint8_t> conv_zero_blocks = {},
             bool projections_zero = false, const uint64_t* h_blocks = nullptr,
-            const StepSaves* saves = nullptr) const;
+            const StepSaves* saves = nullptr, const std::vector<uint32_t>* out_words = nullptr) const;
   // The number of conv_zero_blocks counts (conv channel blocks of 16).
   int64_t conv_blocks() const;
   // Conv blocks with no input row and value heads that step() leaves out while those

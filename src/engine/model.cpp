@@ -793,8 +793,13 @@ void Model::run_pass(const Pass& pass) const {
   // add), so x + (+0) is x bit for bit there: only the written words are added, and x's
   // facts are updated on them alone (a value that is not finite stays so under an add, so
   // finiteness is the old flag AND the written words'). Otherwise the full add.
+  // In the fast path mixed is read only in the written words (the products wrote only
+  // those: multiply_words), so the first add is split: add_zero, x + (+0) everywhere, then
+  // the written words. The same bits as x + mixed: the two differ only where x is -0 and
+  // mixed is -0, and no product writes -0 (its sums start from +0, dot.h).
   const auto add_mixed = [&](const std::vector<uint32_t>* written) {
-    if (fast && written != nullptr && !x_may_hold_minus_zero) {
+    if (fast && written != nullptr) {
+      add_zero();  // a no-op once x holds no -0
       for (const uint32_t w : *written) {
         const int64_t begin = 64 * static_cast<int64_t>(w), count = std::min<int64_t>(64, d - begin);
         kernels.add(x.data() + begin, mixed + begin, count);
@@ -891,7 +896,8 @@ void Model::run_pass(const Pass& pass) const {
                                : journal->begin_step(static_cast<int64_t>(l), state, shape.num_v_heads,
                                                      shape.k_head_dim * shape.v_head_dim, layer.linear.conv_blocks() + 1);
         layer.linear.step(normed, state.conv_state[l], state.recurrent_state[l], first_token, mixed,
-                          state.conv_zero_blocks[l], projections_zero, support, journal != nullptr ? &saves : nullptr);
+                          state.conv_zero_blocks[l], projections_zero, support, journal != nullptr ? &saves : nullptr,
+                          fast ? &layer.mixer_written : nullptr);
         if (journal != nullptr) journal->end_step(shape.conv_kernel - 1);
         add_mixed(&layer.mixer_written);
       }
@@ -925,7 +931,11 @@ void Model::run_pass(const Pass& pass) const {
     } else {
       for (int64_t i = 0; i < c.intermediate_size; ++i) gate[i] = numerics::silu(gate[i]) * up[i];
     }
-    layer.down_proj.multiply(gate, mixed);
+    if (fast) {  // add_mixed reads only the written words (below)
+      layer.down_proj.multiply_words(gate, mixed, layer.mlp_written);
+    } else {
+      layer.down_proj.multiply(gate, mixed);
+    }
     add_mixed(&layer.mlp_written);
     if (tap) tap(static_cast<int64_t>(2 * l + 1), x);
   }

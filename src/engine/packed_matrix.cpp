@@ -311,7 +311,8 @@ int64_t PackedMatrix::row_work() const {
   return format_ == Format::SparseCsr ? nonzeros() + rows_ * 4 : rows_ * cols_;
 }
 
-void PackedMatrix::multiply_rows(const float* x, float* y, int64_t row_begin, int64_t row_end) const {
+void PackedMatrix::multiply_rows(const float* x, float* y, int64_t row_begin, int64_t row_end,
+                                 const std::span<const uint32_t>* fill_words) const {
   switch (format_) {
     case Format::DenseF32:
       dot::rows_f32(f32_.data(), cols_, x, y, row_begin, row_end);
@@ -322,8 +323,8 @@ void PackedMatrix::multiply_rows(const float* x, float* y, int64_t row_begin, in
     case Format::SparseCsr:
       if (live_rows_listed_) {
         // Mostly empty rows: an empty row's sum is +0 (below), so fill and evaluate
-        // only the rows with a nonzero.
-        std::fill(y + row_begin, y + row_end, 0.0f);
+        // only the rows with a nonzero (and fill only the caller's words, when it reads no others).
+        ColumnMatrix::fill_zero(y, row_begin, row_end, fill_words);
         // From the first live row when the range starts at row 0 (a product in one thread):
         // the binary search's cold probes were a sixth of this function's time.
         auto live = row_begin == 0 ? live_rows_.begin()
@@ -345,13 +346,17 @@ void PackedMatrix::multiply_rows(const float* x, float* y, int64_t row_begin, in
       if (single_term_rows_) {
         // What csr_row computes for such rows: one lane summed from +0 (0 + w * x[c]) with
         // no merge after it, or +0 for an empty row.
-        for (int64_t r = row_begin; r < row_end; ++r) {
-          const int64_t k = row_start_[r];
-          y[r] = row_start_[r + 1] > k ? 0.0f + f32_[k] * x[col_index_[k]] : 0.0f;
-        }
+        ColumnMatrix::for_word_ranges(row_begin, row_end, fill_words, [&](int64_t begin, int64_t end) {
+          for (int64_t r = begin; r < end; ++r) {
+            const int64_t k = row_start_[r];
+            y[r] = row_start_[r + 1] > k ? 0.0f + f32_[k] * x[col_index_[k]] : 0.0f;
+          }
+        });
         return;
       }
-      for (int64_t r = row_begin; r < row_end; ++r) y[r] = csr_row(x, r);
+      ColumnMatrix::for_word_ranges(row_begin, row_end, fill_words, [&](int64_t begin, int64_t end) {
+        for (int64_t r = begin; r < end; ++r) y[r] = csr_row(x, r);
+      });
       return;
   }
 }
@@ -438,16 +443,17 @@ bool PackedMatrix::plan_columns(const float* x, ColumnMatrix::Plan& plan, Column
                         plan.active_entries <= kColumnPathMaxTermsPerRow * rows_);
 }
 
-bool PackedMatrix::try_columns(const float* x, float* y, ColumnScan* shared) const {
+bool PackedMatrix::try_columns(const float* x, float* y, ColumnScan* shared,
+                               const std::span<const uint32_t>* fill_words) const {
   ColumnMatrix::Plan plan;
   if (!plan_columns(x, plan, shared)) return false;
   column_product_count.fetch_add(1, std::memory_order_relaxed);
   const int64_t bands = columns_.bands();
   if (bands > 1 && plan.active_entries + rows_ >= kParallelMinWork) {
 #pragma omp parallel for schedule(static)
-    for (int64_t b = 0; b < bands; ++b) columns_.multiply_band(b, x, plan, y);
+    for (int64_t b = 0; b < bands; ++b) columns_.multiply_band(b, x, plan, y, fill_words);
   } else {
-    for (int64_t b = 0; b < bands; ++b) columns_.multiply_band(b, x, plan, y);
+    for (int64_t b = 0; b < bands; ++b) columns_.multiply_band(b, x, plan, y, fill_words);
   }
   return true;
 }
@@ -460,17 +466,23 @@ PackedMatrix::Path PackedMatrix::path_for(const float* x) const {
 int64_t PackedMatrix::column_products() { return column_product_count.load(std::memory_order_relaxed); }
 int64_t PackedMatrix::supported_plans() { return supported_plan_count.load(std::memory_order_relaxed); }
 
-void PackedMatrix::multiply(const float* x, float* y) const {
-  if (try_columns(x, y)) return;
+void PackedMatrix::multiply(const float* x, float* y) const { multiply_filling(x, y, nullptr); }
+
+void PackedMatrix::multiply_words(const float* x, float* y, std::span<const uint32_t> words) const {
+  multiply_filling(x, y, &words);
+}
+
+void PackedMatrix::multiply_filling(const float* x, float* y, const std::span<const uint32_t>* fill_words) const {
+  if (try_columns(x, y, nullptr, fill_words)) return;
   const int64_t work = row_work();
   if (work < kParallelMinWork) {  // rows in order on this thread: the same bits, no region
-    multiply_rows(x, y, 0, rows_);
+    multiply_rows(x, y, 0, rows_, fill_words);
     return;
   }
   const int64_t blocks = (rows_ + kRowBlock - 1) / kRowBlock;
 #pragma omp parallel for schedule(static)
   for (int64_t b = 0; b < blocks; ++b) {
-    multiply_rows(x, y, b * kRowBlock, std::min(rows_, (b + 1) * kRowBlock));
+    multiply_rows(x, y, b * kRowBlock, std::min(rows_, (b + 1) * kRowBlock), fill_words);
   }
 }
 

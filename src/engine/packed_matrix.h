@@ -88,6 +88,11 @@ class PackedMatrix {
   // one thread in the canonical order of dot.h, so y does not depend on the thread
   // count. x and y must not overlap. A SparseCsr matrix picks its path per call (Path).
   void multiply(const float* x, float* y) const;
+  // multiply() on the rows of `words` only: 64-row words, ascending, that hold every row
+  // with a stored entry (mark_stored_rows). Those rows get multiply()'s bits; the others,
+  // +0 in multiply()'s product, are not written. For a caller that reads only those words
+  // (Model's residual add): a tall product of few stored rows then fills no empty rows.
+  void multiply_words(const float* x, float* y, std::span<const uint32_t> words) const;
 
   // Several products in one parallel region (fewer fork/join points per token): each
   // job is y = M x, rows split between threads exactly as multiply() does, so the
@@ -125,7 +130,11 @@ class PackedMatrix {
   static int64_t supported_plans();
 
  private:
-  void multiply_rows(const float* x, float* y, int64_t row_begin, int64_t row_end) const;
+  // multiply() (fill_words nullptr) or multiply_words().
+  void multiply_filling(const float* x, float* y, const std::span<const uint32_t>* fill_words) const;
+  // fill_words: as ColumnMatrix::multiply_band's.
+  void multiply_rows(const float* x, float* y, int64_t row_begin, int64_t row_end,
+                     const std::span<const uint32_t>* fill_words = nullptr) const;
   float csr_row(const float* x, int64_t r) const;
   // csr_row's pruned tree for a row of few lanes: its nonzeros from f32_[k], its program
   // entries program_[p, p_end) (at most kMaxProgramLanes; packed_matrix.cpp).
@@ -140,7 +149,8 @@ class PackedMatrix {
     Support support;  // multiply_all's: used for the x it describes
   };
   // The column path when this call should take it (plans x, and runs it): true if done.
-  bool try_columns(const float* x, float* y, ColumnScan* shared = nullptr) const;
+  bool try_columns(const float* x, float* y, ColumnScan* shared = nullptr,
+                   const std::span<const uint32_t>* fill_words = nullptr) const;
   // Plans x into the calling thread's active list (reusing `shared` when it describes
   // this x, and updating it otherwise); false if the row path must run.
   bool plan_columns(const float* x, ColumnMatrix::Plan& plan, ColumnScan* shared = nullptr) const;

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <omp.h>
 
+#include <bit>
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -260,6 +261,86 @@ TEST(ColumnPath, ThreadCountDoesNotChangeBits) {
     expect_bits(y3, small_want, "multiply_all columns");
   }
   omp_set_num_threads(saved);
+}
+
+TEST(ColumnPath, MultiplyWordsWritesMultiplysBitsOnTheStoredWordsOnly) {
+  // Tall matrices whose stored rows sit in a few 64-row words (what the machine's
+  // down_proj and out_proj look like): multiply_words must give multiply()'s bits on every
+  // row of the words mark_stored_rows names and leave every other row as it was, on each
+  // path (columns, rows, auto), with rows of one term or many, under and over half the
+  // rows live (the listed live rows or not), dense formats, several bands and threads.
+  TinyRandom rng(25);
+  const float kSentinel = std::bit_cast<float>(0x7fc01234u);  // a quiet NaN no product writes
+  const int64_t kShapes[][2] = {{64, 5}, {200, 30}, {1000, 90}, {ColumnMatrix::kBandRows + 300, 40}};
+  int64_t outside = 0, inside = 0;
+  const int saved = omp_get_max_threads();
+  for (const auto& shape : kShapes) {
+    const int64_t rows = shape[0], cols = shape[1];
+    for (int variant = 0; variant < 6; ++variant) {
+      // Which words hold rows: every fourth word (variant 0-3), or most of them (4, 5: the
+      // live rows are then over half and not listed). Terms per stored row: 1 or several.
+      const bool most = variant >= 4;
+      const int terms = variant % 2 == 0 ? 1 : 5;
+      std::vector<float> m(static_cast<size_t>(rows * cols), 0.0f);
+      for (int64_t r = 0; r < rows; ++r) {
+        const int64_t word = r / 64;
+        if (most ? word % 5 == 4 : word % 4 != 1) continue;
+        if (!most && rng.unit() < 0.5) continue;  // a word with some empty rows
+        for (int n = 0; n < terms; ++n) {
+          m[static_cast<size_t>(r * cols + static_cast<int64_t>(rng.unit() * static_cast<double>(cols)))] = wild_value(rng, 0.0);
+        }
+      }
+      PackedMatrix::Options dense;
+      dense.force = PackedMatrix::Format::DenseF32;
+      const PackedMatrix matrices[] = {pack(m, rows, cols, Path::Columns), pack(m, rows, cols, Path::Rows),
+                                       pack(m, rows, cols, Path::Auto), PackedMatrix::pack(m, rows, cols, dense, "dense")};
+      for (const PackedMatrix& matrix : matrices) {
+        std::vector<uint8_t> used(static_cast<size_t>(rows), 0);
+        matrix.mark_stored_rows(used);
+        std::vector<uint32_t> words;
+        for (int64_t r = 0; r < rows; ++r) {
+          if (used[static_cast<size_t>(r)] != 0 && (words.empty() || words.back() != r / 64)) {
+            words.push_back(static_cast<uint32_t>(r / 64));
+          }
+        }
+        std::vector<uint8_t> in_word(static_cast<size_t>(rows), 0);
+        for (const uint32_t w : words) {
+          for (int64_t r = 64 * int64_t{w}; r < std::min(rows, 64 * int64_t{w} + 64); ++r) in_word[static_cast<size_t>(r)] = 1;
+        }
+        for (int trial = 0; trial < 6; ++trial) {
+          std::vector<float> x(static_cast<size_t>(cols));
+          for (float& v : x) v = wild_value(rng, trial == 0 ? 1.0 : rng.unit());
+          std::vector<float> want(static_cast<size_t>(rows), -1.0f);
+          matrix.multiply(x.data(), want.data());
+          expect_bits(want, dense_product(m, rows, cols, x), "multiply");
+          for (int threads : {1, 2}) {
+            omp_set_num_threads(threads);
+            std::vector<float> got(static_cast<size_t>(rows), kSentinel);
+            matrix.multiply_words(x.data(), got.data(), words);
+            for (int64_t r = 0; r < rows; ++r) {
+              const auto i = static_cast<size_t>(r);
+              if (in_word[i] != 0) {
+                ASSERT_EQ(float_bits(got[i]), float_bits(want[i])) << "row " << r << " shape " << rows << "x" << cols
+                                                                   << " variant " << variant << " trial " << trial;
+                ++inside;
+              } else {
+                // Outside the words: +0 in multiply()'s product, and not written here
+                // (a dense matrix may write its +0 there: it has no notion of empty rows).
+                ASSERT_EQ(float_bits(want[i]), 0u) << "row " << r;
+                if (matrix.format() == PackedMatrix::Format::SparseCsr) {
+                  ASSERT_EQ(float_bits(got[i]), float_bits(kSentinel)) << "row " << r << " written";
+                  ++outside;
+                }
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  omp_set_num_threads(saved);
+  EXPECT_GT(inside, 100000);
+  EXPECT_GT(outside, 100000);
 }
 
 // A tiny checkpoint whose residual stream lives in a few dims: the embeddings and

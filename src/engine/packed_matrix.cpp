@@ -203,12 +203,18 @@ void PackedMatrix::fill_csr(std::span<const int64_t> listed, std::span<const flo
   if (2 * live < rows && rows <= std::numeric_limits<int32_t>::max() &&
       f32_.size() <= std::numeric_limits<uint32_t>::max() && program_.size() <= std::numeric_limits<uint32_t>::max()) {
     live_rows_listed_ = true;
-    live_rows_.reserve(static_cast<size_t>(live));
     for (int64_t r = 0; r < rows; ++r) {
-      if (row_start_[r + 1] > row_start_[r]) {
-        live_rows_.push_back({static_cast<int32_t>(r), static_cast<uint32_t>(row_start_[r]),
-                              static_cast<uint32_t>(row_start_[r + 1]), static_cast<uint32_t>(program_start_[r]),
-                              static_cast<uint32_t>(program_start_[r + 1] - program_start_[r])});
+      const int64_t k = row_start_[r], terms = row_start_[r + 1] - k;
+      const int64_t leaves = program_start_[r + 1] - program_start_[r];
+      const auto row = static_cast<int32_t>(r);
+      if (terms == 0) continue;
+      if (terms == 1) {
+        one_term_rows_.push_back({row, col_index_[k], f32_[k]});
+      } else if (terms == 2 && leaves == 2) {
+        two_lane_rows_.push_back({row, col_index_[k], col_index_[k + 1], f32_[k], f32_[k + 1]});
+      } else {
+        live_rows_.push_back({row, static_cast<uint32_t>(k), static_cast<uint32_t>(row_start_[r + 1]),
+                              static_cast<uint32_t>(program_start_[r]), static_cast<uint32_t>(leaves)});
       }
     }
   }
@@ -246,7 +252,20 @@ bool PackedMatrix::same_storage(const PackedMatrix& other) const {
                     x.leaves == y.leaves;
            });
   };
-  return rows_ == other.rows_ && cols_ == other.cols_ && format_ == other.format_ && path_ == other.path_ &&
+  const auto same_one = [](const std::vector<OneTermRow>& a, const std::vector<OneTermRow>& b) {
+    return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](const OneTermRow& x, const OneTermRow& y) {
+             return x.row == y.row && x.col == y.col && std::bit_cast<uint32_t>(x.weight) == std::bit_cast<uint32_t>(y.weight);
+           });
+  };
+  const auto same_two = [](const std::vector<TwoLaneRow>& a, const std::vector<TwoLaneRow>& b) {
+    return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](const TwoLaneRow& x, const TwoLaneRow& y) {
+             return x.row == y.row && x.col0 == y.col0 && x.col1 == y.col1 &&
+                    std::bit_cast<uint32_t>(x.weight0) == std::bit_cast<uint32_t>(y.weight0) &&
+                    std::bit_cast<uint32_t>(x.weight1) == std::bit_cast<uint32_t>(y.weight1);
+           });
+  };
+  return same_one(one_term_rows_, other.one_term_rows_) && same_two(two_lane_rows_, other.two_lane_rows_) &&
+         rows_ == other.rows_ && cols_ == other.cols_ && format_ == other.format_ && path_ == other.path_ &&
          same_bits(f32_, other.f32_) && bf16_ == other.bf16_ && col_index_ == other.col_index_ &&
          row_start_ == other.row_start_ && program_ == other.program_ && program_start_ == other.program_start_ &&
          same_rows(live_rows_, other.live_rows_) && live_rows_listed_ == other.live_rows_listed_ &&
@@ -304,7 +323,8 @@ size_t PackedMatrix::bytes() const {
   return f32_.size() * sizeof(float) + bf16_.size() * sizeof(uint16_t) +
          col_index_.size() * sizeof(uint32_t) + row_start_.size() * sizeof(int64_t) +
          program_.size() * sizeof(uint32_t) + program_start_.size() * sizeof(int64_t) +
-         live_rows_.size() * sizeof(LiveRow) + columns_.bytes();
+         live_rows_.size() * sizeof(LiveRow) + one_term_rows_.size() * sizeof(OneTermRow) +
+         two_lane_rows_.size() * sizeof(TwoLaneRow) + columns_.bytes();
 }
 
 int64_t PackedMatrix::row_work() const {
@@ -325,12 +345,21 @@ void PackedMatrix::multiply_rows(const float* x, float* y, int64_t row_begin, in
         // Mostly empty rows: an empty row's sum is +0 (below), so fill and evaluate
         // only the rows with a nonzero (and fill only the caller's words, when it reads no others).
         ColumnMatrix::fill_zero(y, row_begin, row_end, fill_words);
-        // From the first live row when the range starts at row 0 (a product in one thread):
-        // the binary search's cold probes were a sixth of this function's time.
-        auto live = row_begin == 0 ? live_rows_.begin()
-                                   : std::lower_bound(live_rows_.begin(), live_rows_.end(), row_begin,
-                                                      [](const LiveRow& a, int64_t r) { return a.row < r; });
-        for (; live != live_rows_.end() && live->row < row_end; ++live) {
+        // Each list from its first row in range: from its start when the range starts at
+        // row 0 (a product in one thread; the binary search's cold probes were a sixth of
+        // this function's time). Every live row is in exactly one list and written once.
+        const auto first = [row_begin](const auto& rows) {
+          return row_begin == 0 ? rows.begin()
+                                : std::lower_bound(rows.begin(), rows.end(), row_begin,
+                                                   [](const auto& a, int64_t r) { return a.row < r; });
+        };
+        for (auto one = first(one_term_rows_); one != one_term_rows_.end() && one->row < row_end; ++one) {
+          y[one->row] = 0.0f + one->weight * x[one->col];
+        }
+        for (auto two = first(two_lane_rows_); two != two_lane_rows_.end() && two->row < row_end; ++two) {
+          y[two->row] = (0.0f + two->weight0 * x[two->col0]) + (0.0f + two->weight1 * x[two->col1]);
+        }
+        for (auto live = first(live_rows_); live != live_rows_.end() && live->row < row_end; ++live) {
           if (live->leaves == 1) {  // csr_row's program for one leaf: the lane from +0, no merge
             float lane = 0.0f;
             for (uint32_t k = live->begin; k < live->end; ++k) lane = lane + f32_[k] * x[col_index_[k]];

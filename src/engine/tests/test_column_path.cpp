@@ -263,6 +263,69 @@ TEST(ColumnPath, ThreadCountDoesNotChangeBits) {
   omp_set_num_threads(saved);
 }
 
+TEST(ColumnPath, ListedLiveRowsOfEveryKindGiveTheDenseBits) {
+  // A matrix of mostly empty rows keeps its live rows in three lists (packed_matrix.h):
+  // one term; two terms in two lanes; the rest (two terms in one lane, more terms), each
+  // evaluated its own way. Rows of each kind with -0 weights (a product of -0 summed from
+  // +0 is +0), cancelling pairs, and inputs with -0, infinities and NaN, on the row path
+  // in one thread (each list from its start) and in parallel row blocks (each list from a
+  // binary search), against the dense rows.
+  TinyRandom rng(26);
+  const int64_t rows = 9001, cols = 200;  // row work over kParallelMinWork: parallel blocks
+  std::vector<float> m(static_cast<size_t>(rows * cols), 0.0f);
+  const auto at = [&](int64_t r, int64_t c) -> float& { return m[static_cast<size_t>(r * cols + c)]; };
+  const auto value = [&](int kind) {
+    return kind == 0 ? -0.0f : kind == 1 ? 1.5f : wild_value(rng, 0.0);
+  };
+  for (int64_t r = 0; r < rows; r += 3) {  // a third of the rows live
+    const int kind = static_cast<int>(r / 3 % 5);
+    const auto c0 = static_cast<int64_t>(rng.unit() * 60.0);
+    switch (kind) {
+      case 0:  // one term, often -0
+        at(r, c0) = value(static_cast<int>(r % 3));
+        break;
+      case 1:  // two lanes, one term each (lanes c0 and c0 + 1)
+        at(r, c0) = value(static_cast<int>(r % 4));
+        at(r, c0 + 1) = r % 2 ? -at(r, c0) : value(static_cast<int>(r % 3));
+        break;
+      case 2:  // one lane, two terms (c0 and c0 + 64)
+        at(r, c0) = value(2);
+        at(r, c0 + 64) = value(static_cast<int>(r % 3));
+        break;
+      default:  // three to six terms anywhere
+        for (int n = 0; n < 3 + static_cast<int>(r % 4); ++n) at(r, static_cast<int64_t>(rng.unit() * 199.0)) = value(2);
+        break;
+    }
+  }
+  const PackedMatrix rows_path = pack(m, rows, cols, Path::Rows);
+  const int saved = omp_get_max_threads();
+  for (int trial = 0; trial < 24; ++trial) {
+    std::vector<float> x(static_cast<size_t>(cols));
+    for (float& v : x) v = wild_value(rng, trial < 2 ? 1.0 : 0.3);
+    if (trial % 4 == 3) x[static_cast<size_t>(rng.unit() * 199.0)] = std::numeric_limits<float>::infinity();
+    if (trial % 8 == 5) x[static_cast<size_t>(rng.unit() * 199.0)] = std::numeric_limits<float>::quiet_NaN();
+    // The dense rows with the +0 weights left out (dot.h's sparse rule: with an infinite
+    // or NaN input the dense row would be NaN through 0 * inf where CSR has no term).
+    std::vector<float> want(static_cast<size_t>(rows));
+    for (int64_t r = 0; r < rows; ++r) {
+      float lanes[dot::kLanes] = {};
+      for (int64_t c = 0; c < cols; ++c) {
+        const float w = at(r, c);
+        if (float_bits(w) != 0) lanes[c % dot::kLanes] = lanes[c % dot::kLanes] + w * x[static_cast<size_t>(c)];
+      }
+      want[static_cast<size_t>(r)] = dot::combine_lanes(lanes);
+    }
+    if (trial % 4 != 3 && trial % 8 != 5) expect_bits(want, dense_product(m, rows, cols, x), "the rule");
+    for (int threads : {1, 2}) {
+      omp_set_num_threads(threads);
+      std::vector<float> got(static_cast<size_t>(rows), -1.0f);
+      rows_path.multiply(x.data(), got.data());
+      expect_bits(got, want, "trial " + std::to_string(trial) + " threads " + std::to_string(threads));
+    }
+  }
+  omp_set_num_threads(saved);
+}
+
 TEST(ColumnPath, MultiplyWordsWritesMultiplysBitsOnTheStoredWordsOnly) {
   // Tall matrices whose stored rows sit in a few 64-row words (what the machine's
   // down_proj and out_proj look like): multiply_words must give multiply()'s bits on every

@@ -325,7 +325,8 @@ int64_t ColumnMatrix::active_entries(const Plan& plan) const {
   return entries;
 }
 
-int64_t ColumnMatrix::narrow(Plan& plan, const uint64_t* active_bits, std::vector<int32_t>& own) const {
+int64_t ColumnMatrix::narrow(Plan& plan, const uint64_t* active_bits, std::vector<int32_t>& own,
+                             int64_t entry_limit) const {
   if (static_cast<int64_t>(own.size()) < cols_) own.resize(static_cast<size_t>(cols_));
   int64_t entries = 0, count = 0;
   int32_t* list = own.data();
@@ -337,6 +338,7 @@ int64_t ColumnMatrix::narrow(Plan& plan, const uint64_t* active_bits, std::vecto
         list[count++] = j;
         entries += col_entries_[static_cast<size_t>(j)];
       }
+      if (entries > entry_limit) break;  // over the caller's budget: the plan is turned down
     }
   }
   plan.active = list;

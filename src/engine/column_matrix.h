@@ -21,6 +21,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <span>
 #include <vector>
 
@@ -75,7 +76,12 @@ class ColumnMatrix {
   // words) AND this matrix's nonempty columns, a word at a time. A compiled layer's
   // matrix reads a few of the residual's live dims: the walk then visits only those
   // (the columns left out hold no term, so the product is the same).
-  int64_t narrow(Plan& plan, const uint64_t* active_bits, std::vector<int32_t>& own) const;
+  // entry_limit: the caller's budget; once the columns listed hold more weights than that
+  // the walk stops (the plan is then incomplete, its active_entries over the limit, and
+  // the caller turns it down): a busy matrix that will take its rows anyway does not pay
+  // for the reads of all its active columns.
+  int64_t narrow(Plan& plan, const uint64_t* active_bits, std::vector<int32_t>& own,
+                 int64_t entry_limit = std::numeric_limits<int64_t>::max()) const;
 
   // y[r] for the rows of `band`, for an x whose plan is `plan` (plan.x_finite and
   // weights_finite() must hold). Uses the calling thread's scratch. fill_words: nullptr,

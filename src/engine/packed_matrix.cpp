@@ -467,9 +467,17 @@ bool PackedMatrix::plan_columns(const float* x, ColumnMatrix::Plan& plan, Column
       shared->listed = true;
     }
   }
-  columns_.narrow(plan, active_bits.data(), own);
-  return !automatic || (kColumnTermCost * plan.active_entries + kColumnCallCost <= nonzeros() &&
-                        plan.active_entries <= kColumnPathMaxTermsPerRow * rows_);
+  if (!automatic) {
+    columns_.narrow(plan, active_bits.data(), own);
+    return true;
+  }
+  // Auto takes the columns iff kColumnTermCost * entries + kColumnCallCost <= nonzeros()
+  // and entries <= kColumnPathMaxTermsPerRow * rows_, i.e. entries <= limit; narrow stops
+  // once past it (a busy gate/up of the story machine: ~63 active columns, turned down
+  // after the first ~20).
+  const int64_t spare = nonzeros() - kColumnCallCost;
+  const int64_t limit = spare < 0 ? -1 : std::min(spare / kColumnTermCost, kColumnPathMaxTermsPerRow * rows_);
+  return columns_.narrow(plan, active_bits.data(), own, limit) <= limit;
 }
 
 bool PackedMatrix::try_columns(const float* x, float* y, ColumnScan* shared,

@@ -223,6 +223,60 @@ TEST(ColumnPath, AutoPicksByTheActiveShare) {
   EXPECT_LT(pack(m, rows, cols, Path::Rows).bytes(), a.bytes());
 }
 
+TEST(ColumnPath, AutoDecidesByTheRuleAtItsEdges) {
+  // Auto takes the columns iff x is finite, at most half of x's entries are nonzero, and
+  // the active columns' stored weights E satisfy 4 E + 64 <= nonzeros and E <= 2 rows
+  // (packed_matrix.cpp). The plan stops counting once E is past that budget, so the
+  // decision is checked where it flips: columns switched on one at a time (E grows by a
+  // column's count) on matrices of 0 to ~250 nonzeros, tall and flat (either bound binds).
+  TinyRandom rng(27);
+  int64_t flips = 0, checked = 0;
+  for (int matrix = 0; matrix < 60; ++matrix) {
+    const int64_t rows = matrix % 3 == 0 ? 8 : 200, cols = 300;
+    const auto target = static_cast<int64_t>(rng.unit() * 250.0);
+    std::vector<float> m(static_cast<size_t>(rows * cols), 0.0f);
+    for (int64_t n = 0; n < target; ++n) {
+      // Columns of 1 to ~20 weights, and a few -0 weights (stored: they count).
+      const auto c = static_cast<int64_t>(rng.unit() * rng.unit() * 40.0);
+      const auto r = static_cast<int64_t>(rng.unit() * static_cast<double>(rows));
+      m[static_cast<size_t>(r * cols + c)] = n % 17 == 5 ? -0.0f : rng.uniform(1.0) + 2.0f;
+    }
+    std::vector<int64_t> per_column(static_cast<size_t>(cols), 0);
+    int64_t nonzeros = 0;
+    for (int64_t i = 0; i < rows * cols; ++i) {
+      if (float_bits(m[static_cast<size_t>(i)]) != 0) {
+        ++per_column[static_cast<size_t>(i % cols)];
+        ++nonzeros;
+      }
+    }
+    const PackedMatrix a = pack(m, rows, cols, Path::Auto);
+    std::vector<int64_t> order(static_cast<size_t>(cols));
+    for (int64_t j = 0; j < cols; ++j) order[static_cast<size_t>(j)] = j;
+    for (int64_t j = cols - 1; j > 0; --j) {
+      std::swap(order[static_cast<size_t>(j)], order[static_cast<size_t>(rng.unit() * static_cast<double>(j + 1))]);
+    }
+    std::vector<float> x(static_cast<size_t>(cols), 0.0f);
+    int64_t entries = 0;
+    Path last = Path::Columns;
+    for (int64_t step = 0; step <= cols / 2; ++step) {
+      if (step > 0) {
+        const int64_t j = order[static_cast<size_t>(step - 1)];
+        x[static_cast<size_t>(j)] = 1.0f;
+        entries += per_column[static_cast<size_t>(j)];
+      }
+      const bool columns = nonzeros >= 64 && 4 * entries + 64 <= nonzeros && entries <= 2 * rows;
+      const Path path = a.path_for(x.data());
+      ASSERT_EQ(path, columns ? Path::Columns : Path::Rows)
+          << "matrix " << matrix << " step " << step << ": E " << entries << ", nonzeros " << nonzeros << ", rows " << rows;
+      flips += step > 0 && path != last;
+      last = path;
+      ++checked;
+    }
+  }
+  EXPECT_GT(flips, 20);
+  EXPECT_GT(checked, 5000);
+}
+
 TEST(ColumnPath, ThreadCountDoesNotChangeBits) {
   // Several row bands (ColumnMatrix::kBandRows) and enough active weights for the bands
   // to run in parallel; multiply_all mixing column-path and row-path jobs.

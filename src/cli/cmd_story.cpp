@@ -25,6 +25,7 @@
 #include "cli/command_registry.h"
 #include "cli/run_c_flags.h"
 #include "common/error.h"
+#include "engine/dot.h"
 #include "io/qwen35_layout.h"
 #include "machine/sample_part.h"
 #include "npu/unit_topp.h"
@@ -138,9 +139,10 @@ int run_story(const StoryOptions& o) {
   const auto& c = m.compiled.weights.config;
   std::fprintf(stderr,
                "story: %stoken machine for %d nested positions: layers %lld, hidden %lld, intermediate %lld, vocab %lld "
-               "(built in %.1f s, engine model in %.1f s)\n",
+               "(built in %.1f s, engine model in %.1f s, %s kernels)\n",
                sampled ? "sampling " : "", steps, static_cast<long long>(c.num_hidden_layers), static_cast<long long>(c.hidden_size),
-               static_cast<long long>(c.intermediate_size), static_cast<long long>(c.vocab_size), built, since(t1));
+               static_cast<long long>(c.intermediate_size), static_cast<long long>(c.vocab_size), built, since(t1),
+               engine::dot::isa_name(engine::dot::active_isa()));
   // What keeps `qpu compile` from writing this machine (docs/npu-machine.md, "The
   // checkpoint on disk"): the engine holds only its nonzeros, a checkpoint holds them all.
   const double parameters = static_cast<double>(io::qwen35_parameter_count(c));

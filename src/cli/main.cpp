@@ -7,6 +7,7 @@
 
 #include "cli/command_registry.h"
 #include "common/error.h"
+#include "engine/dot.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"qpu: a processing unit compiled into a language model's weights"};
@@ -29,6 +30,9 @@ int main(int argc, char** argv) {
   }
 
   try {
+    // The engine's kernels are picked here, before any work: a bad QPU_ISA is an error
+    // with nothing done (picked inside a parallel build it could not be reported).
+    qpu::engine::dot::active_isa();
     for (auto& [sub, run] : runners) {
       if (sub->parsed()) return run();
     }

@@ -1,8 +1,11 @@
 #include "engine/dot.h"
 
 #include <bit>
+#include <cstdlib>
 #include <cstring>
+#include <string_view>
 
+#include "common/error.h"
 #include "engine/simd_lanes.h"
 
 namespace qpu::engine::dot {
@@ -141,6 +144,15 @@ RowsBf16 bf16_kernel(Isa isa) {
 }
 
 Isa pick_isa() {
+  if (const char* named = std::getenv("QPU_ISA"); named != nullptr && *named != '\0') {
+    const std::string_view name(named);
+    for (const Isa isa : {Isa::Generic, Isa::Avx2, Isa::Avx512}) {
+      if (name != isa_name(isa)) continue;
+      if (!isa_supported(isa)) fail("QPU_ISA={}: this CPU does not have the {} instructions", name, name);
+      return isa;
+    }
+    fail("QPU_ISA={}: not an instruction set the kernels have (generic, avx2 or avx512)", name);
+  }
   if (isa_supported(Isa::Avx512)) return Isa::Avx512;
   if (isa_supported(Isa::Avx2)) return Isa::Avx2;
   return Isa::Generic;

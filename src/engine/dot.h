@@ -25,9 +25,12 @@ inline constexpr int64_t kLanes = 64;
 
 // Vector code paths. All produce identical bits (same IEEE operations in the same
 // order, only more or fewer lanes per instruction); the fastest supported one is
-// picked once at startup.
+// picked once, on first use, unless the environment names one: QPU_ISA=generic, avx2 or
+// avx512 (to measure one set against another, or to check a whole run on each).
 enum class Isa { Generic, Avx2, Avx512 };
 bool isa_supported(Isa isa);
+// The active set. Throws qpu::Error when QPU_ISA names no set or one this CPU lacks, so a
+// program calls it once before its parallel work (the qpu command does, in main).
 Isa active_isa();
 const char* isa_name(Isa isa);  // "generic", "avx2", "avx512"
 

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "common/testing/run_command.h"
+#include "engine/dot.h"
 
 namespace {
 
@@ -22,8 +23,9 @@ const std::string kModels = std::string(QPU_SHARED_DIR) + "/models/stories260K/"
 
 using Result = qpu::testing::CommandResult;
 
-Result run_qpu(const std::string& args) {
-  return qpu::testing::run_command(std::string("'") + QPU_BINARY + "' " + args,
+// `environment`: assignments put before the command (QPU_ISA=avx2).
+Result run_qpu(const std::string& args, const std::string& environment = "") {
+  return qpu::testing::run_command(environment + " '" + QPU_BINARY + "' " + args,
                                    fs::temp_directory_path() / ("qpu-story-test-" + std::to_string(getpid()) + ".err"));
 }
 
@@ -139,6 +141,38 @@ TEST(StoryCli, TemperatureOrToppOutsideTheSamplersWindowsIsAnError) {
   EXPECT_EQ(r.status, 1);
   EXPECT_NE(r.err.find("flag -p"), std::string::npos) << r.err;
   EXPECT_TRUE(r.out.empty());
+}
+
+// QPU_ISA picks the engine's kernels (engine/dot.h): on every set this CPU has, the story
+// is `qpu ref`'s bytes with every float verified, and its first line names the set. A set
+// the kernels do not have, or one this CPU lacks, is an error before any work.
+TEST(StoryCli, EveryInstructionSetWritesTheVerifiedStory) {
+  namespace dot = qpu::engine::dot;
+  const Result ref = run_qpu("ref '" + kModels + "stories260K.bin' -z '" + kModels + "tok512.bin' -t 0 -n 3 -i Once");
+  ASSERT_EQ(ref.status, 0) << ref.err;
+  const std::string args =
+      "story --model '" + kModels + "stories260K.bin' -z '" + kModels + "tok512.bin' -n 3 -i Once --verify --threads 1";
+  int ran = 0;
+  for (const dot::Isa isa : {dot::Isa::Generic, dot::Isa::Avx2, dot::Isa::Avx512}) {
+    const std::string name = dot::isa_name(isa);
+    const Result story = run_qpu(args, "QPU_ISA=" + name);
+    if (!dot::isa_supported(isa)) {
+      EXPECT_EQ(story.status, 1) << name;
+      EXPECT_NE(story.err.find("QPU_ISA=" + name + ": this CPU does not have"), std::string::npos) << story.err;
+      EXPECT_TRUE(story.out.empty()) << name;
+      continue;
+    }
+    ++ran;
+    ASSERT_EQ(story.status, 0) << name << "\n" << story.err;
+    EXPECT_EQ(story.out, ref.out) << name;
+    EXPECT_NE(story.err.find(", " + name + " kernels)"), std::string::npos) << story.err;
+    EXPECT_NE(story.err.find("logits vectors and 4 tokens bit-identical to run.c"), std::string::npos) << story.err;
+  }
+  EXPECT_GE(ran, 1);  // generic runs everywhere
+  const Result bad = run_qpu(args, "QPU_ISA=sse9");
+  EXPECT_EQ(bad.status, 1);
+  EXPECT_NE(bad.err.find("qpu: QPU_ISA=sse9: not an instruction set the kernels have"), std::string::npos) << bad.err;
+  EXPECT_TRUE(bad.out.empty());
 }
 
 TEST(StoryCli, BadFlagsAndFilesAreErrors) {

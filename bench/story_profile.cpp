@@ -34,6 +34,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/dot.h"
 #include "machine/token_machine.h"
 #include "reference/llama2_checkpoint.h"
 #include "runner/cycle_profile.h"
@@ -55,6 +56,7 @@ int main(int argc, char** argv) {
   }
   omp_set_num_threads(threads);
   try {
+    engine::dot::active_isa();  // QPU_ISA's error here, not inside the parallel build
     const reference::Llama2Checkpoint ck = reference::load_llama2_checkpoint(QPU_SHARED_DIR "/models/stories260K/stories260K.bin");
     machine::TokenMachineOptions o = runner::token_machine_options(positions);
     o.exp_heads = exp_heads;
@@ -67,11 +69,11 @@ int main(int argc, char** argv) {
     model_options.build_threads = threads;
     const engine::Model model = m.model(model_options);
     const auto& c = m.compiled.weights.config;
-    std::printf("machine: %d positions, exp_heads %d, lanes %d: layers %lld, hidden %lld, intermediate %lld (built %.1f s, model %.1f s)\n",
+    std::printf("machine: %d positions, exp_heads %d, lanes %d: layers %lld, hidden %lld, intermediate %lld (built %.1f s, model %.1f s, %s kernels)\n",
                 m.max_positions, exp_heads, lanes, static_cast<long long>(c.num_hidden_layers),
                 static_cast<long long>(c.hidden_size), static_cast<long long>(c.intermediate_size),
                 std::chrono::duration<double>(t1 - t0).count(),
-                std::chrono::duration<double>(Clock::now() - t1).count());
+                std::chrono::duration<double>(Clock::now() - t1).count(), engine::dot::isa_name(engine::dot::active_isa()));
     runner::StoryRunOptions ro;
     ro.prompt = m.prompt({1}, steps);
     ro.max_cycles = max_cycles;

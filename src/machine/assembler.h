@@ -42,7 +42,10 @@ struct HostOptions {
   int64_t value_dim = 64;
   bool idle_attention_layer = true;  // stock transformers 5.24.0 needs one; HostSim rejects it
   int value_jmin = -70, value_jmax = 20;  // binades of the value tokens (npu::ValueVocab; narrower: smaller machines)
-  compiler::ScheduleLimits limits{.max_neurons_per_mlp = 1024, .sink = true};
+  // At most 4 GDN memories (RAM and register heads) per mixer: a GDN layer's projections
+  // cost the hidden size times its head count on every layer of a dense checkpoint, and
+  // one crowded mixer would set that count for all of them.
+  compiler::ScheduleLimits limits{.max_neurons_per_mlp = 1024, .max_gdn_memories_per_mixer = 4, .sink = true};
 };
 
 struct AssemblerOptions : HostOptions {

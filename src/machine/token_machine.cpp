@@ -108,8 +108,11 @@ TokenMachine build_token_machine(const reference::Llama2Checkpoint& ck, const To
   };
   HeadPart head(as, ck, o, tok, [&](ValueId on) { return as.gated(as.register_out(), {on}, "head.x"); }, prompt_ram);
   const compiler::OpRange head_ops{ffn_ops.end, p.ops().size()};
+  // The FFN half below the attention half (it reads the X1 RAM that ATTO writes). HEAD is
+  // not ordered below the FFN: it reads only register X0 and its own RAMs, so it runs in
+  // the same layers as the halves (a cycle wakes one of them) and the stack is as deep as
+  // the deeper of the two, not their sum.
   p.order(attention_ops, ffn_ops);
-  p.order(ffn_ops, head_ops);
   std::optional<SamplePart> sample;
   if (o.sampling) {
     const Assembler::Scalar& t = sample_registers[0];

@@ -40,10 +40,10 @@
 // and the stages' cycles) from the seed, and CDF's pick names TOK.k.
 //
 // Stack (top to bottom): register file, POS, TOK -> the embedding lookup -> the attention
-// half (machine/attention_half.h) -> the FFN half (machine/ffn_half.h) -> HEAD
-// (machine/head_part.h) -> [the sampler's stages] -> uplink. The parts are ordered one
-// below the other (Program::order): side by side their working values would not fit the
-// width budget.
+// half (machine/attention_half.h) -> the FFN half (machine/ffn_half.h) -> uplink, with
+// HEAD (machine/head_part.h) and [the sampler's stages] in the same layers as the halves:
+// the FFN half is ordered below the attention half (Program::order), the sampler below
+// HEAD; HEAD reads only registers and its own RAMs, so it starts at the top.
 #include <cstdint>
 #include <vector>
 

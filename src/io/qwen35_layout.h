@@ -28,6 +28,11 @@ using ConstWeightSlot = BasicWeightSlot<const std::vector<float>>;
 std::vector<WeightSlot> qwen35_weight_slots(Qwen35Weights& weights);
 std::vector<ConstWeightSlot> qwen35_weight_slots(const Qwen35Weights& weights);
 
+// The slots of one layer (index `index` of `config`, its type from layer.type), for
+// writing a checkpoint one layer at a time.
+std::vector<WeightSlot> qwen35_layer_slots(const Qwen35Config& config, int64_t index, LayerWeights& layer);
+std::vector<ConstWeightSlot> qwen35_layer_slots(const Qwen35Config& config, int64_t index, const LayerWeights& layer);
+
 inline constexpr const char* kLmHeadName = "lm_head.weight";
 
 // Parameters of a checkpoint with this config, from the slots' shapes alone (nothing is

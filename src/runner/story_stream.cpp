@@ -149,7 +149,10 @@ bool StreamParser::feed(int64_t id, const StreamCallbacks& callbacks) {
 machine::TokenMachineOptions token_machine_options(int positions) {
   if (positions < 1) fail("story: {} nested positions, at least 1 needed", positions);
   machine::TokenMachineOptions o;
-  o.max_positions = std::max(16, (positions + 7) / 8 * 8);
+  // Whole blocks of 8 positions, at least 16; below the 32 KV banks a power of two, since
+  // a machine of fewer positions than banks has a bank per position and the bank count
+  // must be a power of two (npu/kv_address.h: 24 positions would make 24 banks).
+  o.max_positions = positions <= 16 ? 16 : positions <= 32 ? 32 : (positions + 7) / 8 * 8;
   // 32 KV banks at every size: the machine as of 2026-11-30 fails to compile with 8 banks
   // at 16 positions ("inbox: value ... is not an interface input"); its own test uses 32.
   o.kv_banks = 32;

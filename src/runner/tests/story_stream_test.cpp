@@ -252,4 +252,22 @@ TEST(StreamParser, NamesThatOnlyLookLikeCrossingsAreOtherControls) {
 }
 
 }  // namespace
+// The machine options of every run length: whole blocks of 8 positions covering the run,
+// at least 16, and a KV bank count (min(banks, positions)) that is a power of two, which
+// npu::kv_address requires (a 24-position machine failed to build with 24 banks).
+TEST(TokenMachineOptions, EveryLengthGetsWholeBlocksAndAPowerOfTwoOfBanks) {
+  for (int n = 1; n <= 512; ++n) {
+    const machine::TokenMachineOptions o = token_machine_options(n);
+    EXPECT_GE(o.max_positions, std::max(n, 16)) << n;
+    EXPECT_EQ(o.max_positions % 8, 0) << n;
+    EXPECT_LT(o.max_positions, std::max(n, 32) + 8) << n;  // never a block more than needed above 32
+    const int banks = std::min(o.kv_banks, o.max_positions);
+    EXPECT_TRUE(std::has_single_bit(static_cast<unsigned>(banks))) << n << ": " << banks << " banks";
+  }
+  EXPECT_EQ(token_machine_options(20).max_positions, 32);
+  EXPECT_EQ(token_machine_options(40).max_positions, 40);
+  EXPECT_EQ(token_machine_options(256).max_positions, 256);
+  EXPECT_THROW(token_machine_options(0), Error);
+}
+
 }  // namespace qpu::runner

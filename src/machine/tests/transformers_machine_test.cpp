@@ -1,4 +1,5 @@
-// Stock transformers runs the M1 machine: the compiled checkpoint is exported, fed its
+// Stock transformers runs the M1 machine: the compiled checkpoint is written as qpu compile
+// writes one (machine/machine_checkpoint.h: streamed shards, bf16 where exact), fed its
 // prompt one token per forward with the cache, then generates greedily (argmax of each
 // step's logits fed back, one token per forward) until DONE; the stream must equal the
 // engine's expected stream token for token.
@@ -12,7 +13,7 @@
 #include <unistd.h>
 
 #include "machine/machine.h"
-#include "npu/export.h"
+#include "machine/machine_checkpoint.h"
 
 namespace qpu::machine {
 namespace {
@@ -34,7 +35,10 @@ TEST(TransformersMachine, GeneratesTheSameStream) {
   }
   const Machine m = build_machine(o);
   const auto dir = std::filesystem::temp_directory_path() / ("qpu_machine_tf_" + std::to_string(::getpid()));
-  npu::export_checkpoint(m.compiled.weights, dir);
+  std::filesystem::remove_all(dir);
+  CheckpointWriteOptions write;
+  write.max_shard_bytes = 8'000'000;  // several shards, as a large machine has
+  write_machine_checkpoint(dir, m, {}, write);
   std::vector<int64_t> all;
   constexpr int kVectors = 2;
   std::vector<std::vector<int64_t>> expected;

@@ -1,0 +1,160 @@
+// `qpu compile MODEL.bin -z TOK.bin -o DIR [--max-params N] [--positions P]`: a llama2.c
+// checkpoint compiled into the token machine (machine/token_machine.h) and written as a
+// Hugging Face checkpoint directory (machine/machine_checkpoint.h): config.json, the
+// safetensors shards and their index, generation_config.json and qpu-manifest.json.
+// The machine's size as a dense checkpoint is known once it is scheduled, before any
+// layer is emitted: over the parameter budget the compile stops there with the numbers
+// and writes nothing. The directory appears only when complete.
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "cli/command_registry.h"
+#include "common/error.h"
+#include "machine/machine_checkpoint.h"
+#include "machine/token_machine.h"
+#include "reference/llama2_checkpoint.h"
+#include "reference/tokenizer.h"
+#include "runner/story_stream.h"
+#include "tools/sha256.h"
+
+namespace {
+
+using namespace qpu;
+
+struct CompileOptions {
+  std::string checkpoint;
+  std::string tokenizer;
+  std::string output;
+  double max_params = 4e9;
+  int positions = 0;  // 0: the model's seq_len
+  double max_shard_bytes = 1e9;
+};
+
+std::string file_sha256(const std::filesystem::path& path) {
+  const std::string bytes = [&] {
+    std::FILE* f = std::fopen(path.c_str(), "rb");
+    if (!f) fail("{}: cannot read", path.string());
+    std::string out;
+    char buf[1 << 16];
+    size_t n = 0;
+    while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) out.append(buf, n);
+    std::fclose(f);
+    return out;
+  }();
+  const tools::Sha256Digest d = tools::sha256(std::as_bytes(std::span<const char>(bytes.data(), bytes.size())));
+  return tools::to_hex(d);
+}
+
+nlohmann::json manifest(const CompileOptions& o, const reference::Llama2Config& cfg, const machine::TokenMachine& m,
+                        uint64_t parameters) {
+  const auto& c = m.compiled.weights.config;
+  nlohmann::json controls = nlohmann::json::object();
+  for (const std::string& name : m.control_names) controls[name] = m.id(name);
+  return {
+      {"format", "qpu-machine-v1"},
+      {"nested_model",
+       {{"file", std::filesystem::path(o.checkpoint).filename().string()},
+        {"sha256", file_sha256(o.checkpoint)},
+        {"dim", cfg.dim},
+        {"hidden_dim", cfg.hidden_dim},
+        {"n_layers", cfg.n_layers},
+        {"n_heads", cfg.n_heads},
+        {"n_kv_heads", cfg.n_kv_heads},
+        {"vocab_size", cfg.vocab_size},
+        {"seq_len", cfg.seq_len},
+        {"shared_classifier", cfg.shared_classifier}}},
+      {"tokenizer", {{"file", std::filesystem::path(o.tokenizer).filename().string()}, {"sha256", file_sha256(o.tokenizer)}}},
+      {"machine",
+       {{"kind", "token machine, greedy"},
+        {"positions", m.max_positions},
+        {"layers", c.num_hidden_layers},
+        {"hidden_size", c.hidden_size},
+        {"intermediate_size", c.intermediate_size},
+        {"vocab_size", c.vocab_size},
+        {"parameters", parameters},
+        {"value_tokens", m.encoding.vocab.size()},
+        {"done", m.done()},
+        {"controls", controls}}},
+  };
+}
+
+int run_compile(const CompileOptions& o) {
+  if (!(o.max_params > 0)) fail("flag --max-params: {} is not a positive count", o.max_params);
+  if (o.positions < 0) fail("flag --positions: {} must not be negative", o.positions);
+  if (!(o.max_shard_bytes >= 1e6)) fail("flag --max-shard-bytes: {} is below 1000000", o.max_shard_bytes);
+  // Everything that can be checked before the work is checked first.
+  if (std::filesystem::exists(o.output)) fail("-o {}: already exists (nothing was written)", o.output);
+  const reference::Llama2Checkpoint checkpoint = reference::load_llama2_checkpoint(o.checkpoint);
+  const reference::Llama2Config& cfg = checkpoint.config();
+  const reference::Tokenizer tokenizer = reference::Tokenizer::load(o.tokenizer, cfg.vocab_size);
+  (void)tokenizer;  // loaded for its checks: a tokenizer of another vocabulary is refused here
+  if (o.positions > cfg.seq_len) fail("flag --positions: {} is more than the model's seq_len {}", o.positions, cfg.seq_len);
+  const int positions = o.positions > 0 ? o.positions : cfg.seq_len;
+
+  using Clock = std::chrono::steady_clock;
+  const auto t0 = Clock::now();
+  const machine::TokenMachine m = machine::build_token_machine(checkpoint, runner::token_machine_options(positions));
+  const auto& c = m.compiled.weights.config;
+  const uint64_t parameters = machine::machine_parameters(m);
+  std::fprintf(stderr,
+               "compile: token machine for %d positions: %lld layers, hidden %lld, intermediate %lld, vocab %lld: "
+               "%.2f billion parameters (scheduled in %.1f s)\n",
+               m.max_positions, static_cast<long long>(c.num_hidden_layers), static_cast<long long>(c.hidden_size),
+               static_cast<long long>(c.intermediate_size), static_cast<long long>(c.vocab_size),
+               static_cast<double>(parameters) / 1e9,
+               std::chrono::duration<double>(Clock::now() - t0).count());
+  if (static_cast<double>(parameters) > o.max_params)
+    fail("compile: the machine is {:.2f} billion parameters as a dense Qwen3.5 checkpoint ({} layers of hidden {}, "
+         "intermediate {}), over the budget of {:.2f} billion (--max-params); nothing was written. Its depth grows "
+         "with --positions (the attention's position blocks are stacked, docs/npu-machine.md)",
+         static_cast<double>(parameters) / 1e9, c.num_hidden_layers, c.hidden_size, c.intermediate_size,
+         o.max_params / 1e9);
+
+  machine::CheckpointExtras extras;
+  extras.manifest = manifest(o, cfg, m, parameters);
+  machine::CheckpointWriteOptions wo;
+  wo.max_shard_bytes = static_cast<uint64_t>(o.max_shard_bytes);
+  const bool tty = isatty(fileno(stderr)) != 0;
+  const auto t1 = Clock::now();
+  double shown = -1e9;
+  wo.progress = [&](int64_t done, int64_t total) {
+    const double s = std::chrono::duration<double>(Clock::now() - t1).count();
+    if (done < total && s - shown < (tty ? 0.25 : 10.0)) return;
+    shown = s;
+    std::fprintf(stderr, "%scompile: layer %lld of %lld written, %.1f s%s", tty ? "\r" : "", static_cast<long long>(done),
+                 static_cast<long long>(total), s, tty && done < total ? "\x1b[K" : "\n");
+    std::fflush(stderr);
+  };
+  const io::StreamSaveResult r = machine::write_machine_checkpoint(o.output, m, extras, wo);
+  std::fprintf(stderr, "compile: wrote %s: %zu files, %.2f GB of tensors (%lld bf16, %lld fp32 tensors) in %.1f s\n",
+               o.output.c_str(), r.files.size(), static_cast<double>(r.tensor_bytes) / 1e9,
+               static_cast<long long>(r.bf16_tensors), static_cast<long long>(r.f32_tensors),
+               std::chrono::duration<double>(Clock::now() - t1).count());
+  return 0;
+}
+
+qpu::cli::Runner setup(CLI::App& app) {
+  auto o = std::make_shared<CompileOptions>();
+  app.footer(
+      "Compiles the llama2.c checkpoint into the token machine (the machine `qpu story` runs in memory) and writes "
+      "it as a Qwen3.5 checkpoint directory. A machine larger than --max-params is refused before any file is "
+      "written.");
+  app.add_option("model", o->checkpoint, "llama2.c checkpoint (version 0), e.g. stories260K.bin")->required();
+  app.add_option("-z", o->tokenizer, "its tokenizer.bin")->required();
+  app.add_option("-o", o->output, "the checkpoint directory to write (must not exist)")->required();
+  app.add_option("--max-params", o->max_params, "parameter budget of the dense checkpoint (default 4e9)");
+  app.add_option("--positions", o->positions, "nested positions the machine serves (default: the model's seq_len)");
+  app.add_option("--max-shard-bytes", o->max_shard_bytes, "bytes of tensor data per safetensors shard (default 1e9)");
+  return [o] { return run_compile(*o); };
+}
+
+qpu::cli::Registration reg{"compile", "Compile a llama2.c model into a Qwen3.5 checkpoint directory", setup};
+
+}  // namespace

@@ -1,0 +1,99 @@
+// Where a token machine's size as a dense checkpoint comes from (a diagnostic, no run):
+// the shape (layers, hidden, intermediate, GDN heads per layer, vocab) and parameter
+// count of the stories260K token machine for P positions, the residual dims live per
+// sublayer (percentiles, with interface inputs live from the embedding as the allocator
+// keeps them), and per band of layers the widest residual, the neurons (max and mean)
+// and the micro-op families with the most neurons there.
+//
+//   machine_shape [positions=16] [bands=40]
+//
+// Environment: QPU_KV_BANKS=n and QPU_LANES=n replace runner::token_machine_options' KV
+// banks and SWIGLU chunk lanes (to see what a machine option costs before changing it).
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "io/qwen35_layout.h"
+#include "machine/token_machine.h"
+#include "npu/tests/unit_harness.h"
+#include "runner/cycle_profile.h"
+#include "runner/story_stream.h"
+
+int main(int argc, char** argv) {
+  using namespace qpu;
+  const int positions = argc > 1 ? std::atoi(argv[1]) : 16;
+  const int64_t bands = argc > 2 ? std::max(1, std::atoi(argv[2])) : 40;
+  machine::TokenMachineOptions options = runner::token_machine_options(positions);
+  if (const char* e = std::getenv("QPU_KV_BANKS")) options.kv_banks = std::atoi(e);
+  if (const char* e = std::getenv("QPU_LANES")) options.lanes = std::atoi(e);
+  const machine::TokenMachine m = machine::build_token_machine(npu::unit_testing::stories260k(), options);
+  const compiler::Program& program = m.program;
+  const compiler::Schedule& schedule = m.compiled.schedule;
+  const compiler::Allocation& alloc = m.compiled.allocation;
+  const auto& c = m.compiled.weights.config;
+  const int64_t layers = alloc.num_layers;
+  std::printf("shape: %d positions: layers %lld, hidden %lld, intermediate %lld, GDN heads %lld, vocab %lld: %.2f billion "
+              "parameters\n",
+              m.max_positions, static_cast<long long>(layers), static_cast<long long>(alloc.hidden_size),
+              static_cast<long long>(alloc.intermediate_size), static_cast<long long>(alloc.num_gdn_heads),
+              static_cast<long long>(c.vocab_size), static_cast<double>(io::qwen35_parameter_count(c)) / 1e9);
+
+  // Live interval per value: first to last access; interface inputs from the embedding.
+  const auto& ops = program.ops();
+  std::vector<int64_t> first(static_cast<size_t>(program.num_values()), -1), last(first.size(), -1);
+  for (size_t i = 0; i < ops.size(); ++i)
+    for (const auto& list : {ops[i].reads(), ops[i].writes()})
+      for (compiler::ValueId v : list) {
+        const auto u = static_cast<size_t>(v);
+        if (first[u] < 0 || schedule.sublayer[i] < first[u]) first[u] = schedule.sublayer[i];
+        last[u] = std::max(last[u], schedule.sublayer[i]);
+      }
+  for (compiler::ValueId v : m.interface.inputs)
+    if (last[static_cast<size_t>(v)] >= 0) first[static_cast<size_t>(v)] = 0;
+  std::vector<int64_t> live(static_cast<size_t>(2 * layers) + 1, 0);
+  for (size_t v = 0; v < first.size(); ++v)
+    if (first[v] >= 0) ++live[static_cast<size_t>(first[v])], --live[static_cast<size_t>(last[v]) + 1];
+  for (size_t s = 1; s < live.size(); ++s) live[s] += live[s - 1];
+  live.pop_back();
+  std::vector<int64_t> sorted = live;
+  std::sort(sorted.begin(), sorted.end());
+  std::printf("live dims per sublayer:");
+  for (double q : {0.5, 0.9, 0.99, 1.0})
+    std::printf(" p%.0f %lld", q * 100,
+                static_cast<long long>(sorted[std::min(sorted.size() - 1, static_cast<size_t>(q * static_cast<double>(sorted.size())))]));
+  int64_t neurons = 0;
+  for (int64_t n : alloc.neurons_per_layer) neurons += n;
+  std::printf("; neurons %lld (%.0f per layer, %.1f %% of the intermediate size)\n", static_cast<long long>(neurons),
+              static_cast<double>(neurons) / static_cast<double>(layers),
+              100.0 * static_cast<double>(neurons) / static_cast<double>(layers * alloc.intermediate_size));
+
+  const int64_t step = std::max<int64_t>(1, (layers + bands - 1) / bands);
+  for (int64_t l0 = 0; l0 < layers; l0 += step) {
+    const int64_t l1 = std::min(layers, l0 + step);
+    int64_t widest = 0, nmax = 0, nsum = 0;
+    for (int64_t l = l0; l < l1; ++l) {
+      widest = std::max({widest, live[static_cast<size_t>(2 * l)], live[static_cast<size_t>(2 * l + 1)]});
+      nmax = std::max(nmax, alloc.neurons_per_layer[static_cast<size_t>(l)]);
+      nsum += alloc.neurons_per_layer[static_cast<size_t>(l)];
+    }
+    std::map<std::string, int64_t> family;
+    for (size_t i = 0; i < ops.size(); ++i) {
+      const int64_t l = schedule.sublayer[i] / 2;
+      if (l < l0 || l >= l1 || ops[i].kind != compiler::OpKind::Mlp) continue;
+      std::string f = runner::micro_op_family(ops[i].label);
+      family[f.substr(0, f.find_first_of(" .("))] += static_cast<int64_t>(ops[i].neurons.size());
+    }
+    std::vector<std::pair<int64_t, std::string>> top;
+    for (const auto& [name, n] : family) top.push_back({-n, name});
+    std::sort(top.begin(), top.end());
+    std::string names;
+    for (size_t j = 0; j < std::min<size_t>(4, top.size()); ++j) names += " " + top[j].second + ":" + std::to_string(-top[j].first);
+    std::printf("layers %5lld-%5lld: widest %5lld, neurons max %5lld mean %5.0f;%s\n", static_cast<long long>(l0),
+                static_cast<long long>(l1 - 1), static_cast<long long>(widest), static_cast<long long>(nmax),
+                static_cast<double>(nsum) / static_cast<double>(l1 - l0), names.c_str());
+  }
+  return 0;
+}

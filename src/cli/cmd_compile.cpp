@@ -1,7 +1,8 @@
-// `qpu compile MODEL.bin -z TOK.bin -o DIR [--max-params N] [--positions P]`: a llama2.c
-// checkpoint compiled into the token machine (machine/token_machine.h) and written as a
-// Hugging Face checkpoint directory (machine/machine_checkpoint.h): config.json, the
-// safetensors shards and their index, generation_config.json and qpu-manifest.json.
+// `qpu compile MODEL.bin -z TOK.bin -o DIR [--max-params N] [--positions P]
+// [--max-shard-bytes B]`: a llama2.c checkpoint compiled into the token machine
+// (machine/token_machine.h) and written as a Hugging Face checkpoint directory
+// (machine/machine_checkpoint.h): config.json, the safetensors shards and their index,
+// generation_config.json and qpu-machine.json.
 // The machine's size as a dense checkpoint is known once it is scheduled, before any
 // layer is emitted: over the parameter budget the compile stops there with the numbers
 // and writes nothing. The directory appears only when complete.
@@ -22,7 +23,7 @@
 #include "reference/llama2_checkpoint.h"
 #include "reference/tokenizer.h"
 #include "runner/story_stream.h"
-#include "tools/sha256.h"
+#include "tools/manifest.h"
 
 namespace {
 
@@ -37,23 +38,14 @@ struct CompileOptions {
   double max_shard_bytes = 1e9;
 };
 
-std::string file_sha256(const std::filesystem::path& path) {
-  const std::string bytes = [&] {
-    std::FILE* f = std::fopen(path.c_str(), "rb");
-    if (!f) fail("{}: cannot read", path.string());
-    std::string out;
-    char buf[1 << 16];
-    size_t n = 0;
-    while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) out.append(buf, n);
-    std::fclose(f);
-    return out;
-  }();
-  const tools::Sha256Digest d = tools::sha256(std::as_bytes(std::span<const char>(bytes.data(), bytes.size())));
-  return tools::to_hex(d);
-}
+// What qpu-machine.json says: the nested model (header and the sha256 of the files that
+// were compiled), the machine's shape and its control tokens.
+struct InputHashes {
+  std::string model, tokenizer;
+};
 
-nlohmann::json manifest(const CompileOptions& o, const reference::Llama2Config& cfg, const machine::TokenMachine& m,
-                        uint64_t parameters) {
+nlohmann::json machine_description(const CompileOptions& o, const reference::Llama2Config& cfg, const InputHashes& hashes,
+                                   const machine::TokenMachine& m, uint64_t parameters) {
   const auto& c = m.compiled.weights.config;
   nlohmann::json controls = nlohmann::json::object();
   for (const std::string& name : m.control_names) controls[name] = m.id(name);
@@ -61,7 +53,7 @@ nlohmann::json manifest(const CompileOptions& o, const reference::Llama2Config& 
       {"format", "qpu-machine-v1"},
       {"nested_model",
        {{"file", std::filesystem::path(o.checkpoint).filename().string()},
-        {"sha256", file_sha256(o.checkpoint)},
+        {"sha256", hashes.model},
         {"dim", cfg.dim},
         {"hidden_dim", cfg.hidden_dim},
         {"n_layers", cfg.n_layers},
@@ -70,7 +62,7 @@ nlohmann::json manifest(const CompileOptions& o, const reference::Llama2Config& 
         {"vocab_size", cfg.vocab_size},
         {"seq_len", cfg.seq_len},
         {"shared_classifier", cfg.shared_classifier}}},
-      {"tokenizer", {{"file", std::filesystem::path(o.tokenizer).filename().string()}, {"sha256", file_sha256(o.tokenizer)}}},
+      {"tokenizer", {{"file", std::filesystem::path(o.tokenizer).filename().string()}, {"sha256", hashes.tokenizer}}},
       {"machine",
        {{"kind", "token machine, greedy"},
         {"positions", m.max_positions},
@@ -88,10 +80,13 @@ nlohmann::json manifest(const CompileOptions& o, const reference::Llama2Config& 
 int run_compile(const CompileOptions& o) {
   if (!(o.max_params > 0)) fail("flag --max-params: {} is not a positive count", o.max_params);
   if (o.positions < 0) fail("flag --positions: {} must not be negative", o.positions);
-  if (!(o.max_shard_bytes >= 1e6)) fail("flag --max-shard-bytes: {} is below 1000000", o.max_shard_bytes);
+  if (!(o.max_shard_bytes >= 1e6 && o.max_shard_bytes <= 1e12))
+    fail("flag --max-shard-bytes: {} is outside [1e6, 1e12]", o.max_shard_bytes);
   // Everything that can be checked before the work is checked first.
-  if (std::filesystem::exists(o.output)) fail("-o {}: already exists (nothing was written)", o.output);
+  machine::check_checkpoint_target(o.output);
   const reference::Llama2Checkpoint checkpoint = reference::load_llama2_checkpoint(o.checkpoint);
+  // The bytes that are compiled: hashed as loaded (the files could change during the build).
+  const InputHashes hashes{tools::file_sha256(o.checkpoint), tools::file_sha256(o.tokenizer)};
   const reference::Llama2Config& cfg = checkpoint.config();
   const reference::Tokenizer tokenizer = reference::Tokenizer::load(o.tokenizer, cfg.vocab_size);
   (void)tokenizer;  // loaded for its checks: a tokenizer of another vocabulary is refused here
@@ -112,13 +107,12 @@ int run_compile(const CompileOptions& o) {
                std::chrono::duration<double>(Clock::now() - t0).count());
   if (static_cast<double>(parameters) > o.max_params)
     fail("compile: the machine is {:.2f} billion parameters as a dense Qwen3.5 checkpoint ({} layers of hidden {}, "
-         "intermediate {}), over the budget of {:.2f} billion (--max-params); nothing was written. Its depth grows "
-         "with --positions (the attention's position blocks are stacked, docs/npu-machine.md)",
-         static_cast<double>(parameters) / 1e9, c.num_hidden_layers, c.hidden_size, c.intermediate_size,
-         o.max_params / 1e9);
+         "intermediate {}), over the budget of {:.0f} parameters (--max-params); nothing was written. Its depth "
+         "grows with --positions (the attention's position blocks are stacked, docs/npu-machine.md)",
+         static_cast<double>(parameters) / 1e9, c.num_hidden_layers, c.hidden_size, c.intermediate_size, o.max_params);
 
   machine::CheckpointExtras extras;
-  extras.manifest = manifest(o, cfg, m, parameters);
+  extras.machine = machine_description(o, cfg, hashes, m, parameters);
   machine::CheckpointWriteOptions wo;
   wo.max_shard_bytes = static_cast<uint64_t>(o.max_shard_bytes);
   const bool tty = isatty(fileno(stderr)) != 0;
@@ -128,7 +122,7 @@ int run_compile(const CompileOptions& o) {
     const double s = std::chrono::duration<double>(Clock::now() - t1).count();
     if (done < total && s - shown < (tty ? 0.25 : 10.0)) return;
     shown = s;
-    std::fprintf(stderr, "%scompile: layer %lld of %lld written, %.1f s%s", tty ? "\r" : "", static_cast<long long>(done),
+    std::fprintf(stderr, "%scompile: layer %lld of %lld emitted, %.1f s%s", tty ? "\r" : "", static_cast<long long>(done),
                  static_cast<long long>(total), s, tty && done < total ? "\x1b[K" : "\n");
     std::fflush(stderr);
   };

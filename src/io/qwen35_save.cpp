@@ -29,6 +29,10 @@ nlohmann::json qwen35_config_to_json(const Qwen35Config& c) {
       {"rope_parameters",
        {{"rope_type", "default"}, {"rope_theta", c.rope_theta}, {"partial_rotary_factor", c.partial_rotary_factor}}},
       {"tie_word_embeddings", c.tie_word_embeddings},
+      // The dtype the weights are meant in: without it, transformers' from_pretrained
+      // (dtype "auto") takes the first tensor's dtype, bf16 in a checkpoint that stores
+      // its bf16-exact tensors as bf16, and would round every fp32 tensor.
+      {"dtype", "float32"},
   };
   if (c.max_position_embeddings > 0) text["max_position_embeddings"] = c.max_position_embeddings;
   auto& types = text["layer_types"] = nlohmann::json::array();
@@ -47,6 +51,7 @@ nlohmann::json qwen35_config_to_json(const Qwen35Config& c) {
   }
   return {{"architectures", {"Qwen3_5ForConditionalGeneration"}},
           {"model_type", "qwen3_5"},
+          {"dtype", "float32"},
           {"tie_word_embeddings", c.tie_word_embeddings},
           {"text_config", text}};
 }

@@ -16,12 +16,16 @@
 namespace qpu::io {
 
 struct StreamSaveOptions {
-  // Bytes of tensor data per shard. The shard being filled is held as fp32: peak memory is
-  // up to twice this (bf16 shards) plus one layer.
+  // Bytes of tensor data per shard. The shard being filled is held as fp32 values: peak
+  // memory is up to twice this (a bf16 shard) plus the layer being handed over.
   uint64_t max_shard_bytes = 1'000'000'000;
   bool bf16_where_exact = true;              // false: every tensor in fp32
-  // Called after each layer is written: (layers written, layers in all).
+  // Called after each layer is handed to the shards (its tensors may still wait in the
+  // current shard): (layers handed over, layers in all).
   std::function<void(int64_t done, int64_t total)> progress;
+  // Changes the config written to config.json (e.g. its eos token); the tensors follow
+  // `globals.config` whatever it does to shapes, so it must not change them.
+  std::function<void(Qwen35Config&)> adjust_config;
 };
 
 struct StreamSaveResult {
@@ -33,7 +37,7 @@ struct StreamSaveResult {
 
 // Writes `globals` (config, embed_tokens, norm, and lm_head when non-empty; its `layers`
 // are ignored) and the config's layers, layer(l) for l = 0 .. num_hidden_layers - 1 in
-// order, into `dir` (which must exist). Each layer must have the config's layer type
+// order, into `dir` (which must exist and be empty). Each layer must have the config's layer type
 // and shapes (qpu::Error naming the tensor otherwise). config.json is written last, so
 // a directory holding one is complete; on an error the shards written so far stay (the
 // caller writes into a temporary directory and removes it).

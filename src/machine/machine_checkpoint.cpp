@@ -1,12 +1,17 @@
 #include "machine/machine_checkpoint.h"
 
+#include <fcntl.h>   // AT_FDCWD
+#include <stdio.h>   // renameat2, RENAME_NOREPLACE (glibc)
+#include <unistd.h>  // access
+
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 
 #include "common/error.h"
+#include "compiler/emit.h"
 #include "io/qwen35_layout.h"
-#include "io/qwen35_save.h"
 #include "io/safetensors_writer.h"
 
 namespace qpu::machine {
@@ -31,14 +36,16 @@ class TemporaryDirectory {
   TemporaryDirectory& operator=(const TemporaryDirectory&) = delete;
 
   const std::filesystem::path& path() const { return path_; }
+  // Into place only if nothing took the target's name meanwhile (RENAME_NOREPLACE: a plain
+  // rename would replace an empty directory that appeared there).
   void commit() {
-    std::error_code ec;
+    std::error_code ignored;
     std::filesystem::permissions(path_, std::filesystem::perms::owner_all | std::filesystem::perms::group_read |
                                             std::filesystem::perms::group_exec | std::filesystem::perms::others_read |
                                             std::filesystem::perms::others_exec,
-                                 ec);
-    std::filesystem::rename(path_, target_, ec);
-    if (ec) fail("{}: cannot rename {} into place: {}", target_.string(), path_.string(), ec.message());
+                                 ignored);
+    if (::renameat2(AT_FDCWD, path_.c_str(), AT_FDCWD, target_.c_str(), RENAME_NOREPLACE) != 0)
+      fail("{}: cannot rename {} into place: {}", target_.string(), path_.string(), std::strerror(errno));
     path_.clear();
   }
 
@@ -54,28 +61,39 @@ void write_text(const std::filesystem::path& path, const std::string& text) {
 
 uint64_t machine_parameters(const AssembledMachine& m) { return io::qwen35_parameter_count(m.compiled.weights.config); }
 
+std::filesystem::path check_checkpoint_target(const std::filesystem::path& dir) {
+  std::filesystem::path target = std::filesystem::absolute(dir).lexically_normal();
+  if (!target.has_filename()) target = target.parent_path();  // "out/" names "out"
+  if (target.filename().empty() || target == target.root_path()) fail("{}: not a directory name", dir.string());
+  if (std::filesystem::exists(std::filesystem::symlink_status(target)))
+    fail("{}: already exists (nothing was written)", dir.string());
+  const std::filesystem::path parent = target.parent_path();
+  if (!std::filesystem::is_directory(parent)) fail("{}: the parent directory {} does not exist", dir.string(), parent.string());
+  if (::access(parent.c_str(), W_OK | X_OK) != 0)
+    fail("{}: cannot write into {}: {}", dir.string(), parent.string(), std::strerror(errno));
+  return target;
+}
+
 io::StreamSaveResult write_machine_checkpoint(const std::filesystem::path& dir, const AssembledMachine& m,
                                               const CheckpointExtras& extras, const CheckpointWriteOptions& options) {
-  const std::filesystem::path target = std::filesystem::absolute(dir).lexically_normal();
-  if (target.filename().empty()) fail("{}: not a directory name", dir.string());
-  if (std::filesystem::exists(target)) fail("{}: already exists (nothing was written)", dir.string());
-  if (!std::filesystem::is_directory(target.parent_path()))
-    fail("{}: the parent directory {} does not exist", dir.string(), target.parent_path().string());
+  const std::filesystem::path target = check_checkpoint_target(dir);
   TemporaryDirectory tmp(target);
+  // One emitter for every layer (constructing one checks the whole program).
+  std::optional<compiler::LayerEmitter> emitter;
+  if (m.compiled.weights.layers.empty())
+    emitter.emplace(m.program, m.compiled.schedule, m.compiled.allocation, m.interface, m.emit_options);
   io::StreamSaveOptions so;
   so.max_shard_bytes = options.max_shard_bytes;
   so.progress = options.progress;
-  io::StreamSaveResult r =
-      io::save_qwen35_streamed(tmp.path(), m.compiled.weights, [&](int64_t l) { return m.layer(l); }, so);
   // DONE ends a run: the eos token of config.json and generation_config.json, so that a
   // stock `generate` (and `qpu generate --stop-at-eos`) stops where the machine does.
-  {
-    io::Qwen35Config config = m.compiled.weights.config;
-    config.tie_word_embeddings = m.compiled.weights.lm_head.empty();
-    config.eos_token_id = m.done();
-    config.eos_token_ids = {m.done()};
-    write_text(tmp.path() / "config.json", io::qwen35_config_to_json(config).dump(2) + "\n");
-  }
+  so.adjust_config = [&](io::Qwen35Config& c) {
+    c.eos_token_id = m.done();
+    c.eos_token_ids = {m.done()};
+  };
+  io::StreamSaveResult r = io::save_qwen35_streamed(
+      tmp.path(), m.compiled.weights,
+      [&](int64_t l) { return emitter ? emitter->layer(l) : m.compiled.weights.layers[static_cast<size_t>(l)]; }, so);
   // Greedy: the host's argmax is the machine's next token.
   const nlohmann::json generation = {{"do_sample", false}, {"num_beams", 1}, {"temperature", nullptr},
                                      {"top_p", nullptr},   {"top_k", nullptr}, {"bos_token_id", nullptr},
@@ -90,8 +108,8 @@ io::StreamSaveResult write_machine_checkpoint(const std::filesystem::path& dir, 
     write_text(tmp.path() / "tokenizer_config.json", extras.tokenizer_config.dump(2) + "\n");
     r.files.push_back("tokenizer_config.json");
   }
-  write_text(tmp.path() / "qpu-manifest.json", extras.manifest.dump(2) + "\n");
-  r.files.push_back("qpu-manifest.json");
+  write_text(tmp.path() / kMachineFileName, extras.machine.dump(2) + "\n");
+  r.files.push_back(kMachineFileName);
   tmp.commit();
   return r;
 }

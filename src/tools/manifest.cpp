@@ -88,6 +88,14 @@ std::string tensor_sha256(io::DType dtype, std::span<const int64_t> shape, std::
   return digest_hex(h.finish());
 }
 
+std::string file_sha256(const fs::path& path) {
+  ensure_sodium();
+  const io::MappedFile mapped(path);
+  Sha256 h;
+  hash_mapped(h, mapped.bytes());
+  return digest_hex(h.finish());
+}
+
 Manifest compute_manifest(const fs::path& checkpoint) {
   ensure_sodium();
   std::error_code ec;

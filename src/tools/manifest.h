@@ -51,6 +51,10 @@ struct Manifest {
 // sha256("qpu-tensor-v1\0" + dtype + "\0" + shape as "[d0,d1,...]" + "\0" + raw bytes).
 std::string tensor_sha256(io::DType dtype, std::span<const int64_t> shape, std::span<const std::byte> raw);
 
+// The SHA-256 of a whole file (lowercase hex, as sha256sum prints it), read through a
+// mapping; qpu::Error naming the file when it cannot be read.
+std::string file_sha256(const std::filesystem::path& path);
+
 // A directory: every regular file below it (symlinks to files are followed, as in
 // a Hugging Face cache snapshot), except .git/ and .cache/ directories and the
 // manifest/signature files above. A file: that file alone. Hashing runs in parallel.

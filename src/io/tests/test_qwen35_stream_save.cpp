@@ -171,6 +171,19 @@ TEST(Qwen35StreamSave, ShardsStayWithinTheirSize) {
   EXPECT_EQ(r.tensor_bytes, 2 * r.parameters);  // all bf16
 }
 
+TEST(Qwen35StreamSave, OnlyAnEmptyDirectoryIsWrittenInto) {
+  ScratchDir dir;
+  qpu::testing::write_file(dir / "model.safetensors", "an older checkpoint");
+  const Qwen35Weights w = random_weights(tiny_config(false), 25, "nothing");
+  try {
+    save(dir.path(), w, 1 << 30);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("not empty"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(qpu::testing::read_file(dir / "model.safetensors"), "an older checkpoint");
+}
+
 TEST(Qwen35StreamSave, ALayerOfTheWrongTypeIsAnError) {
   ScratchDir dir;
   const Qwen35Weights w = random_weights(tiny_config(false), 23, "nothing");

@@ -43,7 +43,7 @@ TEST(MachineCheckpoint, TheFilesHoldTheMachineAndRunIt) {
   ScratchDir scratch;
   const auto dir = scratch / "m1";
   CheckpointExtras extras;
-  extras.manifest = {{"machine", "M1"}, {"width", 8}};
+  extras.machine = {{"machine", "M1"}, {"width", 8}};
   std::vector<int64_t> progress;
   CheckpointWriteOptions options;
   options.max_shard_bytes = 8'000'000;  // several shards
@@ -51,16 +51,17 @@ TEST(MachineCheckpoint, TheFilesHoldTheMachineAndRunIt) {
     progress.push_back(done);
     EXPECT_EQ(total, m.compiled.weights.config.num_hidden_layers);
   };
-  const io::StreamSaveResult r = write_machine_checkpoint(dir, m, extras, options);
+  const io::StreamSaveResult r = write_machine_checkpoint(scratch.path().string() + "/m1/", m, extras, options);
   EXPECT_EQ(static_cast<int64_t>(progress.size()), m.compiled.weights.config.num_hidden_layers);
   EXPECT_EQ(r.parameters, machine_parameters(m));
   EXPECT_GT(r.bf16_tensors, 0);
   EXPECT_GT(r.f32_tensors, 0);  // the matrices' entries are full fp32 values
   EXPECT_LT(r.tensor_bytes, 4 * r.parameters);
   EXPECT_TRUE(std::filesystem::exists(dir / "model.safetensors.index.json"));
-  for (const char* f : {"config.json", "generation_config.json", "qpu-manifest.json"})
+  for (const char* f : {"config.json", "generation_config.json", "qpu-machine.json"})
     EXPECT_TRUE(std::filesystem::exists(dir / f)) << f;
   EXPECT_FALSE(std::filesystem::exists(dir / "tokenizer.json"));  // none given
+  EXPECT_EQ(qpu::testing::read_file(dir / "qpu-machine.json"), extras.machine.dump(2) + "\n");
   // Only the directory itself beside the scratch: no temporary left.
   int entries = 0;
   for (const auto& e : std::filesystem::directory_iterator(scratch.path())) ++entries, (void)e;
@@ -91,6 +92,24 @@ TEST(MachineCheckpoint, TheFilesHoldTheMachineAndRunIt) {
                                                  static_cast<int64_t>(expected.size()) + 4);
     EXPECT_EQ(run.generated, expected) << "vector " << v;
   }
+}
+
+TEST(MachineCheckpoint, AWriteThatFailsHalfwayLeavesNothing) {
+  std::mt19937_64 rng(11);
+  const Machine m = build_machine(m1_options(rng));
+  ScratchDir scratch;
+  CheckpointWriteOptions options;
+  options.max_shard_bytes = 1'000'000;
+  options.progress = [&](int64_t done, int64_t) {
+    if (done == 5) throw Error("stopped at layer 5");
+  };
+  try {
+    write_machine_checkpoint(scratch / "m1", m, {}, options);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("stopped at layer 5"), std::string::npos) << e.what();
+  }
+  EXPECT_TRUE(std::filesystem::is_empty(scratch.path()));  // no directory, no temporary
 }
 
 TEST(MachineCheckpoint, AnExistingDirectoryIsNeverTouched) {

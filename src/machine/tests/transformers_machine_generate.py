@@ -22,7 +22,11 @@ def step(model, token, cache):
 def main() -> None:
     ckpt, prompts_file, done, max_new, out_file = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
     torch.manual_seed(0)
-    model = Qwen3_5ForCausalLM.from_pretrained(ckpt, dtype=torch.float32)
+    # No dtype given: the checkpoint's config.json must make transformers load fp32 (its
+    # shards hold bf16 and fp32 tensors; "auto" from the first tensor would be bf16).
+    model = Qwen3_5ForCausalLM.from_pretrained(ckpt)
+    if model.dtype != torch.float32:
+        raise SystemExit(f"loaded as {model.dtype}, not float32")
     model.eval()
     if "full_attention" not in model.config.layer_types:
         raise SystemExit("expected one (idle) full_attention layer")

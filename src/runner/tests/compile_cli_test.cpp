@@ -40,14 +40,16 @@ TEST(CompileCli, AMachineOverTheBudgetIsRefusedBeforeAnyFile) {
   EXPECT_EQ(r.status, 1) << r.err;
   EXPECT_NE(r.err.find("compile: token machine for 16 positions: "), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("billion parameters as a dense Qwen3.5 checkpoint"), std::string::npos) << r.err;
-  EXPECT_NE(r.err.find("over the budget of 4.00 billion (--max-params); nothing was written"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("over the budget of 4000000000 parameters (--max-params); nothing was written"),
+            std::string::npos)
+      << r.err;
   EXPECT_TRUE(r.out.empty());
   EXPECT_EQ(entries(scratch.path()), 0);  // no directory, no temporary
   // A budget of 1 refuses whatever the machine is, with the same message.
   const auto tiny = run_qpu("compile '" + kModels + "stories260K.bin' -z '" + kModels + "tok512.bin' -o '" +
                             out.string() + "' --positions 16 --max-params 1");
   EXPECT_EQ(tiny.status, 1);
-  EXPECT_NE(tiny.err.find("over the budget of 0.00 billion"), std::string::npos) << tiny.err;
+  EXPECT_NE(tiny.err.find("over the budget of 1 parameters"), std::string::npos) << tiny.err;
   EXPECT_EQ(entries(scratch.path()), 0);
 }
 
@@ -83,6 +85,16 @@ TEST(CompileCli, BadInputsAreErrorsThatWriteNothing) {
   EXPECT_NE(r.err.find("already exists"), std::string::npos) << r.err;
   EXPECT_EQ(qpu::testing::read_file(out / "keep.txt"), "mine");
   EXPECT_EQ(entries(out), 1);
+  // The output's parent must exist: checked before the machine is built.
+  r = run_qpu("compile " + model + " -z " + tok + " -o '" + (scratch / "no" / "dir").string() + "'");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.err.find("does not exist"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("compile: token machine"), std::string::npos) << r.err;  // no build
+  r = run_qpu("compile " + model + " -z " + tok + " -o '" + out.string() + "/'");  // "ckpt/" names ckpt: it exists
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.err.find("already exists"), std::string::npos) << r.err;
+  r = run_qpu("compile " + model + " -z " + tok + " -o '" + (scratch / "x").string() + "' --max-shard-bytes inf");
+  EXPECT_NE(r.status, 0);
   r = run_qpu("compile " + model + " -z " + tok);  // no -o
   EXPECT_NE(r.status, 0);
 }

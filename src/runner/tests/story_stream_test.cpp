@@ -4,6 +4,7 @@
 // and every grammar break reported.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <bit>
 #include <cstdint>
 #include <random>
@@ -251,10 +252,9 @@ TEST(StreamParser, NamesThatOnlyLookLikeCrossingsAreOtherControls) {
   EXPECT_EQ(parser.counts().other_controls, static_cast<int64_t>(odd.size()));
 }
 
-}  // namespace
 // The machine options of every run length: whole blocks of 8 positions covering the run,
 // at least 16, and a KV bank count (min(banks, positions)) that is a power of two, which
-// npu::kv_address requires (a 24-position machine failed to build with 24 banks).
+// npu::kv_address requires (24 positions would make 24 banks).
 TEST(TokenMachineOptions, EveryLengthGetsWholeBlocksAndAPowerOfTwoOfBanks) {
   for (int n = 1; n <= 512; ++n) {
     const machine::TokenMachineOptions o = token_machine_options(n);
@@ -270,4 +270,5 @@ TEST(TokenMachineOptions, EveryLengthGetsWholeBlocksAndAPowerOfTwoOfBanks) {
   EXPECT_THROW(token_machine_options(0), Error);
 }
 
+}  // namespace
 }  // namespace qpu::runner

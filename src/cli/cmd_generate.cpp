@@ -1,5 +1,6 @@
 // `qpu generate CHECKPOINT_DIR (--tokens 1,2,3 | --prompt TEXT) [-n STEPS]
-//   [--temperature T] [--top-p P] [--seed S] [--threads N] [--dump-logits FILE]`
+//   [--temperature T] [--top-p P] [--seed S] [--threads N] [--dump-logits FILE]
+//   [--snapshot-at N,M,... --snapshot-dir DIR]`
 //
 // Runs a Qwen3.5 checkpoint on the engine, one token per forward: every prompt token,
 // then STEPS sampled tokens (each fed back except the last). stdout: the generated
@@ -7,7 +8,9 @@
 // progress and speed. --dump-logits writes every logits vector (float32 little
 // endian, vocab_size per row): one row per forward, i.e. prompt_len + STEPS - 1 rows.
 // Sampling is the documented deterministic sampler of engine/sampler.h (greedy by
-// default); the result does not depend on --threads.
+// default); the result does not depend on --threads. --snapshot-at writes the host state
+// after N tokens were consumed (prompt and generated) to DIR/state-N.safetensors
+// (engine/state_snapshot.h), for another runtime to go on from there.
 #include <omp.h>
 
 #include <chrono>
@@ -24,6 +27,7 @@
 #include "engine/dot.h"
 #include "engine/model.h"
 #include "engine/sampler.h"
+#include "engine/state_snapshot.h"
 #include "io/qwen35_weights.h"
 #if __has_include("tokenizer/tokenizer.h")
 #include "tokenizer/tokenizer.h"
@@ -48,6 +52,8 @@ struct GenerateOptions {
   std::string dump_logits;
   std::string storage = "auto";
   bool stop_at_eos = false;
+  std::string snapshot_at;
+  std::string snapshot_dir;
 };
 
 std::vector<int64_t> parse_token_list(const std::string& text) {
@@ -130,8 +136,27 @@ int run(const GenerateOptions& o) {
     if (!*dump) qpu::fail("{}: cannot open for writing", o.dump_logits);
   }
   std::vector<float> logits(static_cast<size_t>(config.vocab_size));
+  // Snapshot positions: tokens consumed when the state is written.
+  std::vector<int64_t> snapshot_at;
+  if (!o.snapshot_at.empty()) {
+    if (o.snapshot_dir.empty()) qpu::fail("--snapshot-at needs --snapshot-dir");
+    snapshot_at = parse_token_list(o.snapshot_at);
+    for (int64_t n : snapshot_at)
+      if (n < 1) qpu::fail("--snapshot-at: {} is not a positive token count", n);
+    std::error_code ec;
+    fs::create_directory(o.snapshot_dir, ec);
+    if (!fs::is_directory(o.snapshot_dir)) qpu::fail("--snapshot-dir {}: not a directory ({})", o.snapshot_dir, ec.message());
+  } else if (!o.snapshot_dir.empty()) {
+    qpu::fail("--snapshot-dir needs --snapshot-at");
+  }
+  int64_t snapshots = 0;
   auto forward = [&](int64_t token, qpu::engine::State& state) {
     model.forward(token, state, logits);
+    if (std::find(snapshot_at.begin(), snapshot_at.end(), state.position) != snapshot_at.end()) {
+      const fs::path file = fs::path(o.snapshot_dir) / ("state-" + std::to_string(state.position) + ".safetensors");
+      qpu::engine::write_state_snapshot(file, model, state);
+      ++snapshots;
+    }
     if (dump) {
       dump->write(reinterpret_cast<const char*>(logits.data()),
                   static_cast<std::streamsize>(logits.size() * sizeof(float)));
@@ -165,6 +190,9 @@ int run(const GenerateOptions& o) {
 #endif
   std::fflush(stdout);
   const auto decoded = static_cast<double>(generated.size() - 1);
+  if (!snapshot_at.empty() && snapshots < static_cast<int64_t>(snapshot_at.size()))
+    std::fprintf(stderr, "qpu generate: %lld of %zu snapshots written (the run consumed %lld tokens)\n",
+                 static_cast<long long>(snapshots), snapshot_at.size(), static_cast<long long>(state.position));
   std::fprintf(stderr, "qpu generate: prompt %zu tokens in %.3f s (%.2f tok/s), generated %zu tokens, decode %.2f tok/s\n",
                prompt.size(), prompt_seconds, static_cast<double>(prompt.size()) / prompt_seconds, generated.size(),
                decoded > 0 ? decoded / decode_seconds : 0.0);
@@ -185,6 +213,9 @@ qpu::cli::Runner setup(CLI::App& app) {
   app.add_option("--dump-logits", o->dump_logits, "Write every logits vector to FILE (float32 LE)");
   app.add_option("--storage", o->storage, "Weight storage: auto, dense or sparse (same results)");
   app.add_flag("--stop-at-eos", o->stop_at_eos, "Stop at the config's eos_token_id(s)");
+  app.add_option("--snapshot-at", o->snapshot_at,
+                 "Write the host state after these many tokens were consumed, comma separated (e.g. 40,1000)");
+  app.add_option("--snapshot-dir", o->snapshot_dir, "Where --snapshot-at writes state-N.safetensors (created if missing)");
   return [o] { return run(*o); };
 }
 

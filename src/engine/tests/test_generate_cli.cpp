@@ -139,6 +139,27 @@ TEST_F(GenerateCli, ClearErrors) {
   r = run_qpu("generate '" + (dir_ / "missing").string() + "' --tokens 1", dir_);
   EXPECT_EQ(r.status, 1);
   EXPECT_NE(r.err.find("missing"), std::string::npos) << r.err;
+  r = run_qpu("generate " + ckpt + " --tokens 1 --snapshot-at 1", dir_);
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.err.find("--snapshot-dir"), std::string::npos) << r.err;
+  r = run_qpu("generate " + ckpt + " --tokens 1 --snapshot-at 0 --snapshot-dir '" + (dir_ / "s").string() + "'", dir_);
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.err.find("--snapshot-at"), std::string::npos) << r.err;
+}
+
+// --snapshot-at writes the state after N consumed tokens: read back, it goes on as the
+// run did (engine/state_snapshot.h has the bit-level round trip).
+TEST_F(GenerateCli, SnapshotsAreWrittenWhereAsked) {
+  const std::string ckpt = "'" + (dir_ / "ckpt").string() + "'";
+  const fs::path snaps = dir_ / "snapshots";
+  const Result r = run_qpu("generate " + ckpt + " --tokens 3,1,4,1,5 -n 6 --snapshot-at 2,7,40 --snapshot-dir '" +
+                               snaps.string() + "'",
+                           dir_);
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_TRUE(fs::exists(snaps / "state-2.safetensors"));
+  EXPECT_TRUE(fs::exists(snaps / "state-7.safetensors"));
+  EXPECT_FALSE(fs::exists(snaps / "state-40.safetensors"));  // the run consumed 10 tokens
+  EXPECT_NE(r.err.find("2 of 3 snapshots written (the run consumed 10 tokens)"), std::string::npos) << r.err;
 }
 
 }  // namespace

@@ -21,6 +21,7 @@ namespace qpu::io {
 namespace {
 
 using nlohmann::json;
+using testing::expect_same_weights;
 using testing::ScratchDir;
 
 json tiny_config(bool tied) {
@@ -77,20 +78,6 @@ StreamSaveResult save(const std::filesystem::path& dir, const Qwen35Weights& w, 
         return w.layers[static_cast<size_t>(l)];
       },
       o);
-}
-
-void expect_same_weights(const Qwen35Weights& a, const Qwen35Weights& b) {
-  const auto sa = qwen35_weight_slots(a);
-  const auto sb = qwen35_weight_slots(b);
-  ASSERT_EQ(sa.size(), sb.size());
-  for (size_t i = 0; i < sa.size(); ++i) {
-    ASSERT_EQ(sa[i].name, sb[i].name);
-    ASSERT_EQ(sa[i].values->size(), sb[i].values->size()) << sa[i].name;
-    for (size_t j = 0; j < sa[i].values->size(); ++j)
-      ASSERT_EQ(float_bits((*sa[i].values)[j]), float_bits((*sb[i].values)[j])) << sa[i].name << "[" << j << "]";
-  }
-  ASSERT_EQ(a.lm_head.size(), b.lm_head.size());
-  for (size_t j = 0; j < a.lm_head.size(); ++j) ASSERT_EQ(float_bits(a.lm_head[j]), float_bits(b.lm_head[j]));
 }
 
 // The dtype every tensor has on disk, from the shards the index (or the single file) names.

@@ -19,6 +19,7 @@ namespace qpu::io {
 namespace {
 
 using nlohmann::json;
+using testing::expect_same_weights;
 using testing::ScratchDir;
 
 SaveOptions options(DType dtype, uint64_t max_shard_bytes = 5'000'000'000) {
@@ -63,20 +64,6 @@ Qwen35Weights random_weights(const json& config_json, uint32_t seed) {
   }
   if (!w.config.tie_word_embeddings) fill(w.lm_head, static_cast<size_t>(w.config.vocab_size * w.config.hidden_size));
   return w;
-}
-
-void expect_same_weights(const Qwen35Weights& a, const Qwen35Weights& b) {
-  const auto sa = qwen35_weight_slots(a);
-  const auto sb = qwen35_weight_slots(b);
-  ASSERT_EQ(sa.size(), sb.size());
-  for (size_t i = 0; i < sa.size(); ++i) {
-    ASSERT_EQ(sa[i].name, sb[i].name);
-    ASSERT_EQ(sa[i].values->size(), sb[i].values->size()) << sa[i].name;
-    for (size_t j = 0; j < sa[i].values->size(); ++j)
-      ASSERT_EQ(float_bits((*sa[i].values)[j]), float_bits((*sb[i].values)[j])) << sa[i].name << "[" << j << "]";
-  }
-  ASSERT_EQ(a.lm_head.size(), b.lm_head.size());
-  for (size_t j = 0; j < a.lm_head.size(); ++j) ASSERT_EQ(float_bits(a.lm_head[j]), float_bits(b.lm_head[j]));
 }
 
 template <typename F>

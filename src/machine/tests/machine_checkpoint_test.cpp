@@ -10,7 +10,7 @@
 #include "common/error.h"
 #include "common/float_bits.h"
 #include "common/testing/scratch_files.h"
-#include "io/qwen35_layout.h"
+#include "io/tests/test_helpers.h"
 #include "io/qwen35_weights.h"
 #include "machine/machine_checkpoint.h"
 #include "machine_runner.h"
@@ -71,16 +71,7 @@ TEST(MachineCheckpoint, TheFilesHoldTheMachineAndRunIt) {
   EXPECT_EQ(io::load_qwen35_config(dir).eos_token_id, m.done());
   // Bit for bit the emitted weights.
   io::Qwen35Weights back = io::load_qwen35(dir);
-  const io::Qwen35Weights dense = m.dense_weights();
-  const auto sa = io::qwen35_weight_slots(back);
-  const auto sb = io::qwen35_weight_slots(dense);
-  ASSERT_EQ(sa.size(), sb.size());
-  for (size_t i = 0; i < sa.size(); ++i) {
-    ASSERT_EQ(sa[i].name, sb[i].name);
-    ASSERT_EQ(sa[i].values->size(), sb[i].values->size()) << sa[i].name;
-    for (size_t j = 0; j < sa[i].values->size(); ++j)
-      ASSERT_EQ(float_bits((*sa[i].values)[j]), float_bits((*sb[i].values)[j])) << sa[i].name << "[" << j << "]";
-  }
+  io::testing::expect_same_weights(back, m.dense_weights());
 
   // The engine on the files runs the machine: the expected stream for two vectors.
   const testing::Hosts hosts = testing::engine_hosts(std::move(back));

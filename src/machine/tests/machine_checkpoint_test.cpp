@@ -20,25 +20,11 @@ namespace {
 
 using qpu::testing::ScratchDir;
 
-float random_float(std::mt19937_64& rng, int lo, int hi) {
-  const float f = std::ldexp(1.0f + static_cast<float>(rng() & 0x7fffff) * 0x1p-23f,
-                             lo + static_cast<int>(rng() % static_cast<uint64_t>(hi - lo)));
-  return rng() % 2 ? -f : f;
-}
-
-MachineOptions m1_options(std::mt19937_64& rng) {
-  MachineOptions o;
-  o.width = 8;
-  for (int k = 0; k < 64; ++k) {
-    o.a.push_back(k % 9 == 4 ? 0.0f : random_float(rng, -4, 1));
-    o.b.push_back(k % 11 == 3 ? 0.0f : random_float(rng, -4, 1));
-  }
-  return o;
-}
+using testing::random_float;
 
 TEST(MachineCheckpoint, TheFilesHoldTheMachineAndRunIt) {
   std::mt19937_64 rng(2026);
-  const MachineOptions o = m1_options(rng);
+  const MachineOptions o = testing::random_m1_options(rng);
   const Machine m = build_machine(o);
   ScratchDir scratch;
   const auto dir = scratch / "m1";
@@ -87,7 +73,7 @@ TEST(MachineCheckpoint, TheFilesHoldTheMachineAndRunIt) {
 
 TEST(MachineCheckpoint, AWriteThatFailsHalfwayLeavesNothing) {
   std::mt19937_64 rng(11);
-  const Machine m = build_machine(m1_options(rng));
+  const Machine m = build_machine(testing::random_m1_options(rng));
   ScratchDir scratch;
   CheckpointWriteOptions options;
   options.max_shard_bytes = 1'000'000;
@@ -105,7 +91,7 @@ TEST(MachineCheckpoint, AWriteThatFailsHalfwayLeavesNothing) {
 
 TEST(MachineCheckpoint, AnExistingDirectoryIsNeverTouched) {
   std::mt19937_64 rng(7);
-  const Machine m = build_machine(m1_options(rng));
+  const Machine m = build_machine(testing::random_m1_options(rng));
   ScratchDir scratch;
   const auto dir = scratch / "taken";
   std::filesystem::create_directory(dir);

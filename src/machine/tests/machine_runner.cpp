@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
@@ -114,6 +115,22 @@ std::vector<float> decode_stream(const AssembledMachine& m, const std::vector<in
   for (size_t i = 0; i + 2 < g.size(); i += 4)
     out.push_back(m.decode(g[i], g[i + 1], g[i + 2]));
   return out;
+}
+
+float random_float(std::mt19937_64& rng, int lo, int hi) {
+  const float f = std::ldexp(1.0f + static_cast<float>(rng() & 0x7fffff) * 0x1p-23f,
+                             lo + static_cast<int>(rng() % static_cast<uint64_t>(hi - lo)));
+  return rng() % 2 ? -f : f;
+}
+
+MachineOptions random_m1_options(std::mt19937_64& rng) {
+  MachineOptions o;
+  o.width = 8;
+  for (int k = 0; k < 64; ++k) {
+    o.a.push_back(k % 9 == 4 ? 0.0f : random_float(rng, -4, 1));
+    o.b.push_back(k % 11 == 3 ? 0.0f : random_float(rng, -4, 1));
+  }
+  return o;
 }
 
 }  // namespace qpu::machine::testing

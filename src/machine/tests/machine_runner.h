@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <random>
 #include <span>
 #include <vector>
 
@@ -41,5 +42,12 @@ void print_shape(const char* what, const AssembledMachine& m);
 
 // The floats decoded from a generated stream (groups p0 p1 p2 control): y then z.
 std::vector<float> decode_stream(const AssembledMachine& m, const std::vector<int64_t>& generated);
+
+// A float with a random 24-bit significand in binades [lo, hi), random sign.
+float random_float(std::mt19937_64& rng, int lo, int hi);
+
+// The M1 machine's options at w = 8 with random matrices: entries in [2^-4, 2^1), A's
+// entries k = 4 mod 9 and B's k = 3 mod 11 exactly 0.
+MachineOptions random_m1_options(std::mt19937_64& rng);
 
 }  // namespace qpu::machine::testing

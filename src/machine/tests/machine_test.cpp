@@ -21,14 +21,8 @@ using testing::decode_stream;
 using testing::engine_hosts;
 using testing::run_greedy;
 using testing::Run;
+using testing::random_float;
 using testing::sim_hosts;
-
-// A float with a random 24-bit significand in binades [lo, hi), random sign.
-float random_float(std::mt19937_64& rng, int lo, int hi) {
-  const float f = std::ldexp(1.0f + static_cast<float>(rng() & 0x7fffff) * 0x1p-23f,
-                             lo + static_cast<int>(rng() % static_cast<uint64_t>(hi - lo)));
-  return rng() % 2 ? -f : f;
-}
 
 // Entries in [2^-4, 2^1) or 0 (one in 8), plus one all-zero column and one all-zero row
 // (the column's neuron is left out; the row's lane sums nothing).

@@ -14,6 +14,7 @@
 
 #include "machine/machine.h"
 #include "machine/machine_checkpoint.h"
+#include "machine_runner.h"
 
 namespace qpu::machine {
 namespace {
@@ -22,17 +23,8 @@ TEST(TransformersMachine, GeneratesTheSameStream) {
   const std::string python = QPU_PYTHON;
   if (python.empty()) GTEST_SKIP() << "QPU_PYTHON not set";
   std::mt19937_64 rng(77);
-  auto r = [&](int lo, int hi) {
-    const float f = std::ldexp(1.0f + static_cast<float>(rng() & 0x7fffff) * 0x1p-23f,
-                               lo + static_cast<int>(rng() % static_cast<uint64_t>(hi - lo)));
-    return rng() % 2 ? -f : f;
-  };
-  MachineOptions o;
-  o.width = 8;
-  for (int k = 0; k < 64; ++k) {
-    o.a.push_back(k % 9 == 4 ? 0.0f : r(-4, 1));
-    o.b.push_back(k % 11 == 3 ? 0.0f : r(-4, 1));
-  }
+  const auto r = [&](int lo, int hi) { return testing::random_float(rng, lo, hi); };
+  const MachineOptions o = testing::random_m1_options(rng);
   const Machine m = build_machine(o);
   const auto dir = std::filesystem::temp_directory_path() / ("qpu_machine_tf_" + std::to_string(::getpid()));
   std::filesystem::remove_all(dir);

@@ -18,6 +18,7 @@
 #include "common/testing/scratch_files.h"
 #include "machine/machine.h"
 #include "machine/machine_checkpoint.h"
+#include "machine_runner.h"
 
 namespace qpu::machine {
 namespace {
@@ -41,23 +42,13 @@ TEST(TransformersSnapshot, StockTransformersGoesOnFromEverySnapshot) {
   const std::string python = QPU_PYTHON;
   if (python.empty()) GTEST_SKIP() << "QPU_PYTHON not set";
   std::mt19937_64 rng(4242);
-  auto r = [&](int lo, int hi) {
-    const float f = std::ldexp(1.0f + static_cast<float>(rng() & 0x7fffff) * 0x1p-23f,
-                               lo + static_cast<int>(rng() % static_cast<uint64_t>(hi - lo)));
-    return rng() % 2 ? -f : f;
-  };
-  MachineOptions o;
-  o.width = 8;
-  for (int k = 0; k < 64; ++k) {
-    o.a.push_back(k % 7 == 2 ? 0.0f : r(-4, 1));
-    o.b.push_back(k % 5 == 1 ? 0.0f : r(-4, 1));
-  }
+  const MachineOptions o = testing::random_m1_options(rng);
   const Machine m = build_machine(o);
   qpu::testing::ScratchDir scratch;
   const fs::path dir = scratch / "m1";
   write_machine_checkpoint(dir, m, {});
   std::vector<float> x;
-  for (int i = 0; i < 8; ++i) x.push_back(r(-3, 3));
+  for (int i = 0; i < 8; ++i) x.push_back(testing::random_float(rng, -3, 3));
   const std::vector<int64_t> prompt = m.prompt(x);
   const std::vector<int64_t> expected = m.expected_stream(x, o.a, o.b);
   const auto p = static_cast<int64_t>(prompt.size()), g = static_cast<int64_t>(expected.size());

@@ -44,8 +44,13 @@ class TemporaryDirectory {
                                             std::filesystem::perms::group_exec | std::filesystem::perms::others_read |
                                             std::filesystem::perms::others_exec,
                                  ignored);
-    if (::renameat2(AT_FDCWD, path_.c_str(), AT_FDCWD, target_.c_str(), RENAME_NOREPLACE) != 0)
-      fail("{}: cannot rename {} into place: {}", target_.string(), path_.string(), std::strerror(errno));
+    int rc = ::renameat2(AT_FDCWD, path_.c_str(), AT_FDCWD, target_.c_str(), RENAME_NOREPLACE);
+    if (rc != 0 && (errno == EINVAL || errno == ENOSYS)) {  // a file system without the flag
+      if (std::filesystem::exists(std::filesystem::symlink_status(target_)))
+        fail("{}: appeared while the checkpoint was written (nothing replaced)", target_.string());
+      rc = ::rename(path_.c_str(), target_.c_str());
+    }
+    if (rc != 0) fail("{}: cannot rename {} into place: {}", target_.string(), path_.string(), std::strerror(errno));
     path_.clear();
   }
 

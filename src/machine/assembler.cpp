@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <memory>
 
 #include "common/error.h"
 #include "compiler/clear_dead.h"
@@ -146,11 +147,18 @@ io::LayerWeights AssembledMachine::layer(int64_t l) const {
   return compiler::LayerEmitter(program, compiled.schedule, compiled.allocation, interface, emit_options).layer(l);
 }
 
+std::function<io::LayerWeights(int64_t)> AssembledMachine::layers() const {
+  if (!compiled.weights.layers.empty()) return [this](int64_t l) { return layer(l); };
+  auto emitter =
+      std::make_shared<const compiler::LayerEmitter>(program, compiled.schedule, compiled.allocation, interface, emit_options);
+  return [emitter](int64_t l) { return emitter->layer(l); };
+}
+
 io::Qwen35Weights AssembledMachine::dense_weights() const {
   io::Qwen35Weights w = compiled.weights;
   if (!w.layers.empty()) return w;
-  const compiler::LayerEmitter emitter(program, compiled.schedule, compiled.allocation, interface, emit_options);
-  for (int64_t l = 0; l < emitter.num_layers(); ++l) w.layers.push_back(emitter.layer(l));
+  const auto layer_of = layers();
+  for (int64_t l = 0; l < w.config.num_hidden_layers; ++l) w.layers.push_back(layer_of(l));
   return w;
 }
 

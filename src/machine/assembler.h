@@ -21,6 +21,7 @@
 // register_out() and inputs(), call send() once with the lanes to emit, define() every
 // control token, then finish().
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <utility>
@@ -111,6 +112,10 @@ struct AssembledMachine {
   engine::Model model(const engine::ModelOptions& options = {}) const;
   // The dense weights of layer l (emitted now when compiled.weights has no layers).
   io::LayerWeights layer(int64_t l) const;
+  // The same for many layers: the returned function shares one emitter between its calls
+  // (layer(l) sets one up, which checks the whole program, per call). It must not
+  // outlive the machine.
+  std::function<io::LayerWeights(int64_t)> layers() const;
   // Every tensor dense (for export: small machines only; a copy when already dense).
   io::Qwen35Weights dense_weights() const;
   // Host id of the control token named `name`; throws for an unknown name.

@@ -7,10 +7,8 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
-#include <optional>
 
 #include "common/error.h"
-#include "compiler/emit.h"
 #include "io/qwen35_layout.h"
 #include "io/safetensors_writer.h"
 
@@ -83,10 +81,6 @@ io::StreamSaveResult write_machine_checkpoint(const std::filesystem::path& dir, 
                                               const CheckpointExtras& extras, const CheckpointWriteOptions& options) {
   const std::filesystem::path target = check_checkpoint_target(dir);
   TemporaryDirectory tmp(target);
-  // One emitter for every layer (constructing one checks the whole program).
-  std::optional<compiler::LayerEmitter> emitter;
-  if (m.compiled.weights.layers.empty())
-    emitter.emplace(m.program, m.compiled.schedule, m.compiled.allocation, m.interface, m.emit_options);
   io::StreamSaveOptions so;
   so.max_shard_bytes = options.max_shard_bytes;
   so.progress = options.progress;
@@ -96,9 +90,7 @@ io::StreamSaveResult write_machine_checkpoint(const std::filesystem::path& dir, 
     c.eos_token_id = m.done();
     c.eos_token_ids = {m.done()};
   };
-  io::StreamSaveResult r = io::save_qwen35_streamed(
-      tmp.path(), m.compiled.weights,
-      [&](int64_t l) { return emitter ? emitter->layer(l) : m.compiled.weights.layers[static_cast<size_t>(l)]; }, so);
+  io::StreamSaveResult r = io::save_qwen35_streamed(tmp.path(), m.compiled.weights, m.layers(), so);
   // Greedy: the host's argmax is the machine's next token.
   const nlohmann::json generation = {{"do_sample", false}, {"num_beams", 1}, {"temperature", nullptr},
                                      {"top_p", nullptr},   {"top_k", nullptr}, {"bos_token_id", nullptr},

@@ -8,7 +8,9 @@
 #include <vector>
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
+#include "common/error.h"
 #include "common/float_bits.h"
 #include "common/testing/scratch_files.h"
 #include "io/qwen35_layout.h"
@@ -26,6 +28,37 @@ struct ScratchDir : qpu::testing::ScratchDir {
 // Source-tree test data (src/io/tests/...).
 inline std::filesystem::path test_data(const std::string& relative) {
   return std::filesystem::path(QPU_SOURCE_DIR) / "src/io/tests" / relative;
+}
+
+// A small Qwen3.5 text config (vocab 40, hidden 16, 2 attention heads of 8 sharing one KV
+// head, GDN heads of 4) with these layer types.
+inline nlohmann::json tiny_qwen35_config(bool tied, const std::vector<std::string>& layer_types) {
+  return {{"architectures", {"Qwen3_5ForCausalLM"}},
+          {"model_type", "qwen3_5_text"},
+          {"vocab_size", 40},
+          {"hidden_size", 16},
+          {"intermediate_size", 24},
+          {"num_hidden_layers", layer_types.size()},
+          {"num_attention_heads", 2},
+          {"num_key_value_heads", 1},
+          {"head_dim", 8},
+          {"linear_num_key_heads", 1},
+          {"linear_num_value_heads", 2},
+          {"linear_key_head_dim", 4},
+          {"linear_value_head_dim", 4},
+          {"layer_types", layer_types},
+          {"tie_word_embeddings", tied}};
+}
+
+// `action` throws qpu::Error whose message holds every fragment.
+template <typename F>
+void expect_error(F&& action, const std::vector<std::string>& fragments) {
+  try {
+    action();
+    ADD_FAILURE() << "no error; expected '" << fragments.front() << "'";
+  } catch (const Error& e) {
+    for (const auto& fragment : fragments) EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
+  }
 }
 
 // Every tensor of `a` and `b` (the same names in the same order, lm_head included) holds

@@ -19,6 +19,7 @@ namespace qpu::io {
 namespace {
 
 using nlohmann::json;
+using testing::expect_error;
 using testing::expect_same_weights;
 using testing::ScratchDir;
 
@@ -30,21 +31,7 @@ SaveOptions options(DType dtype, uint64_t max_shard_bytes = 5'000'000'000) {
 }
 
 json tiny_config(bool tied = false) {
-  return {{"architectures", {"Qwen3_5ForCausalLM"}},
-          {"model_type", "qwen3_5_text"},
-          {"vocab_size", 40},
-          {"hidden_size", 16},
-          {"intermediate_size", 24},
-          {"num_hidden_layers", 4},
-          {"num_attention_heads", 2},
-          {"num_key_value_heads", 1},
-          {"head_dim", 8},
-          {"linear_num_key_heads", 1},
-          {"linear_num_value_heads", 2},
-          {"linear_key_head_dim", 4},
-          {"linear_value_head_dim", 4},
-          {"layer_types", {"linear_attention", "full_attention", "linear_attention", "full_attention"}},
-          {"tie_word_embeddings", tied}};
+  return testing::tiny_qwen35_config(tied, {"linear_attention", "full_attention", "linear_attention", "full_attention"});
 }
 
 // Random weights; every value a bfloat16 so any dtype but F16 stores it exactly.
@@ -64,16 +51,6 @@ Qwen35Weights random_weights(const json& config_json, uint32_t seed) {
   }
   if (!w.config.tie_word_embeddings) fill(w.lm_head, static_cast<size_t>(w.config.vocab_size * w.config.hidden_size));
   return w;
-}
-
-template <typename F>
-void expect_error(F&& action, const std::vector<std::string>& fragments) {
-  try {
-    action();
-    ADD_FAILURE() << "no error; expected '" << fragments.front() << "'";
-  } catch (const Error& e) {
-    for (const auto& fragment : fragments) EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
-  }
 }
 
 // A checkpoint's tensors as editable data, to rewrite with changes.

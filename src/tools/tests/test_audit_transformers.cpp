@@ -1,77 +1,130 @@
-// Zero false positives on checkpoints written by transformers 5.24.0 itself
-// (make_ordinary_transformers.py): Qwen3_5ForCausalLM and LlamaForCausalLM, stock
-// initialisation and re-randomised weights, F32 and BF16. Every layer must be
-// "learned" and no tensor may carry compiled or unusual evidence.
-#include <cstdlib>
+// Zero false positives on checkpoints written by transformers 5.24.0 itself:
+// * make_ordinary_transformers.py: Qwen3_5ForCausalLM and LlamaForCausalLM, stock
+//   initialisation and re-randomised weights, F32 and BF16;
+// * a real learned model: stories260K converted to a Hugging Face Llama checkpoint by
+//   python/llama2c_to_hf.py (checked to be stories260K: stock transformers' greedy
+//   story equals run.c's token for token).
+// Every layer must be "learned" and no tensor may carry compiled or unusual evidence.
 #include <filesystem>
 #include <fstream>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "python_run.h"
+#include "reference/generate.h"
+#include "reference/llama2_checkpoint.h"
 #include "tools/audit.h"
+#include "tools_learned_check.h"
 
 namespace qpu::tools {
 namespace {
 
 namespace fs = std::filesystem;
+using testing::PythonRun;
+using testing::TempDir;
+using testing::run_python;
+
+const std::string kSource = QPU_SOURCE_DIR;
+const fs::path kStories = fs::path(QPU_SHARED_DIR) / "models" / "stories260K";
 
 class TransformersCheckpoints : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    const std::string python = QPU_PYTHON;
-    if (python.empty()) return;
-    std::string pattern = (fs::temp_directory_path() / "qpu-tools-transformers-XXXXXX").string();
-    if (::mkdtemp(pattern.data()) == nullptr) return;
-    dir_ = pattern;
-    const std::string script = std::string(QPU_SOURCE_DIR) + "/src/tools/tests/make_ordinary_transformers.py";
-    const std::string log = (dir_ / "python.log").string();
-    const std::string command = "'" + python + "' '" + script + "' '" + dir_.string() + "' > '" + log + "' 2>&1";
-    status_ = std::system(command.c_str());
-    if (status_ != 0) {
-      std::ifstream in(log);
-      log_.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-    }
+    if (std::string(QPU_PYTHON).empty()) return;
+    dir_ = std::make_unique<TempDir>("qpu-tools-transformers");
+    if (!dir_->ok()) return;
+    run_ = run_python(kSource + "/src/tools/tests/make_ordinary_transformers.py", {dir_->path().string()},
+                      dir_->path());
   }
-  static void TearDownTestSuite() {
-    std::error_code ignored;
-    if (!dir_.empty()) fs::remove_all(dir_, ignored);
-  }
+  static void TearDownTestSuite() { dir_.reset(); }
   void SetUp() override {
     if (std::string(QPU_PYTHON).empty()) GTEST_SKIP() << "QPU_PYTHON is not set (configure with -DQPU_PYTHON=...)";
-    ASSERT_EQ(status_, 0) << log_;
+    ASSERT_TRUE(dir_ && dir_->ok());
+    ASSERT_EQ(run_.status, 0) << run_.output;
   }
-  static fs::path dir_;
-  static int status_;
-  static std::string log_;
+  static std::unique_ptr<TempDir> dir_;
+  static PythonRun run_;
 };
 
-fs::path TransformersCheckpoints::dir_;
-int TransformersCheckpoints::status_ = -1;
-std::string TransformersCheckpoints::log_;
+std::unique_ptr<TempDir> TransformersCheckpoints::dir_;
+PythonRun TransformersCheckpoints::run_;
 
 TEST_F(TransformersCheckpoints, AllLearned) {
-  std::ifstream in(dir_ / "index.json");
+  std::ifstream in(dir_->path() / "index.json");
   const auto index = nlohmann::json::parse(in);
   ASSERT_EQ(index["checkpoints"].size(), 6u);
   for (const auto& c : index["checkpoints"]) {
     const std::string name = c["name"];
-    const AuditReport r = audit_checkpoint(dir_ / name);
-    EXPECT_EQ(r.summary.verdict, "learned") << name << "\n" << format_audit(r, true);
-    ASSERT_EQ(static_cast<int64_t>(r.layers.size()), c["layers"].get<int64_t>()) << name;
-    const auto types = c["layer_types"];
-    for (size_t i = 0; i < r.layers.size(); ++i) {
-      EXPECT_EQ(r.layers[i].verdict, Verdict::Learned) << name << " " << r.layers[i].id;
-      if (!types.empty()) {
-        EXPECT_EQ(r.layers[i].type, types[i].get<std::string>()) << name;
-      }
-    }
-    for (const TensorAudit& t : r.tensors) {
-      EXPECT_TRUE(t.verdict == Verdict::Learned || t.verdict == Verdict::Zero) << name << " " << t.name;
-      for (const Evidence& e : t.evidence) EXPECT_EQ(e.strength, Strength::Note) << name << " " << e.message;
-    }
-    EXPECT_TRUE(r.warnings.empty()) << name << ": " << r.warnings.front();
+    const AuditReport r = audit_checkpoint(dir_->path() / name);
+    std::vector<std::string> types;
+    for (const auto& t : c["layer_types"]) types.push_back(t.get<std::string>());
+    expect_learned_everywhere(r, name, c["layers"].get<int64_t>(), types);
   }
+}
+
+// stories260K as a Hugging Face Llama checkpoint, converted once for the suite.
+class Stories260KAsLlama : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    if (std::string(QPU_PYTHON).empty()) return;
+    dir_ = std::make_unique<TempDir>("qpu-tools-stories-llama");
+    if (!dir_->ok()) return;
+    run_ = run_python(kSource + "/python/llama2c_to_hf.py",
+                      {(kStories / "stories260K.bin").string(), (dir_->path() / "hf").string()}, dir_->path());
+  }
+  static void TearDownTestSuite() { dir_.reset(); }
+  void SetUp() override {
+    if (std::string(QPU_PYTHON).empty()) GTEST_SKIP() << "QPU_PYTHON is not set (configure with -DQPU_PYTHON=...)";
+    ASSERT_TRUE(dir_ && dir_->ok());
+    ASSERT_EQ(run_.status, 0) << run_.output;
+  }
+  static fs::path hf() { return dir_->path() / "hf"; }
+  static std::unique_ptr<TempDir> dir_;
+  static PythonRun run_;
+};
+
+std::unique_ptr<TempDir> Stories260KAsLlama::dir_;
+PythonRun Stories260KAsLlama::run_;
+
+TEST_F(Stories260KAsLlama, IsLearnedEverywhere) {
+  const AuditReport r = audit_checkpoint(hf());
+  expect_learned_everywhere(r, "stories260K as Llama", 5, {});
+  // 9 tensors per layer, the embedding (tied classifier: no lm_head) and the final norm.
+  EXPECT_EQ(r.tensors.size(), 5u * 9u + 2u);
+  EXPECT_EQ(r.architecture, "LlamaForCausalLM");
+}
+
+TEST_F(Stories260KAsLlama, TransformersGreedyStoryIsRunCs) {
+  const reference::Llama2Checkpoint checkpoint = reference::load_llama2_checkpoint(kStories / "stories260K.bin");
+  reference::Transformer transformer(checkpoint);
+  const auto tokenizer = reference::Tokenizer::load(kStories / "tok512.bin", checkpoint.config().vocab_size);
+  reference::Sampler sampler(checkpoint.config().vocab_size, 0.0f, 0.9f, 1);
+  const reference::GenerateResult story =
+      reference::generate(transformer, tokenizer, sampler, "Once upon a time", 256);
+  ASSERT_EQ(story.tokens.size(), 257u);
+  const size_t prompt = story.prompt_tokens.size();
+  std::vector<std::string> args = {hf().string(), std::to_string(story.tokens.size() - prompt)};
+  for (size_t i = 0; i < prompt; ++i) args.push_back(std::to_string(story.prompt_tokens[i]));
+  const PythonRun run = run_python(kSource + "/src/tools/tests/transformers_greedy.py", args, dir_->path());
+  ASSERT_EQ(run.status, 0) << run.output;
+  const auto last_line = run.output.substr(run.output.rfind('['));
+  const std::vector<int> tokens = nlohmann::json::parse(last_line).get<std::vector<int>>();
+  EXPECT_EQ(tokens, story.tokens);
+}
+
+TEST_F(Stories260KAsLlama, RefusesATruncatedFileAndWritesNothing) {
+  const fs::path truncated = dir_->path() / "truncated.bin";
+  fs::copy_file(kStories / "stories260K.bin", truncated);
+  fs::resize_file(truncated, fs::file_size(truncated) - 4);
+  const fs::path out = dir_->path() / "truncated-hf";
+  const PythonRun run = run_python(kSource + "/python/llama2c_to_hf.py", {truncated.string(), out.string()},
+                                   dir_->path());
+  EXPECT_NE(run.status, 0);
+  EXPECT_NE(run.output.find("bytes, but its header implies"), std::string::npos) << run.output;
+  EXPECT_FALSE(fs::exists(out));
+  for (const auto& entry : fs::directory_iterator(dir_->path()))
+    EXPECT_EQ(entry.path().filename().string().find(".llama2c-to-hf-"), std::string::npos) << entry.path();
 }
 
 }  // namespace

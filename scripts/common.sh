@@ -47,14 +47,15 @@ ensure_venv() {
 }
 
 # build_preset PRESET [-DVAR=VALUE...]: configure (once) and build one CMake preset in the
-# cache; the -D arguments go to the configure step.
+# cache; the -D arguments go to the configure step ($QPU_SHARED_DIR, when set, too).
 build_preset() {
   local preset="$1" dir="$QPU_BUILD_ROOT/$1"
   shift  # the rest: extra cmake -D arguments
   log "building preset $preset in $dir"
   mkdir -p "$(dirname "$dir")"  # the configure log sits beside the build tree
   cmake --preset "$preset" -S "$QPU_ROOT" -B "$dir" \
-    -DQPU_PYTHON="${QPU_PYTHON:-}" "$@" > "$dir.configure.log" 2>&1 || {
+    -DQPU_PYTHON="${QPU_PYTHON:-}" ${QPU_SHARED_DIR:+-DQPU_SHARED_DIR="$QPU_SHARED_DIR"} "$@" \
+    > "$dir.configure.log" 2>&1 || {
       cat "$dir.configure.log" >&2; return 1; }
   cmake --build "$dir" -j "$JOBS"
 }

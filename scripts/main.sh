@@ -19,8 +19,16 @@ ensure_venv
 mkdir -p "$QPU_BUILD_ROOT"
 build_preset release
 QPU="$QPU_BUILD_ROOT/release/bin/qpu"
+# The shared folder (models, docs): $QPU_SHARED_DIR, else beside the clone, else where the
+# build found it (CMakeLists.txt, QPU_SHARED_DIR in the build's cache).
 SHARED="${QPU_SHARED_DIR:-$QPU_ROOT/../shared}"
-[ -d "$SHARED/models" ] || SHARED=/work/shared
+if [ ! -d "$SHARED/models" ]; then
+  SHARED=$(sed -n 's/^QPU_SHARED_DIR:PATH=//p' "$QPU_BUILD_ROOT/release/CMakeCache.txt")
+fi
+[ -d "$SHARED/models/stories260K" ] || {
+  log "stories260K not found (looked in \$QPU_SHARED_DIR, beside the clone and in the build's cache): set QPU_SHARED_DIR to the shared folder"
+  exit 1
+}
 MODELS="$SHARED/models/stories260K"
 WORK="$QPU_CACHE/main-job"
 mkdir -p "$WORK"

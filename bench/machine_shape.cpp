@@ -7,8 +7,9 @@
 //
 //   machine_shape [positions=16] [bands=40]
 //
-// Environment: QPU_KV_BANKS=n and QPU_LANES=n replace runner::token_machine_options' KV
-// banks and SWIGLU chunk lanes (to see what a machine option costs before changing it).
+// Environment: QPU_KV_BANKS=n, QPU_LANES=n and QPU_MAX_NEURONS=n replace
+// runner::token_machine_options' KV banks, SWIGLU chunk lanes and neurons per MLP sublayer
+// (to see what a machine option costs before changing it).
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -29,6 +30,7 @@ int main(int argc, char** argv) {
   machine::TokenMachineOptions options = runner::token_machine_options(positions);
   if (const char* e = std::getenv("QPU_KV_BANKS")) options.kv_banks = std::atoi(e);
   if (const char* e = std::getenv("QPU_LANES")) options.lanes = std::atoi(e);
+  if (const char* e = std::getenv("QPU_MAX_NEURONS")) options.limits.max_neurons_per_mlp = std::atoi(e);
   const machine::TokenMachine m = machine::build_token_machine(npu::unit_testing::stories260k(), options);
   const compiler::Program& program = m.program;
   const compiler::Schedule& schedule = m.compiled.schedule;

@@ -7,21 +7,45 @@
 //
 //   machine_shape [positions=16] [bands=40]
 //
-// Environment: QPU_KV_BANKS=n, QPU_LANES=n and QPU_MAX_NEURONS=n replace
+// Environment: QPU_MODEL / QPU_RANDOM_MODEL pick another nested model (nested_model below);
+// QPU_KV_BANKS=n, QPU_LANES=n and QPU_MAX_NEURONS=n replace
 // runner::token_machine_options' KV banks, SWIGLU chunk lanes and neurons per MLP sublayer
 // (to see what a machine option costs before changing it).
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
+#include <random>
 #include <string>
 #include <vector>
 
+#include "common/error.h"
 #include "io/qwen35_layout.h"
 #include "machine/token_machine.h"
 #include "npu/tests/unit_harness.h"
 #include "runner/cycle_profile.h"
 #include "runner/story_stream.h"
+
+namespace {
+
+// stories260K, or QPU_MODEL=path (a llama2.c file), or QPU_RANDOM_MODEL=dim,hidden,layers,
+// heads,kv_heads,vocab,seq_len (random weights of binades [-6, -1], fixed seed).
+qpu::reference::Llama2Checkpoint nested_model() {
+  using namespace qpu;
+  if (const char* path = std::getenv("QPU_MODEL")) return reference::load_llama2_checkpoint(path);
+  if (const char* spec = std::getenv("QPU_RANDOM_MODEL")) {
+    reference::Llama2Config c;
+    if (std::sscanf(spec, "%d,%d,%d,%d,%d,%d,%d", &c.dim, &c.hidden_dim, &c.n_layers, &c.n_heads, &c.n_kv_heads,
+                    &c.vocab_size, &c.seq_len) != 7)
+      fail("QPU_RANDOM_MODEL: '{}' is not dim,hidden,layers,heads,kv_heads,vocab,seq_len", spec);
+    reference::validate_llama2_config(c, "QPU_RANDOM_MODEL");
+    std::mt19937_64 rng(1);
+    return npu::unit_testing::random_checkpoint(c, rng, {&reference::Llama2Layout::rms_ffn});
+  }
+  return npu::unit_testing::stories260k();
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   using namespace qpu;
@@ -31,7 +55,7 @@ int main(int argc, char** argv) {
   if (const char* e = std::getenv("QPU_KV_BANKS")) options.kv_banks = std::atoi(e);
   if (const char* e = std::getenv("QPU_LANES")) options.lanes = std::atoi(e);
   if (const char* e = std::getenv("QPU_MAX_NEURONS")) options.limits.max_neurons_per_mlp = std::atoi(e);
-  const machine::TokenMachine m = machine::build_token_machine(npu::unit_testing::stories260k(), options);
+  const machine::TokenMachine m = machine::build_token_machine(nested_model(), options);
   const compiler::Program& program = m.program;
   const compiler::Schedule& schedule = m.compiled.schedule;
   const compiler::Allocation& alloc = m.compiled.allocation;

@@ -342,6 +342,12 @@ std::vector<ValueId> Assembler::gated(const std::vector<ValueId>& x, const std::
 
 std::vector<ValueId> Assembler::gated(const std::vector<std::vector<ValueId>>& sources, const std::vector<ValueId>& flags,
                                       const std::string& label) {
+  // Nothing to gate (e.g. the address bits of a RAM with one row): no op.
+  if (!sources.empty() && sources[0].empty() && !flags.empty()) {
+    for (const auto& s : sources)
+      if (!s.empty()) fail("machine: '{}' gates sources of 0 and {} values", label, s.size());
+    return {};
+  }
   std::vector<Neuron> ns;
   std::vector<ValueId> out = gated_neurons(sources, flags, label, label + ".on", ns);
   p_.mlp(label, std::move(ns));

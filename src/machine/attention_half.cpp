@@ -92,8 +92,17 @@ AttentionHalf::AttentionHalf(Assembler& as, const reference::Llama2Checkpoint& c
   if ((int64_t{1} << row_bits) > layout.rows())
     fail("attention half: {} positions in {} banks need {} rows, a head has {}", positions, banks, 1 << row_bits,
          layout.rows());
-  if (2 * head_size > npu::floats_per_row(layout))
-    fail("attention half: k and v of a kv head ({} floats) do not fit one row", 2 * head_size);
+  // The exact slow path (SLOW) lays out every product of a head's row side by side: its
+  // width grows faster than the head size (2-head models at 32 positions, machine_shape:
+  // hidden 2,688 / 7,744 / 11,520 / 24,256 / 48,512 at head sizes 8 / 12 / 16 / 20 / 24),
+  // and above 16 scheduling it takes more memory than a 24 GB machine has.
+  if (o.attention && head_size > kMaxHeadSize)
+    fail("attention half: a head size of {} is more than the {} the exact slow path takes (its width grows with "
+         "the head size: 24 needs a hidden size of 48,512 and more memory than scheduling has)",
+         head_size, kMaxHeadSize);
+  if (head_size > npu::floats_per_row(layout))
+    fail("attention half: k of a kv head ({} floats) does not fit one row of {}", head_size,
+         npu::floats_per_row(layout));
   geometry_ = geometry(cfg, o, row_bits, static_cast<int>(npu::floats_per_row(layout)));
   if (o.atto_writes_down && !o.attention) fail("attention half: ATTO writes down only with the attention stages");
   atto_writes_down_ = o.atto_writes_down;
@@ -137,38 +146,50 @@ AttentionHalf::AttentionHalf(Assembler& as, const reference::Llama2Checkpoint& c
     read_flags.push_back(raddr[at(l)].bank);
     if (stages_) stages_->cache_read(l, read_bits.back(), read_flags.back());
   }
-  // Row data per kv head j: k_j || v_j, and their negations once for every head.
-  std::vector<std::vector<ValueId>> rows(at(kv_heads));
+  // Row data per kv head j: k_j || v_j in one row when both fit, else k_j and v_j in rows
+  // of two heads (each bank then has two heads per kv head); their negations once for
+  // every head. `first[r]`: where row r's floats start in a slot's 2 kv_dim values.
+  const bool one_row = 2 * head_size <= npu::floats_per_row(layout);
+  std::vector<std::vector<ValueId>> rows;
+  std::vector<int> first;
   for (int j = 0; j < kv_heads; ++j) {
-    auto& r = rows[at(j)];
-    r.assign(b.k.begin() + j * head_size, b.k.begin() + (j + 1) * head_size);
-    r.insert(r.end(), b.v.begin() + j * head_size, b.v.begin() + (j + 1) * head_size);
+    const auto k = b.k.begin() + j * head_size, v = b.v.begin() + j * head_size;
+    if (one_row) {
+      rows.emplace_back(k, k + head_size);
+      rows.back().insert(rows.back().end(), v, v + head_size);
+      first.push_back(j * 2 * head_size);
+    } else {
+      rows.emplace_back(k, k + head_size);
+      first.push_back(j * 2 * head_size);
+      rows.emplace_back(v, v + head_size);
+      first.push_back(j * 2 * head_size + head_size);
+    }
   }
   std::vector<npu::FloatRamHead> pseudo(rows.size());
-  for (size_t j = 0; j < rows.size(); ++j) pseudo[j].data = rows[j];
+  for (size_t r = 0; r < rows.size(); ++r) pseudo[r].data = rows[r];
   const auto negations = npu::float_ram_negations(p, pseudo, b.enable, "kv cache");
-  // Slot s holds what bank b = s (mod 8) reads: slot_out[s][j * 2 hs + e]. The cache's
-  // out values are shared in slots: a SCORE micro-op reads 8 consecutive positions, one
-  // per slot; the groups of 8 banks write the same slot values in later sublayers (exact:
-  // one bank reads at a time).
+  // Slot s holds what bank b = s (mod 8) reads: slot_out[s][j * 2 hs + e] (k, then v). The
+  // cache's out values are shared in slots: a SCORE micro-op reads 8 consecutive
+  // positions, one per slot; the groups of 8 banks write the same slot values in later
+  // sublayers (exact: one bank reads at a time).
   std::vector<std::vector<ValueId>> slot_out;
   for (int s = 0; s < slots; ++s) slot_out.push_back(p.values("kv.slot" + std::to_string(s), 2 * kv_dim));
   for (int l = 0; l < layers; ++l)
     for (int g = 0; g < banks / slots; ++g) {
       std::vector<npu::FloatRamHead> heads;
-      for (int j = 0; j < kv_heads; ++j)
+      for (size_t r = 0; r < rows.size(); ++r)
         for (int s = 0; s < slots; ++s) {
           const int bank = g * slots + s;
           npu::FloatRamHead h;
-          h.data = rows[at(j)];
-          h.negated = negations[at(j)];
+          h.data = rows[r];
+          h.negated = negations[r];
           h.key_bits = waddr[at(l)].row_bits;
           h.write_flag = waddr[at(l)].bank[at(bank)];
           h.write_enable = kv_write_[at(l)];  // the address unit's: idle, its bits and banks are +-0
           h.query_bits = read_bits[at(l)];
           h.read_flag = read_flags[at(l)][at(bank)];
-          const auto& so = slot_out[at(s)];
-          h.out.assign(so.begin() + j * 2 * head_size, so.begin() + (j + 1) * 2 * head_size);
+          const auto so = slot_out[at(s)].begin() + first[r];
+          h.out.assign(so, so + static_cast<std::ptrdiff_t>(rows[r].size()));
           heads.push_back(std::move(h));
         }
       npu::float_ram(p, npu::FloatRamWindow{o.ram_low_binade}, heads, b.enable,

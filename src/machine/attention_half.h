@@ -27,6 +27,9 @@
 
 namespace qpu::machine {
 
+// The largest nested head size the attention stages take (AttentionHalf refuses more).
+inline constexpr int kMaxHeadSize = 16;
+
 struct AttentionOptions {
   // RAM window: nonzero |q|, |k|, |v| in [2^low, 2^(low + 37)) (docs/trace-ranges.md:
   // q_rope binades -22..5, k_rope -24..4, v -23..1).

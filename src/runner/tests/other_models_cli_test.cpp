@@ -78,13 +78,21 @@ TEST_F(OtherModels, Hidden192SmallWeights) {
   expect_story_is_refs(files, "-t 0 -n 6 -i 'Once upon a time'", "1926 floats, 6 logits vectors and 7 tokens");
 }
 
+// Head size 16 (dim 32, 2 heads): k and v of a kv head (32 floats) do not fit one RAM row
+// of 31, so the KV cache keeps them in two heads per bank.
+TEST_F(OtherModels, HeadSize16KeepsKAndVInTwoCacheHeads) {
+  const std::string files = make("hs16", "--dim 32 --hidden 64 --layers 2 --heads 2 --vocab 64 --seq-len 16");
+  expect_story_is_refs(files, "-t 0 -n 16 -i 'hi there'", "1040 floats, 16 logits vectors and 17 tokens");
+  expect_story_is_refs(files, "-t 1.0 -p 0.9 -s 1 -n 12 -i the", "780 floats, 12 logits vectors and 13 tokens");
+}
+
 // What today's machine cannot take is refused before any story byte, with the reason.
 TEST_F(OtherModels, UnsupportedShapesAreRefusedWithTheReason) {
-  const std::string head16 = make("hs16", "--dim 32 --hidden 64 --layers 2 --heads 2 --vocab 64 --seq-len 16");
-  Result r = qpu("story --model " + head16 + " -n 4 --verify");
+  const std::string head24 = make("hs24", "--dim 48 --hidden 96 --layers 2 --heads 2 --vocab 64 --seq-len 32");
+  Result r = qpu("story --model " + head24 + " -n 4 --verify");
   EXPECT_EQ(r.status, 1);
   EXPECT_TRUE(r.out.empty());
-  EXPECT_NE(r.err.find("k and v of a kv head (32 floats) do not fit one row"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("a head size of 24 is more than the 16 the exact slow path takes"), std::string::npos) << r.err;
   const std::string vocab30 = make("v30", "--dim 16 --hidden 32 --layers 2 --heads 2 --vocab 30 --seq-len 16");
   r = qpu("story --model " + vocab30 + " -n 4 -t 1 -s 3 --verify");
   EXPECT_EQ(r.status, 1);

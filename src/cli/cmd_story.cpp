@@ -33,6 +33,7 @@
 #include "reference/llama2_checkpoint.h"
 #include "reference/tokenizer.h"
 #include "runner/story_check.h"
+#include "runner/story_precheck.h"
 #include "runner/story_stream.h"
 
 namespace {
@@ -118,6 +119,20 @@ int run_story(const StoryOptions& o) {
   // them as run.c does). Tokens past index `steps` are never used by run.c: left out.
   std::vector<int> prompt = tokenizer.encode(o.prompt, true, false);
   if (prompt.size() > static_cast<size_t>(steps) + 1) prompt.resize(static_cast<size_t>(steps) + 1);
+
+  // A top-p story the machine would stop in the middle of is refused before the build.
+  if (topp) {
+    const auto over = runner::first_topp_overflow(checkpoint, tokenizer, o.prompt, steps, sampling.temperature,
+                                                  sampling.topp, sampling.seed, npu::kToppSlots);
+    if (over && over->kept == 0)
+      fail("story: at nested position {} no entry reaches run.c's top-p cutoff (1 - p) / (vocab - 1) (run.c reads out "
+           "of bounds there); refused before the run",
+           over->position);
+    if (over)
+      fail("story: at nested position {} run.c's top-p keeps {} entries (those at or above its cutoff (1 - p) / "
+           "(vocab - 1)); the machine orders at most {}: refused before the run",
+           over->position, over->kept, npu::kToppSlots);
+  }
 
   using Clock = std::chrono::steady_clock;
   const auto t0 = Clock::now();

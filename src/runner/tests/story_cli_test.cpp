@@ -143,6 +143,18 @@ TEST(StoryCli, TemperatureOrToppOutsideTheSamplersWindowsIsAnError) {
   EXPECT_TRUE(r.out.empty());
 }
 
+// A top-p story where more entries reach run.c's cutoff than the machine orders is refused
+// before the machine is built (run.c's reference runs first), not in the middle of the story.
+TEST(StoryCli, AToppStoryBeyondTheMachineIsRefusedBeforeTheBuild) {
+  const std::string model = "--model '" + kModels + "stories260K.bin' -z '" + kModels + "tok512.bin'";
+  const Result r = run_qpu("story " + model + " -n 4 -t 1.8 -p 0.95 -s 3 --verify");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_TRUE(r.out.empty());
+  EXPECT_NE(r.err.find("at nested position 1 run.c's top-p keeps "), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("the machine orders at most 128: refused before the run"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("token machine for"), std::string::npos) << r.err;  // nothing was built
+}
+
 // QPU_ISA picks the engine's kernels (engine/dot.h): on every set this CPU has, the story
 // is `qpu ref`'s bytes with every float verified, and its first line names the set. A set
 // the kernels do not have, or one this CPU lacks, is an error before any work.

@@ -70,6 +70,14 @@ bool SamplePart::topp_fits(float topp, int n) {
   return n >= 2 && topp >= 0x1p-40f && topp < 1.0f && (1.0f - topp) / static_cast<float>(n - 1) >= npu::kToppCutoffMin;
 }
 
+int SamplePart::block_for(int n, bool topp) {
+  if (n < 1) fail("sample part: a vocabulary of {}", n);
+  if (topp) return kToppHeads;
+  int b = 8;
+  while (n % b != 0) --b;
+  return b;
+}
+
 std::vector<std::string> SamplePart::stream(int blocks, bool topp, int kept) {
   std::vector<std::string> s;
   for (int b = 0; b < blocks; ++b) s.push_back(temp_name(b));

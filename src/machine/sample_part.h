@@ -150,6 +150,10 @@ class SamplePart {
   // run.c's cutoff (1 - topp) / (n - 1) >= 2^-24 (n = 512: topp <= 1 - 511 2^-24) and topp
   // >= 2^-40 (greater's window for cum against topp: a nonzero difference >= 2^-70).
   static bool topp_fits(float topp, int n);
+  // SampleOptions::block for a vocabulary of n: top-p's blocks are its kept RAM's heads (8);
+  // without top-p the largest divisor of n up to 8, so that any vocabulary samples (a prime
+  // one in blocks of 1: more cycles, the same values).
+  static int block_for(int n, bool topp);
   // The stages' control names of one sampled position, from TEMP.0 to the cycle that names
   // the story token: TEMP.b, MAX, EXP.b, SUM, PROB.b (b < blocks), then CDF; with top-p
   // (`kept`: run.c's n0) KEEP.b, SLOT.r, RANK.i.j for i, j < ceil(n0 / 8) with RNEXT.i

@@ -94,10 +94,24 @@ TEST_F(OtherModels, UnsupportedShapesAreRefusedWithTheReason) {
   EXPECT_TRUE(r.out.empty());
   EXPECT_NE(r.err.find("a head size of 24 is more than the 16 the exact slow path takes"), std::string::npos) << r.err;
   const std::string vocab30 = make("v30", "--dim 16 --hidden 32 --layers 2 --heads 2 --vocab 30 --seq-len 16");
-  r = qpu("story --model " + vocab30 + " -n 4 -t 1 -s 3 --verify");
+  r = qpu("story --model " + vocab30 + " -n 4 -t 1 -p 0.9 -s 3 --verify");
   EXPECT_EQ(r.status, 1);
   EXPECT_TRUE(r.out.empty());
-  EXPECT_NE(r.err.find("blocks of 8 logits do not divide the vocabulary of 30"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("flag -p: the machine's top-p works on blocks of 8 logits, which do not divide the "
+                       "vocabulary of 30"),
+            std::string::npos)
+      << r.err;
+}
+
+// Vocabularies that are no multiple of 8 sample (run.c's sample_mult) in blocks of the
+// largest divisor up to 8: 30 in blocks of 6, the prime 31 in blocks of 1.
+TEST_F(OtherModels, AnyVocabularySamples) {
+  const std::string vocab30 = make("v30", "--dim 16 --hidden 32 --layers 2 --heads 2 --vocab 30 --seq-len 16");
+  expect_story_is_refs(vocab30, "-t 1.0 -p 1 -s 3 -n 16 -i the", "528 floats, 16 logits vectors and 17 tokens");
+  const std::string vocab31 =
+      make("v31", "--dim 16 --hidden 32 --layers 2 --heads 2 --vocab 31 --seq-len 16 --seed 5");
+  expect_story_is_refs(vocab31, "-t 1.0 -p 1 -s 3 -n 16 -i the", "528 floats, 16 logits vectors and 17 tokens");
+  expect_story_is_refs(vocab31, "-t 0 -n 16 -i the", "528 floats, 16 logits vectors and 17 tokens");
 }
 
 }  // namespace

@@ -115,10 +115,11 @@ int run_story(const StoryOptions& o) {
          "(1 - p) / {} at least 2^-24), not {}; -p 1 samples the whole distribution",
          checkpoint.config().vocab_size - 1, checkpoint.config().vocab_size, checkpoint.config().vocab_size - 1, o.topp);
   const int vocab = checkpoint.config().vocab_size;
-  if (topp && vocab % machine::SamplePart::block_for(vocab, true) != 0)
+  const int block = machine::SamplePart::block_for(vocab, topp);
+  if (vocab % block != 0)  // only top-p's fixed blocks can miss
     fail("flag -p: the machine's top-p works on blocks of {} logits, which do not divide the vocabulary of {}; -p 1 "
          "samples the whole distribution",
-         machine::SamplePart::block_for(vocab, true), vocab);
+         block, vocab);
   const int steps = reference::run_c_steps(o.steps, checkpoint.config().seq_len);
   // The prompt, encoded here by run.c's BPE (the machine gets its tokens as data and forces
   // them as run.c does). Tokens past index `steps` are never used by run.c: left out.
@@ -146,7 +147,7 @@ int run_story(const StoryOptions& o) {
   machine::TokenMachineOptions options = runner::token_machine_options(std::max(steps, static_cast<int>(prompt.size())));
   options.sampling = sampled;
   if (sampled) options.sample.topp = sampling.topp;  // 0 < topp < 1: run.c's top-p on the machine, else sample_mult
-  if (sampled) options.sample.block = machine::SamplePart::block_for(vocab, topp);
+  if (sampled) options.sample.block = block;
   const machine::TokenMachine m = machine::build_token_machine(checkpoint, options);
   const double built = since(t0);
   const auto t1 = Clock::now();

@@ -7,11 +7,12 @@
 
 #include <unistd.h>
 
-#include <cstdlib>
 #include <filesystem>
+#include <memory>
 #include <string>
 
 #include "common/testing/run_command.h"
+#include "common/testing/scratch_files.h"
 
 namespace {
 
@@ -25,21 +26,14 @@ Result run(const std::string& command) {
 
 class OtherModels : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() {
-    std::string pattern = (fs::temp_directory_path() / "qpu-other-models-XXXXXX").string();
-    if (::mkdtemp(pattern.data()) != nullptr) dir_ = pattern;
-  }
-  static void TearDownTestSuite() {
-    std::error_code ignored;
-    if (!dir_.empty()) fs::remove_all(dir_, ignored);
-  }
+  static void SetUpTestSuite() { dir_ = std::make_unique<qpu::testing::ScratchDir>("qpu-other-models"); }
+  static void TearDownTestSuite() { dir_.reset(); }
   void SetUp() override {
     if (std::string(QPU_PYTHON).empty()) GTEST_SKIP() << "QPU_PYTHON is not set (configure with -DQPU_PYTHON=...)";
-    ASSERT_FALSE(dir_.empty());
   }
   // Writes NAME.bin and NAME.tok with the generator's flags; returns "MODEL -z TOK" quoted.
   static std::string make(const std::string& name, const std::string& flags) {
-    const std::string model = (dir_ / (name + ".bin")).string(), tok = (dir_ / (name + ".tok")).string();
+    const std::string model = (*dir_ / (name + ".bin")).string(), tok = (*dir_ / (name + ".tok")).string();
     const Result r = run(std::string("'") + QPU_PYTHON + "' '" + QPU_SOURCE_DIR + "/python/make_llama2c_model.py' '" +
                          model + "' '" + tok + "' " + flags);
     EXPECT_EQ(r.status, 0) << r.err;
@@ -55,10 +49,8 @@ class OtherModels : public ::testing::Test {
     EXPECT_EQ(story.out, ref.out) << flags;
     EXPECT_NE(story.err.find("verify: " + verified + " bit-identical to run.c"), std::string::npos) << story.err;
   }
-  static fs::path dir_;
+  static inline std::unique_ptr<qpu::testing::ScratchDir> dir_;
 };
-
-fs::path OtherModels::dir_;
 
 // dim 16, 2 heads sharing one kv head (head size 8), hidden 32, its own classifier, a
 // 32-token character vocabulary, seq_len 16: greedy from a prompt, sampled, top-p.

@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "common/testing/scratch_files.h"
 #include "python_run.h"
 #include "tools/audit.h"
 #include "tools_learned_check.h"
@@ -22,12 +23,11 @@ using testing::run_python;
 TEST(ReleasedQwen35Shape, StockInitialisationIsLearnedEverywhere) {
   if (std::string(QPU_PYTHON).empty()) GTEST_SKIP() << "QPU_PYTHON is not set (configure with -DQPU_PYTHON=...)";
   const std::string shape = QPU_RELEASED_SHAPE;
-  testing::TempDir dir("qpu-tools-qwen35-" + shape);
-  ASSERT_TRUE(dir.ok());
+  const qpu::testing::ScratchDir dir("qpu-tools-qwen35-" + shape);
   const fs::path out = dir.path() / "model";
   const auto run = run_python(std::string(QPU_SOURCE_DIR) + "/python/make_qwen35_init.py", {shape, out.string()},
                               dir.path());
-  ASSERT_EQ(run.status, 0) << run.output;
+  ASSERT_EQ(run.status, 0) << run.err;
 
   std::ifstream in(out / "layer_types.json");
   const auto written = nlohmann::json::parse(in);

@@ -7,10 +7,14 @@
 // Every layer must be "learned" and no tensor may carry compiled or unusual evidence.
 #include <filesystem>
 #include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "common/testing/scratch_files.h"
 #include "python_run.h"
 #include "reference/generate.h"
 #include "reference/llama2_checkpoint.h"
@@ -21,34 +25,39 @@ namespace qpu::tools {
 namespace {
 
 namespace fs = std::filesystem;
-using testing::PythonRun;
-using testing::TempDir;
+using qpu::testing::CommandResult;
+using qpu::testing::ScratchDir;
 using testing::run_python;
 
 const std::string kSource = QPU_SOURCE_DIR;
 const fs::path kStories = fs::path(QPU_SHARED_DIR) / "models" / "stories260K";
 
-class TransformersCheckpoints : public ::testing::Test {
+// A suite whose checkpoints one Python script writes once, into a scratch directory of the
+// suite's own: Maker names the directory's prefix, the script and its arguments.
+template <typename Maker>
+class MadeByPython : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     if (std::string(QPU_PYTHON).empty()) return;
-    dir_ = std::make_unique<TempDir>("qpu-tools-transformers");
-    if (!dir_->ok()) return;
-    run_ = run_python(kSource + "/src/tools/tests/make_ordinary_transformers.py", {dir_->path().string()},
-                      dir_->path());
+    dir_ = std::make_unique<ScratchDir>(Maker::kPrefix);
+    run_ = run_python(kSource + Maker::kScript, Maker::args(dir_->path()), dir_->path());
   }
   static void TearDownTestSuite() { dir_.reset(); }
   void SetUp() override {
     if (std::string(QPU_PYTHON).empty()) GTEST_SKIP() << "QPU_PYTHON is not set (configure with -DQPU_PYTHON=...)";
-    ASSERT_TRUE(dir_ && dir_->ok());
-    ASSERT_EQ(run_.status, 0) << run_.output;
+    ASSERT_TRUE(dir_);
+    ASSERT_EQ(run_.status, 0) << run_.err;
   }
-  static std::unique_ptr<TempDir> dir_;
-  static PythonRun run_;
+  static inline std::unique_ptr<ScratchDir> dir_;
+  static inline CommandResult run_;
 };
 
-std::unique_ptr<TempDir> TransformersCheckpoints::dir_;
-PythonRun TransformersCheckpoints::run_;
+struct OrdinaryTransformers {
+  static constexpr const char* kPrefix = "qpu-tools-transformers";
+  static constexpr const char* kScript = "/src/tools/tests/make_ordinary_transformers.py";
+  static std::vector<std::string> args(const fs::path& dir) { return {dir.string()}; }
+};
+using TransformersCheckpoints = MadeByPython<OrdinaryTransformers>;
 
 TEST_F(TransformersCheckpoints, AllLearned) {
   std::ifstream in(dir_->path() / "index.json");
@@ -63,29 +72,18 @@ TEST_F(TransformersCheckpoints, AllLearned) {
   }
 }
 
-// stories260K as a Hugging Face Llama checkpoint, converted once for the suite.
-class Stories260KAsLlama : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    if (std::string(QPU_PYTHON).empty()) return;
-    dir_ = std::make_unique<TempDir>("qpu-tools-stories-llama");
-    if (!dir_->ok()) return;
-    run_ = run_python(kSource + "/python/llama2c_to_hf.py",
-                      {(kStories / "stories260K.bin").string(), (dir_->path() / "hf").string()}, dir_->path());
+// stories260K as a Hugging Face Llama checkpoint, converted once for the suite into hf/.
+struct StoriesToLlama {
+  static constexpr const char* kPrefix = "qpu-tools-stories-llama";
+  static constexpr const char* kScript = "/python/llama2c_to_hf.py";
+  static std::vector<std::string> args(const fs::path& dir) {
+    return {(kStories / "stories260K.bin").string(), (dir / "hf").string()};
   }
-  static void TearDownTestSuite() { dir_.reset(); }
-  void SetUp() override {
-    if (std::string(QPU_PYTHON).empty()) GTEST_SKIP() << "QPU_PYTHON is not set (configure with -DQPU_PYTHON=...)";
-    ASSERT_TRUE(dir_ && dir_->ok());
-    ASSERT_EQ(run_.status, 0) << run_.output;
-  }
-  static fs::path hf() { return dir_->path() / "hf"; }
-  static std::unique_ptr<TempDir> dir_;
-  static PythonRun run_;
 };
-
-std::unique_ptr<TempDir> Stories260KAsLlama::dir_;
-PythonRun Stories260KAsLlama::run_;
+class Stories260KAsLlama : public MadeByPython<StoriesToLlama> {
+ protected:
+  static fs::path hf() { return dir_->path() / "hf"; }
+};
 
 TEST_F(Stories260KAsLlama, IsLearnedEverywhere) {
   const AuditReport r = audit_checkpoint(hf());
@@ -106,10 +104,9 @@ TEST_F(Stories260KAsLlama, TransformersGreedyStoryIsRunCs) {
   const size_t prompt = story.prompt_tokens.size();
   std::vector<std::string> args = {hf().string(), std::to_string(story.tokens.size() - prompt)};
   for (size_t i = 0; i < prompt; ++i) args.push_back(std::to_string(story.prompt_tokens[i]));
-  const PythonRun run = run_python(kSource + "/src/tools/tests/transformers_greedy.py", args, dir_->path());
-  ASSERT_EQ(run.status, 0) << run.output;
-  const auto last_line = run.output.substr(run.output.rfind('['));
-  const std::vector<int> tokens = nlohmann::json::parse(last_line).get<std::vector<int>>();
+  const CommandResult run = run_python(kSource + "/src/tools/tests/transformers_greedy.py", args, dir_->path());
+  ASSERT_EQ(run.status, 0) << run.err;
+  const std::vector<int> tokens = nlohmann::json::parse(run.out).get<std::vector<int>>();
   EXPECT_EQ(tokens, story.tokens);
 }
 
@@ -118,10 +115,10 @@ TEST_F(Stories260KAsLlama, RefusesATruncatedFileAndWritesNothing) {
   fs::copy_file(kStories / "stories260K.bin", truncated);
   fs::resize_file(truncated, fs::file_size(truncated) - 4);
   const fs::path out = dir_->path() / "truncated-hf";
-  const PythonRun run = run_python(kSource + "/python/llama2c_to_hf.py", {truncated.string(), out.string()},
-                                   dir_->path());
+  const CommandResult run =
+      run_python(kSource + "/python/llama2c_to_hf.py", {truncated.string(), out.string()}, dir_->path());
   EXPECT_NE(run.status, 0);
-  EXPECT_NE(run.output.find("bytes, but its header implies"), std::string::npos) << run.output;
+  EXPECT_NE(run.err.find("bytes, but its header implies"), std::string::npos) << run.err;
   EXPECT_FALSE(fs::exists(out));
   for (const auto& entry : fs::directory_iterator(dir_->path()))
     EXPECT_EQ(entry.path().filename().string().find(".llama2c-to-hf-"), std::string::npos) << entry.path();

@@ -65,6 +65,11 @@ bool maybe(const Lin& lin, const std::vector<char>& nz) {
   return false;
 }
 
+// A memory's flag may be on: the constant always, kNever never, else when maybe-nonzero.
+bool flag_on(ValueId flag, const std::vector<char>& nz) {
+  return flag == kOne || (flag >= 0 && nz[static_cast<size_t>(flag)]);
+}
+
 // Runs the cone of one family: `nz` holds the token inputs its tokens set; on return
 // every value that may be nonzero on its cycles. Returns the ops that may run.
 std::vector<char> cone(const qpu::compiler::Program& p, std::vector<char>& nz) {
@@ -80,17 +85,17 @@ std::vector<char> cone(const qpu::compiler::Program& p, std::vector<char>& nz) {
         }
     } else if (op.kind == OpKind::GdnMemory) {
       const auto& g = op.gdn;
-      const bool reads = g.read_flag == kOne || g.query_tap > 0 || nz[static_cast<size_t>(g.read_flag)];
+      const bool reads = flag_on(g.read_flag, nz) || g.query_tap > 0;
       if (reads)
         for (ValueId v : g.out) nz[static_cast<size_t>(v)] = 1;
       // A write changes no residual value on this cycle, but the op runs.
-      on = reads || g.write_flag == kOne || g.key_tap > 0 || nz[static_cast<size_t>(g.write_flag)];
+      on = reads || flag_on(g.write_flag, nz) || g.key_tap > 0;
     } else {
       const auto& a = op.memory;
-      const bool reads = a.read_flag == kOne || nz[static_cast<size_t>(a.read_flag)];
+      const bool reads = flag_on(a.read_flag, nz);
       if (reads)
         for (ValueId v : a.out) nz[static_cast<size_t>(v)] = 1;
-      on = reads || a.write_flag == kOne || nz[static_cast<size_t>(a.write_flag)];
+      on = reads || flag_on(a.write_flag, nz);
     }
     active[i] = on;
   }
@@ -193,7 +198,11 @@ int main(int argc, char** argv) {
       bool sides_clean = true;
       for (const auto& bits : {a.key_bits, a.query_bits})
         for (ValueId v : bits) sides_clean = sides_clean && clean(v, f), mark(v);
-      for (ValueId v : {a.write_flag, a.read_flag}) sides_clean = sides_clean && clean(v, f), mark(v);
+      for (ValueId v : {a.write_flag, a.read_flag}) {
+        if (v == compiler::kNever) continue;
+        sides_clean = sides_clean && clean(v, f);
+        mark(v);
+      }
       if (!sides_clean)
         for (ValueId v : a.data) mark(v);
     }

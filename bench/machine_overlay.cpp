@@ -44,7 +44,7 @@
 #include "machine/token_machine.h"
 #include "npu/tests/unit_harness.h"
 #include "runner/cycle_profile.h"
-#include "runner/story_stream.h"
+#include "runner/story_stream.h"  // token_machine_options
 
 namespace {
 
@@ -102,6 +102,31 @@ std::vector<char> cone(const qpu::compiler::Program& p, std::vector<char>& nz) {
   return active;
 }
 
+// Each value's first and last accessed sublayer (-1: never accessed).
+struct Intervals {
+  std::vector<int64_t> first, last;
+  explicit Intervals(size_t values) : first(values, -1), last(values, -1) {}
+  void access(const Op& op, int64_t sublayer) {
+    for (const auto& list : {op.reads(), op.writes()})
+      for (ValueId v : list) {
+        const auto u = static_cast<size_t>(v);
+        if (first[u] < 0 || sublayer < first[u]) first[u] = sublayer;
+        last[u] = std::max(last[u], sublayer);
+      }
+  }
+};
+
+// The values `counted` selects that are live at each of `sublayers` sublayers.
+template <typename Counted>
+std::vector<int64_t> live_per_sublayer(const Intervals& in, int64_t sublayers, Counted counted) {
+  std::vector<int64_t> live(static_cast<size_t>(sublayers) + 1, 0);
+  for (size_t v = 0; v < in.first.size(); ++v)
+    if (in.first[v] >= 0 && counted(v))
+      ++live[static_cast<size_t>(in.first[v])], --live[static_cast<size_t>(in.last[v]) + 1];
+  for (size_t k = 1; k < live.size(); ++k) live[k] += live[k - 1];
+  return live;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -156,17 +181,11 @@ int main(int argc, char** argv) {
   // in the up of neurons whose gate is +0 on every other family's cycles, or as the data
   // of a memory whose key and flags are), else control.
   std::vector<char> control(nvalues, 0);
-  std::vector<int64_t> first(nvalues, -1), last(nvalues, -1);
+  Intervals machine_live(nvalues);
   auto clean = [&](ValueId v, int f) { return v != kOne && f >= 0 && private_family(v) == f; };
   for (size_t i = 0; i < ops.size(); ++i) {
     const Op& op = ops[i];
-    const int64_t s = schedule.sublayer[i];
-    for (const auto& list : {op.reads(), op.writes()})
-      for (ValueId v : list) {
-        const auto u = static_cast<size_t>(v);
-        if (first[u] < 0 || s < first[u]) first[u] = s;
-        last[u] = std::max(last[u], s);
-      }
+    machine_live.access(op, schedule.sublayer[i]);
     const int f = families_of_op[i] == 1 ? family_of_op[i] : -1;
     auto mark = [&](ValueId v) {
       if (v >= 0) control[static_cast<size_t>(v)] = 1;
@@ -211,7 +230,7 @@ int main(int argc, char** argv) {
   for (size_t v = 0; v < nvalues; ++v) vfam[v] = private_family(static_cast<ValueId>(v));
   // Token inputs live from the embedding (as the allocator keeps them).
   for (ValueId v : itf.inputs)
-    if (last[static_cast<size_t>(v)] >= 0) first[static_cast<size_t>(v)] = 0;
+    if (machine_live.last[static_cast<size_t>(v)] >= 0) machine_live.first[static_cast<size_t>(v)] = 0;
 
   // Each family scheduled alone from layer 0 (its private ops, in program order, under
   // the machine's limits), as an overlaid stack would place it; the shared ops and values
@@ -219,8 +238,7 @@ int main(int argc, char** argv) {
   int64_t shared_ops = 0, shared_neurons = 0;
   for (size_t i = 0; i < ops.size(); ++i)
     if (families_of_op[i] > 1) ++shared_ops, shared_neurons += static_cast<int64_t>(ops[i].neurons.size());
-  compiler::ScheduleLimits limits = options.limits;
-  limits.sink = false;
+  const compiler::ScheduleLimits& limits = options.limits;
   struct Family {
     int64_t sublayers = 0, ops = 0, neurons = 0;
     std::vector<int64_t> control, data, neurons_at;  // live per sublayer, neurons per layer
@@ -252,43 +270,25 @@ int main(int argc, char** argv) {
     const compiler::Schedule s = compiler::sink_schedule(sub, compiler::schedule(sub, limits), limits, fixed, kept);
     r.sublayers = s.num_sublayers;
     depth = std::max(depth, s.num_sublayers);
-    r.control.assign(static_cast<size_t>(s.num_sublayers) + 1, 0);
-    r.data = r.control;
     r.neurons_at.assign(static_cast<size_t>(s.num_layers()), 0);
-    std::vector<int64_t> lo(nvalues, -1), hi(nvalues, -1);
+    Intervals live(nvalues);
     for (size_t i = 0; i < sub.ops().size(); ++i) {
       const compiler::Op& op = sub.ops()[i];
       r.neurons += static_cast<int64_t>(op.neurons.size());
       r.neurons_at[static_cast<size_t>(s.sublayer[i] / 2)] += static_cast<int64_t>(op.neurons.size());
-      for (const auto& list : {op.reads(), op.writes()})
-        for (ValueId v : list) {
-          const auto u = static_cast<size_t>(v);
-          if (vfam[u] != static_cast<int>(f)) continue;
-          if (lo[u] < 0 || s.sublayer[i] < lo[u]) lo[u] = s.sublayer[i];
-          hi[u] = std::max(hi[u], s.sublayer[i]);
-        }
+      live.access(op, s.sublayer[i]);
     }
-    for (size_t v = 0; v < nvalues; ++v) {
-      if (lo[v] < 0) continue;
-      auto& row = control[v] ? r.control : r.data;
-      ++row[static_cast<size_t>(lo[v])], --row[static_cast<size_t>(hi[v]) + 1];
-    }
-    for (auto* row : {&r.control, &r.data})
-      for (size_t k = 1; k < row->size(); ++k) (*row)[k] += (*row)[k - 1];
+    // The family's own values (shared ones are counted where the machine has them).
+    const int mine = static_cast<int>(f);
+    r.control = live_per_sublayer(live, s.num_sublayers, [&](size_t v) { return vfam[v] == mine && control[v]; });
+    r.data = live_per_sublayer(live, s.num_sublayers, [&](size_t v) { return vfam[v] == mine && !control[v]; });
   }
   // Shared values: live as the machine has them.
-  std::vector<int64_t> shared_live(static_cast<size_t>(schedule.num_sublayers) + 1, 0);
+  const std::vector<int64_t> shared_live =
+      live_per_sublayer(machine_live, schedule.num_sublayers, [&](size_t v) { return vfam[v] < 0; });
   int64_t n_control = 0, n_data = 0, n_shared = 0;
-  for (size_t v = 0; v < nvalues; ++v) {
-    if (first[v] < 0) continue;
-    if (vfam[v] < 0) {
-      ++n_shared;
-      ++shared_live[static_cast<size_t>(first[v])], --shared_live[static_cast<size_t>(last[v]) + 1];
-    } else {
-      (control[v] ? n_control : n_data)++;
-    }
-  }
-  for (size_t k = 1; k < shared_live.size(); ++k) shared_live[k] += shared_live[k - 1];
+  for (size_t v = 0; v < nvalues; ++v)
+    if (machine_live.first[v] >= 0) (vfam[v] < 0 ? n_shared : control[v] ? n_control : n_data)++;
   const int64_t shared_max = *std::max_element(shared_live.begin(), shared_live.end());
 
   std::printf("values: %lld control, %lld data (%.1f %% of the family values), %lld shared; ops in several cones: %lld "

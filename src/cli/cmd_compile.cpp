@@ -11,14 +11,18 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <memory>
 #include <string>
 
 #include <nlohmann/json.hpp>
 
 #include "cli/command_registry.h"
+#include "cli/run_c_flags.h"
 #include "common/error.h"
 #include "machine/machine_checkpoint.h"
+#include "machine/sample_part.h"
 #include "machine/token_machine.h"
 #include "reference/llama2_checkpoint.h"
 #include "reference/tokenizer.h"
@@ -36,6 +40,8 @@ struct CompileOptions {
   double max_params = 4e9;
   int positions = 0;  // 0: the model's seq_len
   double max_shard_bytes = 1e9;
+  std::string sampler = "greedy";  // greedy, sample_mult or top-p
+  std::string topp = "0.9";        // the top-p machine's p (run.c's -p, parsed as run.c's atof)
 };
 
 // What qpu-machine.json says: the nested model (header and the sha256 of the files that
@@ -64,7 +70,7 @@ nlohmann::json machine_description(const CompileOptions& o, const reference::Lla
         {"shared_classifier", cfg.shared_classifier}}},
       {"tokenizer", {{"file", std::filesystem::path(o.tokenizer).filename().string()}, {"sha256", hashes.tokenizer}}},
       {"machine",
-       {{"kind", "token machine, greedy"},
+       {{"kind", std::string("token machine, ") + machine::sampler_name(m.interface().sampler())},
         {"positions", m.max_positions},
         {"layers", c.num_hidden_layers},
         {"hidden_size", c.hidden_size},
@@ -77,9 +83,18 @@ nlohmann::json machine_description(const CompileOptions& o, const reference::Lla
   };
 }
 
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (!in.good() && !in.eof()) fail("{}: cannot read", path);
+  return bytes;
+}
+
 int run_compile(const CompileOptions& o) {
   if (!(o.max_params > 0)) fail("flag --max-params: {} is not a positive count", o.max_params);
   if (o.positions < 0) fail("flag --positions: {} must not be negative", o.positions);
+  if (o.sampler != "greedy" && o.sampler != "sample_mult" && o.sampler != "top-p")
+    fail("flag --sampler: '{}' is not greedy, sample_mult or top-p", o.sampler);
   if (!(o.max_shard_bytes >= 1e6 && o.max_shard_bytes <= 1e12))
     fail("flag --max-shard-bytes: {} is outside [1e6, 1e12]", o.max_shard_bytes);
   // Everything that can be checked before the work is checked first.
@@ -95,7 +110,24 @@ int run_compile(const CompileOptions& o) {
 
   using Clock = std::chrono::steady_clock;
   const auto t0 = Clock::now();
-  const machine::TokenMachine m = machine::build_token_machine(checkpoint, runner::token_machine_options(positions));
+  machine::TokenMachineOptions options = runner::token_machine_options(positions);
+  if (o.sampler != "greedy") {
+    options.sampling = true;
+    options.sample.topp = 1.0f;
+    if (o.sampler == "top-p") {
+      options.sample.topp = cli::parse_atof_float("--topp", o.topp);
+      if (!(options.sample.topp > 0.0f && options.sample.topp < 1.0f) ||
+          !machine::SamplePart::topp_fits(options.sample.topp, cfg.vocab_size))
+        fail("flag --topp: {} is not a p the machine's top-p holds for a vocabulary of {} (0 < p < 1, run.c's cutoff "
+             "(1 - p) / {} at least 2^-24)",
+             o.topp, cfg.vocab_size, cfg.vocab_size - 1);
+    }
+    options.sample.block = machine::SamplePart::block_for(cfg.vocab_size, options.sample.topp_on());
+    if (cfg.vocab_size % options.sample.block != 0)
+      fail("flag --sampler: the machine's top-p works on blocks of {} logits, which do not divide the vocabulary of {}",
+           options.sample.block, cfg.vocab_size);
+  }
+  const machine::TokenMachine m = machine::build_token_machine(checkpoint, options);
   const auto& c = m.compiled.weights.config;
   const uint64_t parameters = machine::machine_parameters(m);
   std::fprintf(stderr,
@@ -113,6 +145,8 @@ int run_compile(const CompileOptions& o) {
 
   machine::CheckpointExtras extras;
   extras.machine = machine_description(o, cfg, hashes, m, parameters);
+  extras.machine["interface"] = m.interface().to_json();
+  extras.nested_tokenizer = read_file(o.tokenizer);
   machine::CheckpointWriteOptions wo;
   wo.max_shard_bytes = static_cast<uint64_t>(o.max_shard_bytes);
   const bool tty = isatty(fileno(stderr)) != 0;
@@ -145,6 +179,10 @@ qpu::cli::Runner setup(CLI::App& app) {
   app.add_option("-o", o->output, "the checkpoint directory to write (must not exist)")->required();
   app.add_option("--max-params", o->max_params, "parameter budget of the dense checkpoint (default 4e9)");
   app.add_option("--positions", o->positions, "nested positions the machine serves (default: the model's seq_len)");
+  app.add_option("--sampler", o->sampler,
+                 "run.c's sampler the machine holds: greedy (default; -t 0 only), sample_mult (-t T -p 1) or top-p "
+                 "(-t T -p P with the P of --topp); a sampling machine also runs -t 0");
+  app.add_option("--topp", o->topp, "the p of a top-p machine (default 0.9)");
   app.add_option("--max-shard-bytes", o->max_shard_bytes, "bytes of tensor data per safetensors shard (default 1e9)");
   return [o] { return run_compile(*o); };
 }

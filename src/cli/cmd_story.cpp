@@ -10,17 +10,12 @@
 // error. With 0 < -p < 1 the machine runs run.c's top-p (and refuses a position where no
 // entry, or more than 128, reach run.c's cutoff: an error).
 #include <omp.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <memory>
 #include <optional>
 #include <string>
-#include <vector>
-
-#include <fmt/format.h>
 
 #include "cli/command_registry.h"
 #include "cli/run_c_flags.h"
@@ -28,13 +23,10 @@
 #include "engine/dot.h"
 #include "io/qwen35_layout.h"
 #include "machine/sample_part.h"
-#include "npu/unit_topp.h"
 #include "reference/generate.h"
 #include "reference/llama2_checkpoint.h"
 #include "reference/tokenizer.h"
-#include "runner/story_check.h"
-#include "runner/story_precheck.h"
-#include "runner/story_stream.h"
+#include "runner/story_session.h"
 
 namespace {
 
@@ -55,46 +47,6 @@ struct StoryOptions {
   int threads = 1;
   int build_threads = 0;
   bool speculate = true;
-};
-
-// --profile: host cycles, wall time and computed sublayers per micro-op family, the
-// largest share of the run's forward time first.
-void print_profile(const std::vector<runner::ProfileRow>& rows) {
-  double total = 0;
-  int64_t cycles = 0;
-  for (const runner::ProfileRow& r : rows) {
-    total += r.seconds;
-    cycles += r.cycles;
-  }
-  std::fprintf(stderr, "profile: %lld host forwards, %.1f s in forward passes\n", static_cast<long long>(cycles), total);
-  std::fprintf(stderr, "profile: %-24s %10s %9s %7s %10s %14s\n", "micro-op", "cycles", "seconds", "share", "ms/cycle",
-               "sublayers/cycle");
-  for (const runner::ProfileRow& r : rows) {
-    const auto n = static_cast<double>(r.cycles);
-    std::fprintf(stderr, "profile: %-24s %10lld %9.2f %6.1f%% %10.3f %14.1f\n", r.family.c_str(),
-                 static_cast<long long>(r.cycles), r.seconds, total > 0 ? 100.0 * r.seconds / total : 0.0,
-                 1e3 * r.seconds / n, static_cast<double>(r.sublayers_run) / n);
-  }
-}
-
-// A progress line on stderr at most 4 times a second on a terminal (rewritten in place),
-// else every 10 s (one line each, for logs).
-class Progress {
- public:
-  Progress() : tty_(isatty(fileno(stderr)) != 0) {}
-  void update(const runner::StreamCounts& c, double seconds, bool last) {
-    if (!last && seconds - shown_ < (tty_ ? 0.25 : 10.0)) return;
-    shown_ = seconds;
-    const long long tokens = c.story_tokens > 0 ? c.story_tokens - 1 : 0;  // TOK.1 is BOS, not a story token
-    std::fprintf(stderr, "%shost cycles %lld, nested tokens %lld, %.0f cycles/s, %.1f s%s", tty_ ? "\r" : "",
-                 static_cast<long long>(c.cycles), tokens, seconds > 0 ? static_cast<double>(c.cycles) / seconds : 0.0,
-                 seconds, tty_ && !last ? "\x1b[K" : "\n");
-    std::fflush(stderr);
-  }
-
- private:
-  bool tty_;
-  double shown_ = -1e9;
 };
 
 int run_story(const StoryOptions& o) {
@@ -120,34 +72,26 @@ int run_story(const StoryOptions& o) {
     fail("flag -p: the machine's top-p works on blocks of {} logits, which do not divide the vocabulary of {}; -p 1 "
          "samples the whole distribution",
          block, vocab);
+  runner::StoryRequest request;
+  request.steps = o.steps;
+  request.prompt = o.prompt;
+  request.temperature = sampling.temperature;
+  request.topp = sampling.topp;
+  request.seed = sampling.seed;
+  // The machine is built for this run: the prompt RAM holds a token at its own position,
+  // so it covers the prompt too.
   const int steps = reference::run_c_steps(o.steps, checkpoint.config().seq_len);
-  // The prompt, encoded here by run.c's BPE (the machine gets its tokens as data and forces
-  // them as run.c does). Tokens past index `steps` are never used by run.c: left out.
-  std::vector<int> prompt = tokenizer.encode(o.prompt, true, false);
-  if (prompt.size() > static_cast<size_t>(steps) + 1) prompt.resize(static_cast<size_t>(steps) + 1);
-
-  // A top-p story the machine would stop in the middle of is refused before the build.
-  if (topp) {
-    const auto over = runner::first_topp_overflow(checkpoint, tokenizer, o.prompt, steps, sampling.temperature,
-                                                  sampling.topp, sampling.seed, npu::kToppSlots);
-    if (over && over->kept == 0)
-      fail("story: at nested position {} no entry reaches run.c's top-p cutoff (1 - p) / (vocab - 1) (run.c reads out "
-           "of bounds there); refused before the run",
-           over->position);
-    if (over)
-      fail("story: at nested position {} run.c's top-p keeps {} entries (those at or above its cutoff (1 - p) / "
-           "(vocab - 1)); the machine orders at most {}: refused before the run",
-           over->position, over->kept, npu::kToppSlots);
-  }
+  const size_t prompt_tokens = std::min(tokenizer.encode(o.prompt, true, false).size(), static_cast<size_t>(steps) + 1);
 
   using Clock = std::chrono::steady_clock;
-  const auto t0 = Clock::now();
   const auto since = [](Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); };
-  // The prompt RAM holds a token at its own position: the machine covers the prompt too.
-  machine::TokenMachineOptions options = runner::token_machine_options(std::max(steps, static_cast<int>(prompt.size())));
+  machine::TokenMachineOptions options = runner::token_machine_options(std::max(steps, static_cast<int>(prompt_tokens)));
   options.sampling = sampled;
   if (sampled) options.sample.topp = sampling.topp;  // 0 < topp < 1: run.c's top-p on the machine, else sample_mult
   if (sampled) options.sample.block = block;
+  // A top-p story the machine would stop in the middle of is refused before the build.
+  runner::refuse_topp_beyond_machine(checkpoint, tokenizer, request, steps);
+  const auto t0 = Clock::now();
   const machine::TokenMachine m = machine::build_token_machine(checkpoint, options);
   const double built = since(t0);
   const auto t1 = Clock::now();
@@ -173,72 +117,14 @@ int run_story(const StoryOptions& o) {
   if (sampled)  // the seed too: with -s absent it is the clock's, and a run is only reproducible with it
     std::fprintf(stderr, "story: run.c's sampling on the machine: temperature %s, topp %s, seed %llu\n",
                  o.temperature.c_str(), o.topp.c_str(), static_cast<unsigned long long>(sampling.seed));
-  std::unique_ptr<runner::StoryChecker> checker;
-  if (o.verify)
-    checker = std::make_unique<runner::StoryChecker>(
-        checkpoint, prompt,
-        reference::Sampler(checkpoint.config().vocab_size, sampling.temperature, sampling.topp, sampling.seed));
-  int previous = reference::kBosToken;
-  bool bos_stop = false;
-  runner::StreamCallbacks cb;
-  cb.on_story = [&](const runner::StoryTokenEvent& e) {
-    if (checker && !checker->check(e)) return false;
-    if (e.position == 0) return true;  // run.c's first token, BOS: nothing printed
-    if (e.token == reference::kBosToken) {  // run.c stops at BOS (it delimits sequences)
-      bos_stop = true;
-      return false;
-    }
-    const std::string_view bytes = reference::printable_piece(tokenizer.decode(previous, e.token));
-    std::fwrite(bytes.data(), 1, bytes.size(), stdout);
-    std::fflush(stdout);  // run.c flushes after every token
-    previous = e.token;
-    return true;
-  };
-  if (checker) {
-    cb.on_crossing = [&](const runner::CrossingEvent& e) { return checker->check(e); };
-    cb.on_logits = [&](const runner::LogitEvent& e) { return checker->check(e); };
-  }
-
-  Progress progress;
-  runner::StoryRunOptions ro;
-  // The host prompt: HDR, the step count, the nested prompt's tokens for the prompt RAM;
-  // the machine ends with DONE after the last step. The story-token limit is a backstop.
-  ro.prompt = m.prompt(prompt, steps, sampling.temperature, sampling.seed);
-  ro.stop_after_story_tokens = steps + 1;  // TOK.1 (BOS at position 0), then one per position
-  if (checker) ro.logit_probes = m.logit_probes;  // the nested logits, read where HEAD computes them
-  ro.on_cycle = [&](const runner::StreamCounts& counts, double seconds) { progress.update(counts, seconds, false); };
-  ro.profile = o.profile;
-  ro.speculate = o.speculate;
-  const runner::StoryRunResult r = runner::run_story(m, model, ro, cb);
-  progress.update(r.counts, r.seconds, true);
-  if (o.profile) print_profile(r.profile);  // also when the check below fails: where the time went
-
-  if (checker && checker->first_difference()) fail("verify: {}", checker->first_difference()->message());
-  if (r.counts.refused)
-    fail("story: the machine refused top-p at nested position {}: no entry or more than {} entries reach run.c's "
-         "cutoff (1 - p) / (vocab - 1) (run.c reads out of bounds for none; the machine orders at most {})",
-         r.counts.story_tokens - 1, npu::kToppSlots, npu::kToppSlots);
-  const int64_t expected_tokens = steps + 1;
-  if (!bos_stop && r.counts.story_tokens < expected_tokens)
-    fail("story: the machine stopped after {} of {} story tokens ({}, {} host cycles)", r.counts.story_tokens,
-         expected_tokens, r.counts.done ? "DONE" : "no DONE", r.counts.cycles);
-  std::fwrite("\n", 1, 1, stdout);  // run.c's final newline
-  std::fflush(stdout);
-
-  const double nested = static_cast<double>(r.counts.story_tokens - 1);
-  std::fprintf(stderr, "story: %lld host cycles, %.0f nested tokens in %.1f s: %.1f host cycles/s, %.4f nested tokens/s%s\n",
-               static_cast<long long>(r.host_forwards), nested, r.seconds, r.cycles_per_second(),
-               r.seconds > 0 ? nested / r.seconds : 0.0,
-               r.ambiguous > 0 ? fmt::format(" ({} ambiguous host argmaxes)", r.ambiguous).c_str() : "");
-  if (r.pairs > 0)
-    std::fprintf(stderr, "story: %lld forwards ran beside a guessed next token, %lld guesses kept (%.1f %%)\n",
-                 static_cast<long long>(r.pairs), static_cast<long long>(r.guesses_kept),
-                 100.0 * static_cast<double>(r.guesses_kept) / static_cast<double>(r.pairs));
-  if (checker)
-    std::fprintf(stderr, "verify: %lld floats, %lld logits vectors and %lld tokens bit-identical to run.c\n",
-                 static_cast<long long>(checker->floats_compared()),
-                 static_cast<long long>(checker->logit_vectors_compared()),
-                 static_cast<long long>(checker->tokens_compared()));
+  const machine::StoryInterface interface = m.interface();
+  const runner::StoryPlan plan = runner::plan_story(interface, tokenizer, request);
+  runner::StorySessionOptions so;
+  if (o.verify) so.verify_against = &checkpoint;
+  so.profile = o.profile;
+  so.speculate = o.speculate;
+  const runner::StorySessionResult sr = runner::run_story_session(interface, model, tokenizer, plan, request, so);
+  runner::print_session_summary(sr);
   return 0;
 }
 

@@ -105,6 +105,10 @@ io::StreamSaveResult write_machine_checkpoint(const std::filesystem::path& dir, 
     write_text(tmp.path() / "tokenizer_config.json", extras.tokenizer_config.dump(2) + "\n");
     r.files.push_back("tokenizer_config.json");
   }
+  if (!extras.nested_tokenizer.empty()) {
+    write_text(tmp.path() / kNestedTokenizerFileName, extras.nested_tokenizer);
+    r.files.push_back(kNestedTokenizerFileName);
+  }
   write_text(tmp.path() / kMachineFileName, extras.machine.dump(2) + "\n");
   r.files.push_back(kMachineFileName);
   tmp.commit();

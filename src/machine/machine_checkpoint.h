@@ -21,11 +21,14 @@
 namespace qpu::machine {
 
 inline constexpr const char* kMachineFileName = "qpu-machine.json";
+// run.c's tokenizer of the nested model, as compiled (the bytes of its tokenizer.bin).
+inline constexpr const char* kNestedTokenizerFileName = "nested-tokenizer.bin";
 
 struct CheckpointExtras {
   nlohmann::json machine = nlohmann::json::object();  // qpu-machine.json
   std::string tokenizer_json;                          // tokenizer.json (empty: none)
   nlohmann::json tokenizer_config;                     // tokenizer_config.json (null: none)
+  std::string nested_tokenizer;                        // nested-tokenizer.bin's bytes (empty: none)
 };
 
 struct CheckpointWriteOptions {

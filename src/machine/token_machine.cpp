@@ -222,45 +222,40 @@ TokenMachine build_token_machine(const reference::Llama2Checkpoint& ck, const To
   m.dim = dim;
   m.layers = layers;
   m.vocab = cfg.vocab_size;
+  m.seq_len = cfg.seq_len;
   m.chunks = ffn.chunks();
   m.heads = attention.heads();
   m.exp_groups = attention.exp_groups();
   m.max_positions = o.positions(cfg);
   m.sample_blocks = sample ? sample->blocks() : 0;
   m.sample_topp = o.sampling && o.sample.topp_on();
+  m.topp = m.sample_topp ? o.sample.topp : 1.0f;
   m.logit_probes = m.probes(head.logits());
   return m;
 }
 
 std::vector<int64_t> TokenMachine::prompt(const std::vector<int>& nested, int steps, float temperature,
                                           uint64_t seed) const {
-  if (steps < 1 || steps > max_positions) fail("token machine: {} steps outside [1, {}]", steps, max_positions);
-  if (temperature != 0.0f && sample_blocks == 0) fail("token machine: temperature {} on a greedy machine", temperature);
-  if (temperature != 0.0f && !(temperature >= kMinTemperature && temperature <= kMaxTemperature))
-    fail("token machine: temperature {} outside 0 and [{}, {}] (the sampler's windows)", temperature, kMinTemperature,
-         kMaxTemperature);
-  if (nested.empty() || nested[0] != 1) fail("token machine: a nested prompt starts with BOS (1)");
-  if (nested.size() > static_cast<size_t>(max_positions))
-    fail("token machine: a prompt of {} tokens, the machine holds {} positions", nested.size(), max_positions);
-  std::vector<int64_t> t = {id("HDR")};
-  auto write = [&](const std::string& op, float v) {
-    t.push_back(id(op));
-    for (int64_t x : value_tokens(v)) t.push_back(x);
-  };
-  write("WSTEPS", static_cast<float>(steps));
-  for (size_t j = 1; j < nested.size(); ++j) {
-    if (nested[j] < 0 || nested[j] >= vocab) fail("token machine: prompt token {} outside [0, {})", nested[j], vocab);
-    write("WPOS", static_cast<float>(j));
-    write("WF", static_cast<float>(nested[j] + 1));
-    t.push_back(id("PST"));
-  }
+  return interface().prompt(nested, steps, temperature, seed);
+}
+
+StoryInterface TokenMachine::interface() const {
+  StoryInterface::Fields f;
+  f.host_vocab = compiled.weights.config.vocab_size;
+  f.values = encoding.vocab;
+  f.first_control = control.first;
+  f.controls = control_names;
+  f.max_positions = max_positions;
+  f.nested_vocab = vocab;
+  f.nested_seq_len = seq_len;
+  f.sampler = sample_blocks == 0 ? SamplerKind::Greedy : sample_topp ? SamplerKind::TopP : SamplerKind::SampleMult;
+  f.topp = sample_topp ? topp : 1.0f;
   if (sample_blocks > 0) {
-    write("WT", temperature);
-    for (int j = 0; j < 4; ++j) write("WS." + std::to_string(j), static_cast<float>((seed >> (16 * j)) & 0xffff));
-    write("WPLEN", static_cast<float>(nested.size()));
+    f.min_temperature = kMinTemperature;
+    f.max_temperature = kMaxTemperature;
   }
-  write("WPOS", 0.0f);
-  return t;
+  f.logit_probes = logit_probes;
+  return StoryInterface(std::move(f), "token machine");
 }
 
 std::vector<int64_t> TokenMachine::expected_position(const PositionRecord& r) const {

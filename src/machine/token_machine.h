@@ -51,6 +51,7 @@
 #include "machine/ffn_half.h"
 #include "machine/head_part.h"
 #include "machine/sample_part.h"
+#include "machine/story_interface.h"
 #include "reference/llama2_checkpoint.h"
 
 namespace qpu::machine {
@@ -73,11 +74,12 @@ struct PositionRecord {
 };
 
 struct TokenMachine : AssembledMachine {
-  int dim = 0, layers = 0, vocab = 0, chunks = 0, heads = 0, exp_groups = 0;
+  int dim = 0, layers = 0, vocab = 0, seq_len = 0, chunks = 0, heads = 0, exp_groups = 0;
 
   int max_positions = 0;
   int sample_blocks = 0;  // the sampler's nb (TEMP.b, EXP.b, PROB.b); 0: a greedy machine
   bool sample_topp = false;  // run.c's top-p (0 < topp < 1) on the sampling machine
+  float topp = 1.0f;         // ... and the p it holds
 
   // Where HEAD's classifier leaves run.c's logits on HEAD's cycle, per vocabulary entry
   // (verification only: they never leave the forward pass; runner/story_stream.h).
@@ -93,6 +95,9 @@ struct TokenMachine : AssembledMachine {
   // one outside 0 and [kMinTemperature, kMaxTemperature] (the sampler's windows).
   std::vector<int64_t> prompt(const std::vector<int>& nested_prompt, int steps, float temperature = 0.0f,
                               uint64_t seed = 0) const;
+  // What a host needs to drive this machine (the prompt above, its vocabulary, the logit
+  // probes): what qpu-machine.json carries for `qpu run`.
+  StoryInterface interface() const;
   // The temperatures the sampler's windows hold for stories260K's logits (SampleOptions).
   static constexpr float kMinTemperature = 0.05f, kMaxTemperature = 32.0f;
 

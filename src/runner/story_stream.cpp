@@ -44,10 +44,10 @@ bool unambiguous(float best, int64_t above) {
 
 }  // namespace
 
-StreamVocabulary StreamVocabulary::of(const machine::AssembledMachine& m) {
+StreamVocabulary StreamVocabulary::of(const machine::StoryInterface& m) {
   StreamVocabulary v;
-  v.first_control = m.control.first;
-  v.control_names = m.control_names;
+  v.first_control = m.first_control();
+  v.control_names = m.controls();
   v.done_id = m.done();
   v.decode = [&m](int64_t a, int64_t b, int64_t c) { return m.decode(a, b, c); };
   return v;
@@ -166,7 +166,7 @@ machine::TokenMachineOptions token_machine_options(int positions) {
   return o;
 }
 
-StoryRunResult run_story(const machine::AssembledMachine& m, const engine::Model& model, const StoryRunOptions& o,
+StoryRunResult run_story(const machine::StoryInterface& m, const engine::Model& model, const StoryRunOptions& o,
                          const StreamCallbacks& callbacks) {
   const std::vector<int64_t> prompt = o.prompt.empty() ? std::vector<int64_t>{m.id("HDR")} : o.prompt;
   StreamParser parser(StreamVocabulary::of(m));
@@ -261,8 +261,12 @@ StoryRunResult run_story(const machine::AssembledMachine& m, const engine::Model
     return pick(logits);
   };
   int64_t next = 0;
-  for (size_t i = 0; i < prompt.size(); ++i) next = forward(prompt[i], i + 1 == prompt.size());
+  for (size_t i = 0; i < prompt.size(); ++i) {
+    if (o.on_host_token) o.on_host_token(prompt[i]);
+    next = forward(prompt[i], i + 1 == prompt.size());
+  }
   for (;;) {
+    if (o.on_host_token) o.on_host_token(next);
     const bool go_on = parser.feed(next, callbacks);
     if (o.on_cycle) o.on_cycle(parser.counts(), seconds());
     if (!go_on) break;

@@ -23,6 +23,7 @@
 
 #include "engine/model.h"
 #include "machine/assembler.h"
+#include "machine/story_interface.h"
 #include "machine/token_machine.h"
 #include "runner/cycle_profile.h"
 
@@ -36,7 +37,8 @@ struct StreamVocabulary {
   int64_t done_id = -1;                    // -1: none
   std::function<float(int64_t, int64_t, int64_t)> decode;  // 3 value tokens -> the float
 
-  static StreamVocabulary of(const machine::AssembledMachine& m);
+  // The machine's (its decode is kept by reference: `m` must outlive the vocabulary).
+  static StreamVocabulary of(const machine::StoryInterface& m);
 };
 
 enum class CrossingOp { Ffn, Inc };  // FFN(l).i, INC
@@ -128,6 +130,9 @@ struct StoryRunOptions {
   // TokenMachine::logit_probes: with on_logits set, the logits are read on every cycle
   // whose input is HEAD (engine::SublayerTap). Empty: never.
   std::vector<machine::ValueProbe> logit_probes;
+  // Called with every host token the model is fed (the prompt's, then each generated one
+  // that is fed back) and the last generated one (e.g. to write the host stream).
+  std::function<void(int64_t id)> on_host_token;
   // Called after every cycle with the counts so far (progress display).
   std::function<void(const StreamCounts&, double seconds)> on_cycle;
   // Time every forward and count its computed sublayers per micro-op family
@@ -161,7 +166,7 @@ struct StoryRunResult {
 // token per forward, every generated token through a StreamParser, until a callback
 // stops, the story-token or cycle limit, or DONE. Throws qpu::Error for logit probes
 // outside the model's sublayers or width.
-StoryRunResult run_story(const machine::AssembledMachine& m, const engine::Model& model, const StoryRunOptions& options,
+StoryRunResult run_story(const machine::StoryInterface& m, const engine::Model& model, const StoryRunOptions& options,
                          const StreamCallbacks& callbacks);
 
 }  // namespace qpu::runner

@@ -118,7 +118,7 @@ int main(int argc, char** argv) {
       cb.on_story = [&](const runner::StoryTokenEvent& e) { return checker.check(e); };
       cb.on_crossing = [&](const runner::CrossingEvent& e) { return checker.check(e); };
       cb.on_logits = [&](const runner::LogitEvent& e) { return checker.check(e); };
-      runner::StoryRunResult this_run = runner::run_story(m.interface(), model, ro, cb);
+      runner::StoryRunResult this_run = runner::run_story(m.story_interface(), model, ro, cb);
       if (checker.first_difference()) {
         if (ctl) std::fclose(ctl);
         std::printf("DIFFERENCE (run %d): %s\n", run + 1, checker.first_difference()->message().c_str());

@@ -70,7 +70,7 @@ nlohmann::json machine_description(const CompileOptions& o, const reference::Lla
         {"shared_classifier", cfg.shared_classifier}}},
       {"tokenizer", {{"file", std::filesystem::path(o.tokenizer).filename().string()}, {"sha256", hashes.tokenizer}}},
       {"machine",
-       {{"kind", std::string("token machine, ") + machine::sampler_name(m.interface().sampler())},
+       {{"kind", std::string("token machine, ") + machine::sampler_name(m.story_interface().sampler())},
         {"positions", m.max_positions},
         {"layers", c.num_hidden_layers},
         {"hidden_size", c.hidden_size},
@@ -145,7 +145,7 @@ int run_compile(const CompileOptions& o) {
 
   machine::CheckpointExtras extras;
   extras.machine = machine_description(o, cfg, hashes, m, parameters);
-  extras.machine["interface"] = m.interface().to_json();
+  extras.machine["interface"] = m.story_interface().to_json();
   extras.nested_tokenizer = read_file(o.tokenizer);
   machine::CheckpointWriteOptions wo;
   wo.max_shard_bytes = static_cast<uint64_t>(o.max_shard_bytes);

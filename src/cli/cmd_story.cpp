@@ -117,7 +117,7 @@ int run_story(const StoryOptions& o) {
   if (sampled)  // the seed too: with -s absent it is the clock's, and a run is only reproducible with it
     std::fprintf(stderr, "story: run.c's sampling on the machine: temperature %s, topp %s, seed %llu\n",
                  o.temperature.c_str(), o.topp.c_str(), static_cast<unsigned long long>(sampling.seed));
-  const machine::StoryInterface interface = m.interface();
+  const machine::StoryInterface interface = m.story_interface();
   const runner::StoryPlan plan = runner::plan_story(interface, tokenizer, request);
   runner::StorySessionOptions so;
   if (o.verify) so.verify_against = &checkpoint;

@@ -236,10 +236,10 @@ TokenMachine build_token_machine(const reference::Llama2Checkpoint& ck, const To
 
 std::vector<int64_t> TokenMachine::prompt(const std::vector<int>& nested, int steps, float temperature,
                                           uint64_t seed) const {
-  return interface().prompt(nested, steps, temperature, seed);
+  return story_interface().prompt(nested, steps, temperature, seed);
 }
 
-StoryInterface TokenMachine::interface() const {
+StoryInterface TokenMachine::story_interface() const {
   StoryInterface::Fields f;
   f.host_vocab = compiled.weights.config.vocab_size;
   f.values = encoding.vocab;

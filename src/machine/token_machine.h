@@ -97,7 +97,7 @@ struct TokenMachine : AssembledMachine {
                               uint64_t seed = 0) const;
   // What a host needs to drive this machine (the prompt above, its vocabulary, the logit
   // probes): what qpu-machine.json carries for `qpu run`.
-  StoryInterface interface() const;
+  StoryInterface story_interface() const;
   // The temperatures the sampler's windows hold for stories260K's logits (SampleOptions).
   static constexpr float kMinTemperature = 0.05f, kMaxTemperature = 32.0f;
 

@@ -85,7 +85,7 @@ std::string error_of(const std::function<void()>& f) {
 
 TEST(StoryInterface, ReadBackItDrivesTheMachineAsTheMachineDoes) {
   for (const machine::TokenMachine* m : {&greedy_machine(), &topp_machine()}) {
-    const StoryInterface made = m->interface();
+    const StoryInterface made = m->story_interface();
     const StoryInterface back = StoryInterface::from_json(nlohmann::json::parse(made.to_json().dump()), "test");
     EXPECT_EQ(back.to_json(), made.to_json());
     for (const std::string& name : m->control_names) ASSERT_EQ(back.id(name), m->id(name)) << name;
@@ -115,13 +115,13 @@ TEST(StoryInterface, ReadBackItDrivesTheMachineAsTheMachineDoes) {
       }
     }
   }
-  EXPECT_EQ(greedy_machine().interface().sampler(), machine::SamplerKind::Greedy);
-  EXPECT_EQ(topp_machine().interface().sampler(), machine::SamplerKind::TopP);
-  EXPECT_EQ(topp_machine().interface().fields().topp, 0.9f);
+  EXPECT_EQ(greedy_machine().story_interface().sampler(), machine::SamplerKind::Greedy);
+  EXPECT_EQ(topp_machine().story_interface().sampler(), machine::SamplerKind::TopP);
+  EXPECT_EQ(topp_machine().story_interface().fields().topp, 0.9f);
 }
 
 TEST(StoryInterface, ADamagedDescriptionIsRefusedNamingWhatIsWrong) {
-  const nlohmann::json good = topp_machine().interface().to_json();
+  const nlohmann::json good = topp_machine().story_interface().to_json();
   const auto refused = [&](const std::function<void(nlohmann::json&)>& damage) {
     nlohmann::json j = good;
     damage(j);
@@ -154,7 +154,7 @@ TEST(StoryInterface, ADamagedDescriptionIsRefusedNamingWhatIsWrong) {
 }
 
 TEST(StoryInterface, PlansRefuseWhatTheMachineDoesNotHold) {
-  const StoryInterface greedy = greedy_machine().interface(), topp = topp_machine().interface();
+  const StoryInterface greedy = greedy_machine().story_interface(), topp = topp_machine().story_interface();
   StoryRequest r;
   r.steps = 8;
   r.temperature = 1.0f;
@@ -187,7 +187,7 @@ std::string read_all(const fs::path& p) {
 TEST(StorySession, DumpsRunCsLogitsAndTheHostStream) {
   const machine::TokenMachine& m = greedy_machine();
   const engine::Model model = m.model();
-  const StoryInterface interface = m.interface();
+  const StoryInterface interface = m.story_interface();
   StoryRequest r;
   r.steps = 2;
   r.prompt = "Once";
@@ -253,7 +253,7 @@ testing::CommandResult run_qpu(const std::string& args) {
 // A directory with the machine's description and run.c's tokenizer, no weights.
 void write_description(const fs::path& dir, const machine::TokenMachine& m) {
   fs::create_directory(dir);
-  std::ofstream(dir / machine::kMachineFileName) << nlohmann::json{{"interface", m.interface().to_json()}}.dump();
+  std::ofstream(dir / machine::kMachineFileName) << nlohmann::json{{"interface", m.story_interface().to_json()}}.dump();
   fs::copy_file(kModels + "tok512.bin", dir / machine::kNestedTokenizerFileName);
 }
 

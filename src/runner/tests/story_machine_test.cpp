@@ -69,7 +69,7 @@ Recorded* record(const machine::TokenMachine& m, const engine::Model& model, boo
     rec->logits.emplace_back(e.logits.begin(), e.logits.end());
     return true;
   };
-  rec->result = run_story(m.interface(), model, o, cb);
+  rec->result = run_story(m.story_interface(), model, o, cb);
   for (size_t i = 0; i < rec->crossings.size(); ++i) rec->crossings[i].name = &rec->names[i];
   for (size_t i = 0; i < rec->logits.size(); ++i) rec->logit_events[i].logits = rec->logits[i];
   const auto& r = rec->result;

@@ -51,7 +51,8 @@ struct InputHashes {
 };
 
 nlohmann::json machine_description(const CompileOptions& o, const reference::Llama2Config& cfg, const InputHashes& hashes,
-                                   const machine::TokenMachine& m, uint64_t parameters) {
+                                   const machine::TokenMachine& m, const machine::StoryInterface& interface,
+                                   uint64_t parameters) {
   const auto& c = m.compiled.weights.config;
   nlohmann::json controls = nlohmann::json::object();
   for (const std::string& name : m.control_names) controls[name] = m.id(name);
@@ -70,7 +71,7 @@ nlohmann::json machine_description(const CompileOptions& o, const reference::Lla
         {"shared_classifier", cfg.shared_classifier}}},
       {"tokenizer", {{"file", std::filesystem::path(o.tokenizer).filename().string()}, {"sha256", hashes.tokenizer}}},
       {"machine",
-       {{"kind", std::string("token machine, ") + machine::sampler_name(m.story_interface().sampler())},
+       {{"kind", std::string("token machine, ") + machine::sampler_name(interface.sampler())},
         {"positions", m.max_positions},
         {"layers", c.num_hidden_layers},
         {"hidden_size", c.hidden_size},
@@ -144,8 +145,9 @@ int run_compile(const CompileOptions& o) {
          static_cast<double>(parameters) / 1e9, c.num_hidden_layers, c.hidden_size, c.intermediate_size, o.max_params);
 
   machine::CheckpointExtras extras;
-  extras.machine = machine_description(o, cfg, hashes, m, parameters);
-  extras.machine["interface"] = m.story_interface().to_json();
+  const machine::StoryInterface interface = m.story_interface();
+  extras.machine = machine_description(o, cfg, hashes, m, interface, parameters);
+  extras.machine["interface"] = interface.to_json();
   extras.nested_tokenizer = read_file(o.tokenizer);
   machine::CheckpointWriteOptions wo;
   wo.max_shard_bytes = static_cast<uint64_t>(o.max_shard_bytes);

@@ -78,14 +78,7 @@ reference::Tokenizer load_nested_tokenizer(const fs::path& dir, const std::strin
 }
 
 runner::StoryRequest request_of(const RunOptions& o) {
-  const cli::RunCSampling s = cli::parse_run_c_sampling(o.temperature, o.topp, o.seed);
-  runner::StoryRequest r;
-  r.steps = o.steps;
-  r.prompt = o.prompt;
-  r.temperature = s.temperature;
-  r.topp = s.topp;
-  r.seed = s.seed;
-  return r;
+  return cli::story_request(o.steps, o.prompt, cli::parse_run_c_sampling(o.temperature, o.topp, o.seed));
 }
 
 int run_prompt(const RunOptions& o) {

@@ -72,12 +72,7 @@ int run_story(const StoryOptions& o) {
     fail("flag -p: the machine's top-p works on blocks of {} logits, which do not divide the vocabulary of {}; -p 1 "
          "samples the whole distribution",
          block, vocab);
-  runner::StoryRequest request;
-  request.steps = o.steps;
-  request.prompt = o.prompt;
-  request.temperature = sampling.temperature;
-  request.topp = sampling.topp;
-  request.seed = sampling.seed;
+  const runner::StoryRequest request = cli::story_request(o.steps, o.prompt, sampling);
   // The machine is built for this run: the prompt RAM holds a token at its own position,
   // so it covers the prompt too.
   const int steps = reference::run_c_steps(o.steps, checkpoint.config().seq_len);

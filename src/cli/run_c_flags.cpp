@@ -53,4 +53,14 @@ RunCSampling parse_run_c_sampling(const std::string& temperature, const std::str
   return s;
 }
 
+runner::StoryRequest story_request(int steps, const std::string& prompt, const RunCSampling& sampling) {
+  runner::StoryRequest r;
+  r.steps = steps;
+  r.prompt = prompt;
+  r.temperature = sampling.temperature;
+  r.topp = sampling.topp;
+  r.seed = sampling.seed;
+  return r;
+}
+
 }  // namespace qpu::cli

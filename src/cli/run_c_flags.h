@@ -7,6 +7,8 @@
 #include <optional>
 #include <string>
 
+#include "runner/story_session.h"
+
 namespace qpu::cli {
 
 // run.c: temperature = atof(arg), stored in a float.
@@ -22,5 +24,8 @@ struct RunCSampling {
 // -t, -p and -s (none: the clock) as run.c's main reads them, checked as above.
 RunCSampling parse_run_c_sampling(const std::string& temperature, const std::string& topp,
                                   const std::optional<std::string>& seed);
+
+// A story's request from run.c's -n, -i and the parsed -t, -p, -s.
+runner::StoryRequest story_request(int steps, const std::string& prompt, const RunCSampling& sampling);
 
 }  // namespace qpu::cli

@@ -154,12 +154,11 @@ StoryPlan plan_story(const machine::StoryInterface& m, const reference::Tokenize
 StorySessionResult run_story_session(const machine::StoryInterface& m, const engine::Model& model,
                                      const reference::Tokenizer& tokenizer, const StoryPlan& plan,
                                      const StoryRequest& request, const StorySessionOptions& o) {
-  const bool sampled = request.temperature > 0.0f;
   std::unique_ptr<StoryChecker> checker;
   if (o.verify_against)  // run.c's sampler with the story's flags (temperature 0: the argmax)
-    checker = std::make_unique<StoryChecker>(
-        *o.verify_against, plan.nested_prompt,
-        reference::Sampler(m.nested_vocab(), sampled ? request.temperature : 0.0f, request.topp, request.seed));
+    checker = std::make_unique<StoryChecker>(*o.verify_against, plan.nested_prompt,
+                                             reference::Sampler(m.nested_vocab(), request.temperature, request.topp,
+                                                                request.seed));
   DumpFile logits_file(o.dump_logits), tokens_file(o.dump_host_tokens);
   int previous = reference::kBosToken;
   bool bos_stop = false;

@@ -1,5 +1,10 @@
 // Engine decode speed. `engine_decode_bench [--checkpoint DIR] [--threads N]
-// [--warmup N] [--steps N] [benchmark flags]`
+// [--warmup N] [--steps N] [--full-load] [benchmark flags]`
+//
+// The checkpoint is loaded as `qpu run` and `qpu generate` load it (engine::load_model:
+// one layer in fp32 at a time); --full-load reads every tensor into fp32 first
+// (io::load_qwen35) and packs from that copy, for comparing the two loads' peak memory
+// (run under /usr/bin/time -v) and time (printed).
 //
 //   BM_Decode         one forward per iteration on DIR (a real Qwen3.5 checkpoint),
 //                     after --warmup prompt tokens, --steps iterations, greedy
@@ -19,6 +24,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -28,6 +34,7 @@
 #include <vector>
 
 #include "engine/dot.h"
+#include "engine/load_model.h"
 #include "engine/elementwise.h"
 #include "engine/model.h"
 #include "engine/packed_matrix.h"
@@ -41,6 +48,7 @@ using namespace qpu::engine;
 std::string g_checkpoint;
 int g_warmup = 16;
 bool g_allow_bf16 = true;
+bool g_full_load = false;
 int g_steps = 64;
 
 void BM_Decode(benchmark::State& bench) {
@@ -52,7 +60,12 @@ void BM_Decode(benchmark::State& bench) {
   if (!model) {
     ModelOptions options;
     options.allow_bf16 = g_allow_bf16;
-    model = std::make_unique<Model>(qpu::io::load_qwen35(g_checkpoint), options);
+    options.build_threads = omp_get_max_threads();
+    const auto start = std::chrono::steady_clock::now();
+    model = g_full_load ? std::make_unique<Model>(qpu::io::load_qwen35(g_checkpoint), options)
+                        : std::make_unique<Model>(qpu::engine::load_model(g_checkpoint, options));
+    std::fprintf(stderr, "%s load: %.2f s\n", g_full_load ? "full" : "streamed",
+                 std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   }
   const int64_t vocab = model->config().vocab_size;
   State state = model->new_state();
@@ -155,6 +168,7 @@ int main(int argc, char** argv) {
     else if (a == "--warmup") g_warmup = std::atoi(value("--warmup"));
     else if (a == "--steps") g_steps = std::atoi(value("--steps"));
     else if (a == "--fp32-weights") g_allow_bf16 = false;
+    else if (a == "--full-load") g_full_load = true;
     else rest.push_back(argv[i]);
   }
   // The decode benchmark runs exactly --steps tokens (the KV cache grows with each).

@@ -25,6 +25,7 @@
 #include "cli/command_registry.h"
 #include "common/error.h"
 #include "engine/dot.h"
+#include "engine/load_model.h"
 #include "engine/model.h"
 #include "engine/sampler.h"
 #include "engine/state_snapshot.h"
@@ -88,6 +89,7 @@ int run(const GenerateOptions& o) {
   if (o.storage == "dense") model_options.storage = qpu::engine::WeightStorage::Dense;
   else if (o.storage == "sparse") model_options.storage = qpu::engine::WeightStorage::Sparse;
   else if (o.storage != "auto") qpu::fail("--storage must be auto, dense or sparse, got '{}'", o.storage);
+  model_options.build_threads = omp_get_max_threads();  // layers packed side by side while loading
   qpu::engine::Sampler sampler({o.temperature, o.top_p, o.seed});  // validates before the slow load
 
   // The tokenizer: --tokenizer, or tokenizer.json next to the weights.
@@ -115,7 +117,7 @@ int run(const GenerateOptions& o) {
   }
 
   const auto load_start = Clock::now();
-  qpu::engine::Model model(qpu::io::load_qwen35(o.checkpoint), model_options);
+  const qpu::engine::Model model = qpu::engine::load_model(o.checkpoint, model_options);
   const qpu::io::Qwen35Config& config = model.config();
   for (int64_t id : prompt) {
     if (id < 0 || id >= config.vocab_size) qpu::fail("prompt token {} is outside the vocabulary [0, {})", id, config.vocab_size);

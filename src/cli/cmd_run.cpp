@@ -27,8 +27,8 @@
 #include "cli/command_registry.h"
 #include "cli/run_c_flags.h"
 #include "common/error.h"
+#include "engine/load_model.h"
 #include "engine/model.h"
-#include "io/qwen35_weights.h"
 #include "machine/machine_checkpoint.h"
 #include "machine/story_interface.h"
 #include "reference/llama2_checkpoint.h"
@@ -109,7 +109,9 @@ int run_from_files(const RunOptions& o, bool verify) {
 
   using Clock = std::chrono::steady_clock;
   const auto t0 = Clock::now();
-  const engine::Model model(io::load_qwen35(o.dir));
+  engine::ModelOptions model_options;
+  model_options.build_threads = omp_get_max_threads();  // layers packed side by side while loading
+  const engine::Model model = engine::load_model(o.dir, model_options);
   const auto& c = model.config();
   if (c.vocab_size != m.fields().host_vocab)
     fail("{}: config.json has a vocabulary of {}, {} describes {} host tokens", o.dir, c.vocab_size,

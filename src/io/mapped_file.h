@@ -21,6 +21,13 @@ class MappedFile {
   std::span<const std::byte> bytes() const { return {data_, size_}; }
   size_t size() const { return size_; }
 
+  // Drops the mapping's pages that cover `range` (a part of bytes()) from this process's
+  // memory (madvise MADV_DONTNEED): a loader that has copied a tensor out gives its pages
+  // back, so a streamed load's resident memory does not grow by the file it reads. The
+  // mapping is private and read-only, so a later read faults the same bytes back in from
+  // the file; releasing a page another reader still uses is therefore harmless.
+  void release_pages(std::span<const std::byte> range) const noexcept;
+
  private:
   void release() noexcept;
 

@@ -28,6 +28,7 @@ class Loader {
  public:
   // A dry loader checks names, shapes and dtypes but reads no data.
   Loader(const Checkpoint& checkpoint, bool dry) : checkpoint_(checkpoint), dry_(dry) {}
+  void set_dry(bool dry) { dry_ = dry; }
 
   bool has(const std::string& name) const { return checkpoint_.find(name) != nullptr; }
 
@@ -46,6 +47,7 @@ class Loader {
     if (dry_) return;
     out.resize(tensor.numel());
     entry->file->read_f32(tensor, out);
+    entry->file->release(tensor);  // the fp32 copy is what is kept
   }
 
   // Every tensor in the checkpoint must have been taken or be ignorable.
@@ -81,7 +83,12 @@ std::string detect_prefix(const Checkpoint& checkpoint, const Qwen35Config& conf
        checkpoint.source(), preferred, other);
 }
 
-Qwen35Weights load(const Checkpoint& checkpoint, Qwen35Config config, bool dry) {
+// What load() reads: every tensor, none (a check), or the globals only (the layers are
+// checked, and read later one at a time by Qwen35Reader::layer).
+enum class Read { All, Nothing, Globals };
+
+Qwen35Weights load(const Checkpoint& checkpoint, Qwen35Config config, Read read) {
+  const bool dry = read == Read::Nothing;
   Qwen35Weights weights;
   weights.config = std::move(config);
   Qwen35Config& c = weights.config;
@@ -96,13 +103,18 @@ Qwen35Weights load(const Checkpoint& checkpoint, Qwen35Config config, bool dry) 
   // (transformers warns and does not tie); an lm_head without an embedding serves
   // as both. Without tying, lm_head is required.
   const bool head_only = c.tie_word_embeddings && !loader.has(embed.name) && loader.has(kLmHeadName);
-  for (auto& slot : slots) {
+  const size_t first_layer_slot = 1, end_layer_slot = slots.size() - 1;  // embed_tokens, the layers, norm
+  for (size_t i = 0; i < slots.size(); ++i) {
+    WeightSlot& slot = slots[i];
     if (head_only && slot.values == &weights.embed_tokens) {
       loader.take(kLmHeadName, slot.shape, weights.embed_tokens);
       continue;
     }
+    loader.set_dry(dry || (read == Read::Globals && i >= first_layer_slot && i < end_layer_slot));
     loader.take(slot.name, slot.shape, *slot.values);
+    loader.set_dry(dry);
   }
+  if (read == Read::Globals) weights.layers.clear();
   if (!head_only && (!c.tie_word_embeddings || loader.has(kLmHeadName))) {
     loader.take(kLmHeadName, head_shape, weights.lm_head);
     if (c.tie_word_embeddings) {
@@ -124,11 +136,44 @@ Qwen35Weights load(const Checkpoint& checkpoint, Qwen35Config config, bool dry) 
 Qwen35Weights load_qwen35(const std::filesystem::path& checkpoint_dir) {
   const Qwen35Config config = load_qwen35_config(checkpoint_dir);
   const Checkpoint checkpoint(checkpoint_dir);
-  return load(checkpoint, config, /*dry=*/false);
+  return load(checkpoint, config, Read::All);
 }
 
 void check_qwen35_tensors(const Checkpoint& checkpoint, const Qwen35Config& config) {
-  load(checkpoint, config, /*dry=*/true);
+  load(checkpoint, config, Read::Nothing);
+}
+
+Qwen35Reader::Qwen35Reader(const std::filesystem::path& checkpoint_dir) {
+  Qwen35Config config = load_qwen35_config(checkpoint_dir);  // first, as load_qwen35: the same errors
+  checkpoint_ = std::make_unique<Checkpoint>(checkpoint_dir);
+  globals_ = load(*checkpoint_, std::move(config), Read::Globals);
+}
+
+Qwen35Reader::~Qwen35Reader() = default;
+
+Qwen35Weights Qwen35Reader::globals() const { return globals_; }
+
+Qwen35Weights Qwen35Reader::take_globals() {
+  Qwen35Weights out = std::move(globals_);
+  globals_ = Qwen35Weights{};
+  globals_.config = out.config;
+  return out;
+}
+
+LayerWeights Qwen35Reader::layer(int64_t index) const {
+  const Qwen35Config& c = globals_.config;
+  if (index < 0 || index >= c.num_hidden_layers)
+    fail("{}: layer {} is outside the checkpoint's {} layers", checkpoint_->source(), index, c.num_hidden_layers);
+  LayerWeights layer;
+  layer.type = c.layer_types[static_cast<size_t>(index)];
+  // The constructor checked every name, shape and dtype: here the data is only read.
+  for (WeightSlot& slot : qwen35_layer_slots(c, index, layer)) {
+    const Checkpoint::Entry& entry = checkpoint_->get(slot.name);
+    slot.values->resize(entry.tensor->numel());
+    entry.file->read_f32(*entry.tensor, *slot.values);
+    entry.file->release(*entry.tensor);
+  }
+  return layer;
 }
 
 }  // namespace qpu::io

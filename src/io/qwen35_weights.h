@@ -5,6 +5,7 @@
 // misshaped tensors are errors that name the file and the tensor.
 #include <cstdint>
 #include <filesystem>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -101,9 +102,36 @@ struct Qwen35Weights {
 // Reads config.json and model.safetensors or model.safetensors.index.json + shards.
 Qwen35Weights load_qwen35(const std::filesystem::path& checkpoint_dir);
 
+class Checkpoint;
+
+// A checkpoint opened for a streamed load (engine::Model's LayerSource): the files are
+// mapped, every tensor is checked against the config as load_qwen35 checks it (missing,
+// unexpected, misshaped, wrong dtype: an error before anything is built), the globals
+// (embedding, final norm, LM head) are read, and each layer's tensors are read and upcast
+// to fp32 only when layer(l) asks for them. So a loader holds one layer in fp32 at a time
+// instead of the whole checkpoint. layer() only reads the mapped files: it may be called
+// from several threads at once.
+class Qwen35Reader {
+ public:
+  explicit Qwen35Reader(const std::filesystem::path& checkpoint_dir);
+  ~Qwen35Reader();
+  Qwen35Reader(const Qwen35Reader&) = delete;
+  Qwen35Reader& operator=(const Qwen35Reader&) = delete;
+
+  const Qwen35Config& config() const { return globals_.config; }
+  // The config, embed_tokens, norm and lm_head, and no layers (a copy, or moved out:
+  // take_globals leaves only the config behind).
+  Qwen35Weights globals() const;
+  Qwen35Weights take_globals();
+  LayerWeights layer(int64_t index) const;
+
+ private:
+  std::unique_ptr<Checkpoint> checkpoint_;
+  Qwen35Weights globals_;
+};
+
 // Added by io: the same checks as load_qwen35 (every tensor present with the exact
 // shape and a float dtype, nothing unexpected) without reading any tensor data.
-class Checkpoint;
 void check_qwen35_tensors(const Checkpoint& checkpoint, const Qwen35Config& config);
 
 }  // namespace qpu::io

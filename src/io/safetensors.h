@@ -74,6 +74,8 @@ class SafetensorsFile {
   void read_f32(const TensorInfo& tensor, std::span<float> out) const;
   std::vector<float> read_f32(const TensorInfo& tensor) const;
   std::vector<float> read_f32(std::string_view name) const { return read_f32(get(name)); }
+  // Gives the tensor's pages back after it was read (MappedFile::release_pages).
+  void release(const TensorInfo& tensor) const noexcept { file_.release_pages(raw(tensor)); }
 
  private:
   std::filesystem::path path_;

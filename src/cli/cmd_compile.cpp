@@ -23,6 +23,7 @@
 #include "common/error.h"
 #include "machine/machine_checkpoint.h"
 #include "machine/sample_part.h"
+#include "machine/story_tokenizer.h"
 #include "machine/token_machine.h"
 #include "reference/llama2_checkpoint.h"
 #include "reference/tokenizer.h"
@@ -105,7 +106,6 @@ int run_compile(const CompileOptions& o) {
   const InputHashes hashes{tools::file_sha256(o.checkpoint), tools::file_sha256(o.tokenizer)};
   const reference::Llama2Config& cfg = checkpoint.config();
   const reference::Tokenizer tokenizer = reference::Tokenizer::load(o.tokenizer, cfg.vocab_size);
-  (void)tokenizer;  // loaded for its checks: a tokenizer of another vocabulary is refused here
   if (o.positions > cfg.seq_len) fail("flag --positions: {} is more than the model's seq_len {}", o.positions, cfg.seq_len);
   const int positions = o.positions > 0 ? o.positions : cfg.seq_len;
 
@@ -149,6 +149,8 @@ int run_compile(const CompileOptions& o) {
   extras.machine = machine_description(o, cfg, hashes, m, interface, parameters);
   extras.machine["interface"] = interface.to_json();
   extras.nested_tokenizer = read_file(o.tokenizer);
+  extras.tokenizer_json = machine::story_tokenizer_json(interface, tokenizer);
+  extras.tokenizer_config = machine::story_tokenizer_config(interface);
   machine::CheckpointWriteOptions wo;
   wo.max_shard_bytes = static_cast<uint64_t>(o.max_shard_bytes);
   const bool tty = isatty(fileno(stderr)) != 0;

@@ -122,6 +122,34 @@ class StripDecoder final : public Decoder {
   std::size_t stop_;
 };
 
+// `tokenizers`' Metaspace decoder: every `replacement` character becomes a space, except
+// in the first token when a prefix space is prepended (prepend_scheme "first" or
+// "always"), where it is dropped, as the space the pre-tokenizer would have added.
+class MetaspaceDecoder final : public Decoder {
+ public:
+  MetaspaceDecoder(char32_t replacement, bool strip_first) : replacement_(replacement), strip_first_(strip_first) {}
+  std::vector<std::string> decode_chain(std::vector<std::string> tokens) const override {
+    for (std::size_t t = 0; t < tokens.size(); ++t) {
+      const std::string& token = tokens[t];
+      std::string out;
+      for (std::size_t i = 0; i < token.size();) {
+        const std::size_t begin = i;
+        if (next_char(token, i) != replacement_) {
+          out.append(token, begin, i - begin);
+        } else if (t != 0 || !strip_first_) {
+          out += ' ';
+        }
+      }
+      tokens[t] = std::move(out);
+    }
+    return tokens;
+  }
+
+ private:
+  char32_t replacement_;
+  bool strip_first_;
+};
+
 // Every match of the pattern in a token is replaced by `content`.
 class ReplaceDecoder final : public Decoder {
  public:
@@ -184,6 +212,22 @@ std::unique_ptr<Decoder> parse_decoder(const Json& value, const JsonPath& at) {
     const auto stop = read_int(value, "stop", at, 0, std::numeric_limits<std::int32_t>::max());
     return std::make_unique<StripDecoder>(c, static_cast<std::size_t>(start), static_cast<std::size_t>(stop));
   }
+  if (type == "Metaspace") {
+    const std::string r = read_string(value, "replacement", at);
+    std::size_t i = 0;
+    if (r.empty() || !is_valid_utf8(r) || (next_char(r, i), i != r.size()))
+      at.field("replacement").fail("expected exactly one character");
+    i = 0;
+    const char32_t c = next_char(r, i);
+    // prepend_scheme (tokenizers >= 0.19), else the older add_prefix_space (true: "always").
+    bool strip_first = read_bool(value, "add_prefix_space", at, true);
+    if (const auto scheme = read_optional_string(value, "prepend_scheme", at)) {
+      if (*scheme != "first" && *scheme != "always" && *scheme != "never")
+        at.field("prepend_scheme").fail("expected \"first\", \"always\" or \"never\", found \"" + *scheme + "\"");
+      strip_first = *scheme != "never";
+    }
+    return std::make_unique<MetaspaceDecoder>(c, strip_first);
+  }
   if (type == "Replace") {
     return std::make_unique<ReplaceDecoder>(parse_pattern(value, at), read_string(value, "content", at));
   }
@@ -199,7 +243,7 @@ std::unique_ptr<Decoder> parse_decoder(const Json& value, const JsonPath& at) {
     return std::make_unique<SequenceDecoder>(std::move(steps));
   }
   at.fail("unsupported decoder type \"" + type +
-          "\" (supported: ByteLevel, ByteFallback, Fuse, Strip, Replace, Sequence)");
+          "\" (supported: ByteLevel, ByteFallback, Fuse, Strip, Metaspace, Replace, Sequence)");
 }
 
 }  // namespace qpu::tokenizer

@@ -7,6 +7,9 @@
 //    what is wrong;
 //  * the pipeline's dumps: every nested logits vector it writes equals run.c's logits bit
 //    for bit, and the host token file is the prompt followed by the generated stream;
+//  * the story tokenizer (machine/story_tokenizer.h): decoding story tokens between
+//    other host tokens gives what run.c prints for those nested tokens, for every first
+//    token and many random stories, and the machine's own host stream decodes to its story;
 //  * `qpu prompt DIR` reads only qpu-machine.json and nested-tokenizer.bin and prints the
 //    machine's prompt; `qpu run` refuses a directory without a description or weights,
 //    and flags the machine does not hold, before any work.
@@ -34,12 +37,14 @@
 #include "common/testing/scratch_files.h"
 #include "machine/machine_checkpoint.h"
 #include "machine/story_interface.h"
+#include "machine/story_tokenizer.h"
 #include "machine/token_machine.h"
 #include "reference/llama2_checkpoint.h"
 #include "reference/tokenizer.h"
 #include "reference/transformer.h"
 #include "runner/story_session.h"
 #include "runner/story_stream.h"
+#include "tokenizer/tokenizer.h"
 
 namespace qpu::runner {
 namespace {
@@ -243,6 +248,88 @@ TEST(StorySession, DumpsRunCsLogitsAndTheHostStream) {
   const std::string last = m.control_names.at(static_cast<size_t>(host.back() - m.control.first));
   EXPECT_EQ(last, "TOK." + std::to_string(tokens.back()));
   EXPECT_FALSE(fs::exists(scratch / ("logits.bin.tmp-" + std::to_string(getpid()))));
+  // The generated host tokens, decoded with the story tokenizer, are the story.
+  fs::path tokenizer_json = scratch / "tokenizer.json";
+  testing::write_file(tokenizer_json, machine::story_tokenizer_json(interface, tok512()));
+  const tokenizer::Tokenizer decoder = tokenizer::Tokenizer::load(tokenizer_json);
+  const std::vector<int32_t> generated(host.begin() + static_cast<std::ptrdiff_t>(plan.host_prompt.size()), host.end());
+  EXPECT_EQ(decoder.decode(generated, true), expected);
+}
+
+// run.c's stdout for a nested token stream that starts with BOS (without the final
+// newline): each piece after the first, the first one after BOS stripped, up to a BOS.
+std::string run_c_text(const std::vector<int>& tokens) {
+  std::string text;
+  for (size_t i = 1; i < tokens.size() && tokens[i] != 1; ++i)
+    text += reference::printable_piece(tok512().decode(tokens[i - 1], tokens[i]));
+  return text;
+}
+
+TEST(StoryTokenizer, DecodesStoryTokensAsRunCPrintsThem) {
+  const StoryInterface m = greedy_machine().story_interface();
+  testing::ScratchDir scratch;
+  testing::write_file(scratch / "tokenizer.json", machine::story_tokenizer_json(m, tok512()));
+  const tokenizer::Tokenizer decoder = tokenizer::Tokenizer::load(scratch / "tokenizer.json");
+  auto story_id = [&](int k) { return static_cast<int32_t>(m.id("TOK." + std::to_string(k))); };
+  const auto host_vocab = static_cast<int32_t>(m.fields().host_vocab);
+  auto is_story_token = [&](int32_t id) {
+    const int64_t c = id - m.first_control();
+    return c >= 0 && m.controls()[static_cast<size_t>(c)].starts_with("TOK.");
+  };
+  std::mt19937_64 rng(30);
+  // A stream of story tokens for `tokens` (from BOS), each preceded by up to 5 other host
+  // tokens (value and control tokens), as a machine's stream has them.
+  auto stream_of = [&](const std::vector<int>& tokens) {
+    std::vector<int32_t> ids;
+    for (size_t i = 1; i < tokens.size(); ++i) {
+      for (uint64_t n = rng() % 6; n > 0; --n) {
+        int32_t other = 0;
+        do other = static_cast<int32_t>(rng() % static_cast<uint64_t>(host_vocab));
+        while (is_story_token(other));
+        ids.push_back(other);
+      }
+      ids.push_back(story_id(tokens[i]));
+      if (tokens[i] == 1) break;
+    }
+    return ids;
+  };
+  int checked = 0;
+  // Every nested token as the first one (the stripped leading space), then another.
+  for (int k = 0; k < 512; ++k) {
+    const std::vector<int> tokens{1, k, static_cast<int>(rng() % 512)};
+    ASSERT_EQ(decoder.decode(stream_of(tokens), true), run_c_text(tokens)) << "first token " << k;
+    ++checked;
+  }
+  // Random stories (a BOS among them ends the text).
+  for (int c = 0; c < 2000; ++c) {
+    std::vector<int> tokens{1};
+    for (uint64_t n = 1 + rng() % 12; n > 0; --n) tokens.push_back(static_cast<int>(rng() % 512));
+    ASSERT_EQ(decoder.decode(stream_of(tokens), true), run_c_text(tokens)) << "story " << c;
+    ++checked;
+  }
+  EXPECT_EQ(checked, 2512);
+}
+
+TEST(StoryTokenizer, RefusesATokenizerOfAnotherVocabulary) {
+  const StoryInterface m = greedy_machine().story_interface();
+  testing::ScratchDir scratch;
+  // A run.c tokenizer.bin of 300 pieces: max_token_length, then per piece score, length, bytes.
+  std::string bin;
+  auto put = [&](const auto& v) { bin.append(reinterpret_cast<const char*>(&v), sizeof v); };
+  put(int32_t{8});
+  for (int i = 0; i < 300; ++i) {
+    const std::string piece = "t" + std::to_string(i);
+    put(0.0f);
+    put(static_cast<int32_t>(piece.size()));
+    bin += piece;
+  }
+  testing::write_file(scratch / "tok300.bin", bin);
+  const reference::Tokenizer other = reference::Tokenizer::load(scratch / "tok300.bin", 300);
+  EXPECT_NE(error_of([&] { (void)machine::story_tokenizer_json(m, other); }).find("nested vocabulary is 512"),
+            std::string::npos);
+  const nlohmann::json config = machine::story_tokenizer_config(m);
+  EXPECT_EQ(config.at("eos_token"), "<|qpu:DONE|>");
+  EXPECT_EQ(config.at("clean_up_tokenization_spaces"), false);
 }
 
 testing::CommandResult run_qpu(const std::string& args) {

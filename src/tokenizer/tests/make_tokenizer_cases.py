@@ -346,6 +346,7 @@ DECODER_TOKENS = [
     "<0x41>", "<0xE2>", "<0x82>", "<0xAC>", "<0xF0>", "<0x9F>", "<0x98>", "<0x80>", "<0xFF>", "<0x0A>",
     "<0x20>", "<0xe2>", "<0x+F>", "<0xZZ>", "<0x4>", "<0x411>", "▁", "▁hello", "▁▁", "world", " ", "  ",
     "Ġ", "Ġhello", "Ċ", "âĤ¬", "ðŁĺ", "Ģ", "é", "€", "😀", "x", "<s>", "abc", "a▁b", "▁a▁",
+    "\ue000Once", "\ue000", "a\ue000b", "\ue000\ue000",
 ]
 
 
@@ -361,6 +362,12 @@ def decoder_components():
         decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse(),
                            decoders.Strip(content=" ", left=1, right=0)]),
         decoders.Sequence([decoders.ByteFallback(), decoders.ByteLevel()]),
+        decoders.Metaspace(replacement="▁", prepend_scheme="first"),
+        decoders.Metaspace(replacement="▁", prepend_scheme="never"),
+        decoders.Metaspace(replacement="\ue000", prepend_scheme="always", split=False),
+        # The story machine's decoder (machine/story_tokenizer.h).
+        decoders.Sequence([decoders.Metaspace(replacement="\ue000", prepend_scheme="first", split=False),
+                           decoders.Replace(Regex("<0x00>|<0x7F>"), ""), decoders.ByteFallback(), decoders.Fuse()]),
     ]
 
 

@@ -1,0 +1,119 @@
+#include "machine/story_tokenizer.h"
+
+#include <cstdio>
+#include <set>
+
+#include "common/error.h"
+
+namespace qpu::machine {
+
+namespace {
+
+bool valid_utf8(const std::string& s) {
+  size_t i = 0;
+  while (i < s.size()) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    const int n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xe ? 3 : (c >> 3) == 0x1e ? 4 : 0;
+    if (n == 0 || i + static_cast<size_t>(n) > s.size()) return false;
+    for (int k = 1; k < n; ++k)
+      if ((static_cast<unsigned char>(s[i + static_cast<size_t>(k)]) >> 6) != 0x2) return false;
+    i += static_cast<size_t>(n);
+  }
+  return true;
+}
+
+// The bytes run.c's safe_printf prints as a one-byte piece (isprint or isspace, C locale).
+bool printed_byte(int b) { return (b >= 0x20 && b <= 0x7e) || (b >= 0x09 && b <= 0x0d); }
+
+std::string special_text(const std::string& name) { return "<|qpu:" + name + "|>"; }
+
+// TOK.k's nested id, or -1 for any other control name.
+int story_token(const std::string& name) {
+  if (!name.starts_with("TOK.")) return -1;
+  const std::string digits = name.substr(4);
+  if (digits.empty() || digits.find_first_not_of("0123456789") != std::string::npos) return -1;
+  return std::stoi(digits);
+}
+
+}  // namespace
+
+std::string story_tokenizer_json(const StoryInterface& m, const reference::Tokenizer& nested) {
+  using nlohmann::json;
+  if (nested.vocab_size() != m.nested_vocab())
+    fail("story tokenizer: run.c's tokenizer has {} pieces, the machine's nested vocabulary is {}", nested.vocab_size(),
+         m.nested_vocab());
+  std::set<std::string> texts;
+  auto unique = [&](const std::string& text, const std::string& what) {
+    if (!texts.insert(text).second) fail("story tokenizer: {} has the text '{}' of another host token", what, text);
+  };
+  // Every host token is in the model's vocabulary at its machine id: stock `tokenizers`
+  // gives an added token its model id when the model has its text, and otherwise the next
+  // id after the model's (declared ids are not kept). The special ones are added tokens
+  // too, so that decode skips them.
+  json vocab = json::object();
+  json added = json::array();
+  auto special = [&](int64_t id, const std::string& content, const std::string& what) {
+    unique(content, what);
+    vocab[content] = id;
+    added.push_back({{"id", id}, {"content", content}, {"single_word", false}, {"lstrip", false},
+                     {"rstrip", false}, {"normalized", false}, {"special", true}});
+  };
+  const npu::ValueVocab& values = m.fields().values;
+  for (int64_t i = 0; i < values.size(); ++i)
+    special(values.first + i, "<|qpu_v" + std::to_string(i) + "|>", "value token " + std::to_string(i));
+  const std::vector<std::string>& names = m.controls();
+  for (size_t c = 0; c < names.size(); ++c) {
+    const int64_t id = m.first_control() + static_cast<int64_t>(c);
+    const int k = story_token(names[c]);
+    if (k < 0 || k == 1) {  // BOS: run.c stops there and prints nothing
+      special(id, special_text(names[c]), "control token " + names[c]);
+      continue;
+    }
+    if (k >= nested.vocab_size()) fail("story tokenizer: {} names a token outside the nested vocabulary", names[c]);
+    std::string piece(nested.piece(k));
+    if (!valid_utf8(piece)) fail("story tokenizer: nested piece {} is not valid UTF-8", k);
+    if (piece.find(kLeadingSpaceMarker) != std::string::npos)
+      fail("story tokenizer: nested piece {} holds U+E000, the leading-space marker", k);
+    if (!piece.empty() && piece[0] == ' ') piece = kLeadingSpaceMarker + piece.substr(1);
+    unique(piece, names[c]);
+    vocab[piece] = id;
+  }
+  if (static_cast<int64_t>(vocab.size()) != m.fields().host_vocab)
+    fail("story tokenizer: {} host tokens named, the machine has {}", vocab.size(), m.fields().host_vocab);
+  // The one-byte pieces run.c does not print, as one alternation of literal token texts.
+  std::string unprinted;
+  for (int b = 0; b < 256; ++b) {
+    if (printed_byte(b)) continue;
+    char buf[8];
+    std::snprintf(buf, sizeof buf, "<0x%02X>", b);
+    unprinted += (unprinted.empty() ? "" : "|") + std::string(buf);
+  }
+  json decoder = {{"type", "Sequence"},
+                  {"decoders", json::array({{{"type", "Metaspace"}, {"replacement", kLeadingSpaceMarker},
+                                             {"prepend_scheme", "first"}, {"split", false}},
+                                            {{"type", "Replace"}, {"pattern", {{"Regex", unprinted}}}, {"content", ""}},
+                                            {{"type", "ByteFallback"}},
+                                            {{"type", "Fuse"}}})}};
+  json model = {{"type", "BPE"},        {"dropout", nullptr}, {"unk_token", nullptr},
+                {"continuing_subword_prefix", nullptr}, {"end_of_word_suffix", nullptr},
+                {"fuse_unk", false},    {"byte_fallback", true}, {"ignore_merges", false},
+                {"vocab", vocab},       {"merges", json::array()}};
+  json doc = {{"version", "1.0"},       {"truncation", nullptr}, {"padding", nullptr},
+              {"added_tokens", added},  {"normalizer", nullptr}, {"pre_tokenizer", nullptr},
+              {"post_processor", nullptr}, {"decoder", decoder}, {"model", model}};
+  return doc.dump(1);
+}
+
+nlohmann::json story_tokenizer_config(const StoryInterface& m) {
+  (void)m.done();  // a machine without DONE has no eos token: refused here
+  return {{"tokenizer_class", "PreTrainedTokenizerFast"},
+          {"clean_up_tokenization_spaces", false},
+          {"add_bos_token", false},
+          {"add_eos_token", false},
+          {"bos_token", nullptr},
+          {"eos_token", special_text("DONE")},
+          {"pad_token", nullptr},
+          {"model_max_length", 1000000000000LL}};
+}
+
+}  // namespace qpu::machine

@@ -75,7 +75,7 @@
 #include <cmath>
 #include <cstring>
 
-#include "machine/machine.h"
+#include "machine/testing/machine.h"
 #endif
 
 namespace {

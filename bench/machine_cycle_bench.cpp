@@ -1,5 +1,5 @@
 // The engine's cost per machine cycle (one host forward) on a real looped machine:
-// stories260K's QKV machine (machine/qkv_machine.h, ~230 narrow Qwen3.5 layers), fed the
+// stories260K's QKV machine (machine/testing/qkv_machine.h, ~230 narrow Qwen3.5 layers), fed the
 // token stream of src/machine/tests/qkv_machine_test.cpp's first test (HDR, the WX writes
 // of run.c's x, WPOS, QKV(l), INC, RQ and RK read-backs at five (positions, layer) cases),
 // every forward of it a cycle.
@@ -61,7 +61,7 @@
 
 #include "engine/model.h"
 #include "engine/tests/tiny_model.h"
-#include "machine/qkv_machine.h"
+#include "machine/testing/qkv_machine.h"
 #include "machine/token_machine.h"
 #include "npu/tests/unit_harness.h"
 

@@ -1,6 +1,6 @@
 #pragma once
 // The attention half of a nested layer as a part of a looped machine, shared by the QKV
-// machine (machine/qkv_machine.h, its tests) and the whole-token machine
+// machine (machine/testing/qkv_machine.h, its tests) and the whole-token machine
 // (machine/token_machine.h):
 //
 //  * QKV(l) (1 cycle, sends nothing): rmsnorm (rms_att[l]) -> wq, wk, wv -> RoPE(POS)

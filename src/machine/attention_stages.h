@@ -1,6 +1,6 @@
 #pragma once
 // M2c (docs/npu-machine.md, "M2c"): the nested attention's stages on the looped machine,
-// in the stack below the KV cache of the QKV machine (machine/qkv_machine.h), one
+// in the stack below the KV cache of the QKV machine (machine/testing/qkv_machine.h), one
 // micro-op kind per stage of run.c's attention (docs/npu-attention.md §1, §7.1):
 //
 //   SCORE(l).b  1 cycle per block b of 8 positions (8 b .. 8 b + 7): reads q and the

@@ -1,6 +1,6 @@
 #pragma once
 // The FFN half of a nested layer as a part of a looped machine, shared by the FFN machine
-// (machine/ffn_machine.h) and the whole-token machine (machine/token_machine.h):
+// (machine/testing/ffn_machine.h) and the whole-token machine (machine/token_machine.h):
 //
 //   rmsnorm(xb, x, rms_ffn[l]); hb = w1 xb; hb2 = w3 xb; hb = silu(hb) * hb2;
 //   xb = w2 hb; x += xb

@@ -1,6 +1,6 @@
 #pragma once
 // The nested model's greedy HEAD as a part of a looped machine, shared by the HEAD
-// machine (machine/head_machine.h) and the whole-token machine (machine/token_machine.h):
+// machine (machine/testing/head_machine.h) and the whole-token machine (machine/token_machine.h):
 //
 //  * HEAD (1 cycle, sends nothing): rmsnorm(x, x, rms_final) -> wcls in row blocks ->
 //    sample_argmax (npu::rmsnorm_unit, npu::greedy_head_blocks); the winning logit into

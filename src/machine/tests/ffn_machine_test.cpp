@@ -1,4 +1,4 @@
-// M2a end to end (machine/ffn_machine.h): stories260K's FFN half-layers on the looped
+// M2a end to end (machine/testing/ffn_machine.h): stories260K's FFN half-layers on the looped
 // machine. A prompt loads run.c's x before the FFN of layer l (the golden record
 // x_att_res of the greedy story) into a register; the host's own greedy argmax, one
 // token per forward, then drives SW(l).0..24 (write-down cycles) and FFN(l).0..63 for
@@ -14,7 +14,7 @@
 
 #include "common/float_bits.h"
 #include "engine/model.h"
-#include "machine/ffn_machine.h"
+#include "machine/testing/ffn_machine.h"
 #include "machine_runner.h"
 #include "synthetic_checkpoint.h"
 #include "npu/tests/unit_harness.h"

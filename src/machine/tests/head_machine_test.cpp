@@ -1,4 +1,4 @@
-// M2d end to end (machine/head_machine.h): prompts load run.c's x after the last nested
+// M2d end to end (machine/testing/head_machine.h): prompts load run.c's x after the last nested
 // layer (golden x_ffn_res of layer n_layers - 1) into register X and run HEAD, whose
 // computed successor is the story token TOK.k; TOK.k writes k into TOK and names RT, which
 // sends k up, then RL sends the winning logit up. At every tested position of the greedy
@@ -14,7 +14,7 @@
 #include <set>
 
 #include "common/float_bits.h"
-#include "machine/head_machine.h"
+#include "machine/testing/head_machine.h"
 #include "machine_runner.h"
 #include "npu/tests/unit_harness.h"
 #include "reference/sampler.h"

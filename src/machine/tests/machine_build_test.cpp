@@ -10,7 +10,7 @@
 #include <cstdio>
 #include <string>
 
-#include "machine/qkv_machine.h"
+#include "machine/testing/qkv_machine.h"
 #include "machine/token_machine.h"
 #include "reference/llama2_checkpoint.h"
 

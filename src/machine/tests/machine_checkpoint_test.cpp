@@ -1,4 +1,4 @@
-// write_machine_checkpoint on the M1 machine (machine/machine.h): the directory holds the
+// write_machine_checkpoint on the M1 machine (machine/testing/machine.h): the directory holds the
 // machine's weights bit for bit (read back by load_qwen35, in bf16 where exact and fp32
 // elsewhere, in several shards), the engine loaded from the files generates the expected
 // stream, and a write that cannot happen leaves nothing behind.

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "engine/model.h"
-#include "machine/machine.h"
+#include "machine/testing/machine.h"
 
 namespace qpu::machine::testing {
 

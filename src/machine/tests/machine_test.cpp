@@ -1,4 +1,4 @@
-// The M1 machine end to end (machine/machine.h): a prompt loads x into register X,
+// The M1 machine end to end (machine/testing/machine.h): a prompt loads x into register X,
 // then the host's own greedy argmax, one token per forward, drives MV(A, 0..w-1) into
 // Y and MV(B, 0..w-1) (reading Y back through the register file) into Z, then DONE.
 // The generated stream must equal the expected one token for token, and y, z decoded

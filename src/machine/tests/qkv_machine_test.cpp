@@ -1,4 +1,4 @@
-// M2b end to end (machine/qkv_machine.h): prompts load run.c's x at the start of layer l
+// M2b end to end (machine/testing/qkv_machine.h): prompts load run.c's x at the start of layer l
 // (the golden record x_in of the greedy story) into register X and a position into POS
 // and run QKV(l), which stores q into the q RAM and k, v into the KV cache row of that
 // position, all in one cycle. In one host session: QKV(l) at p1; POS = p2 - 1 and INC
@@ -15,7 +15,7 @@
 #include <cstdio>
 #include <tuple>
 
-#include "machine/qkv_machine.h"
+#include "machine/testing/qkv_machine.h"
 #include "machine_runner.h"
 #include "npu/tests/unit_harness.h"
 #include "npu/expf_model.h"

@@ -1,4 +1,4 @@
-// M3 on the machine (machine/sample_machine.h): prompts load run.c's x after the last
+// M3 on the machine (machine/testing/sample_machine.h): prompts load run.c's x after the last
 // nested layer, the temperature and the coin, and run HEAD; the sampler's stages follow
 // (TEMP.b, MAX, EXP.b, SUM, PROB.b, CDF) and CDF's one-hot is the computed successor, the
 // story token TOK.k. Cases: sampled positions of run.c's runs (reference::Transformer and
@@ -20,7 +20,7 @@
 
 #include "common/error.h"
 #include "common/float_bits.h"
-#include "machine/sample_machine.h"
+#include "machine/testing/sample_machine.h"
 #include "machine_runner.h"
 #include "npu/tests/unit_harness.h"
 #include "npu/unit_attention.h"

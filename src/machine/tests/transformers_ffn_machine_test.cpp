@@ -1,4 +1,4 @@
-// Stock transformers runs the M2a machine (machine/ffn_machine.h) compiled from a
+// Stock transformers runs the M2a machine (machine/testing/ffn_machine.h) compiled from a
 // synthetic llama2.c checkpoint (dims from its header only: dim 6, hidden 5, 3 layers):
 // the checkpoint is exported, fed its prompt one token per forward with the cache, then
 // generates greedily (argmax fed back, one token per forward) until DONE. The stream
@@ -14,7 +14,7 @@
 
 #include <unistd.h>
 
-#include "machine/ffn_machine.h"
+#include "machine/testing/ffn_machine.h"
 #include "npu/export.h"
 #include "npu/tests/unit_harness.h"
 #include "synthetic_checkpoint.h"

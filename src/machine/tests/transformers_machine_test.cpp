@@ -12,7 +12,7 @@
 
 #include <unistd.h>
 
-#include "machine/machine.h"
+#include "machine/testing/machine.h"
 #include "machine/machine_checkpoint.h"
 #include "machine_runner.h"
 

@@ -16,7 +16,7 @@
 
 #include "common/testing/run_command.h"
 #include "common/testing/scratch_files.h"
-#include "machine/machine.h"
+#include "machine/testing/machine.h"
 #include "machine/machine_checkpoint.h"
 #include "machine_runner.h"
 

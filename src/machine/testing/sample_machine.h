@@ -1,6 +1,6 @@
 #pragma once
 // M3 (docs/npu-machine.md, "M3: sampling", "On the machine"): run.c's temperature
-// sampling below HEAD, as a test machine (the HEAD machine's shape, machine/head_machine.h,
+// sampling below HEAD, as a test machine (the HEAD machine's shape, machine/testing/head_machine.h,
 // with machine/sample_part.h after HEAD). A prompt loads x after the last nested layer
 // (run.c's x_ffn_res of layer n_layers - 1) into register X, the temperature into T and
 // the coin (run.c's random_f32 draw for this position) into COIN, and names HEAD; or,

@@ -1,4 +1,4 @@
-#include "machine/qkv_machine.h"
+#include "machine/testing/qkv_machine.h"
 
 #include <string>
 

@@ -1,4 +1,4 @@
-#include "machine/sample_machine.h"
+#include "machine/testing/sample_machine.h"
 
 #include <string>
 

@@ -1,4 +1,4 @@
-#include "machine/ffn_machine.h"
+#include "machine/testing/ffn_machine.h"
 
 #include <cmath>
 #include <string>

@@ -1,4 +1,4 @@
-#include "machine/head_machine.h"
+#include "machine/testing/head_machine.h"
 
 #include <string>
 

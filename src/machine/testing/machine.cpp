@@ -1,4 +1,4 @@
-#include "machine/machine.h"
+#include "machine/testing/machine.h"
 
 #include <string>
 

@@ -27,7 +27,7 @@
 //         looped1024_idletoken the same layers on tokens that activate nothing.
 //   BM_DeepStack/threads:T   4,000 narrow128_256 layers: items/s = tokens/s.
 //   BM_LmHead/threads:T      the looped machine's output matrix: 37,400 x 1024 CSR rows
-//                            with 4 nonzeros (value-part token scoring, npu-machine.md 3.5).
+//                            with 4 nonzeros (value-part token scoring, design study 3.5 in docs/journal).
 //   BM_ValueHead, BM_Product  single products with sparse inputs (see their comments).
 //   BM_IdleAttention/positions:T/skip:S/threads:N   20 looped1024_active5 layers, layer 10
 //                            an all-zero full-attention layer (what compiled checkpoints

@@ -69,7 +69,7 @@ inline constexpr ValueId kNever = -2;
 // computed exactly (one or two terms), and every write onto a non-empty row keeps
 // c - old and old + (c - old) exact (e.g. integer cells below 2^24; offset != 0).
 // The state belongs to the layer the op is scheduled in: it holds functions of
-// that layer's input only (npu-machine.md section 1).
+// that layer's input only (docs/npu-machine.md, "The depth law").
 //
 // Conv taps (Qwen3.5's causal conv1d, kernel 4, on every q/k/v channel): an operand
 // may be taken from the layer input of token t - tau instead of the current token t

@@ -1,6 +1,6 @@
 #pragma once
 // The C loop `val = 0; for j: val += w[j]*x[j]` with THREE of C's additions per MLP
-// sublayer instead of one (docs/npu-machine.md §3.3). The chain of dependent additions
+// sublayer instead of one (docs/journal/npu-machine-design-study.md §3.3). The chain of dependent additions
 // is what sets the NPU's depth, so this cuts a 64-term dot product from 64 sublayers to
 // 1 + 21.
 //

@@ -16,7 +16,7 @@
 // tokens skipped, to exactly the bytes run.c prints (safe_printf: a single byte that is
 // neither isprint nor isspace in the C locale is not printed).
 // Encoding with this file is not run.c's encoding (no merges): the CLI encodes prompts
-// with the reference's BPE (docs/npu-machine.md §5.2).
+// with the reference's BPE (docs/journal/npu-machine-design-study.md §5.2).
 #include <cstdint>
 #include <filesystem>
 #include <string>

@@ -1,6 +1,6 @@
 #pragma once
 // run.c's coin of the n-th draw, computed in one pass from the seed and n
-// (docs/npu.md, "RNG draw by GF(2) jump"; docs/npu-machine.md section 6.3). The looped
+// (docs/npu.md, "RNG draw by GF(2) jump"; docs/journal/npu-machine-design-study.md section 6.3). The looped
 // machine cannot carry the 64-bit xorshift state from one nested position to the next
 // (it would have to go up through value tokens), but the state update is linear over
 // GF(2): the state after n steps is M^n seed, M a 64x64 bit matrix. So the unit takes

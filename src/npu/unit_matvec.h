@@ -4,7 +4,7 @@
 // exact float operations: y[i] = (((0 + w[i][0] x[0]) + w[i][1] x[1]) + ...) left to
 // right (reference::matmul).
 //
-// Weights live in down columns, not one neuron per weight (docs/npu-machine.md §3.2):
+// Weights live in down columns, not one neuron per weight (docs/journal/npu-machine-design-study.md §3.2):
 // column j of matrix M is ONE neuron, gate 128 * flag_M, up x_j / 128, so its output is
 // x_j exactly when M is selected and +-0 otherwise; its down column holds M[:, j], so
 // product value P[i] receives fl(M[i][j] * x_j) as the only live term of its down sum

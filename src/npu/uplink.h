@@ -3,7 +3,7 @@
 //
 // In a decoder-only host every cache belongs to one layer and stores that layer's input,
 // so a value computed at depth d reaches later tokens only at depths > d; the one path
-// back to the shallow layers is the output token (docs/npu-machine.md §1). The uplink
+// back to the shallow layers is the output token (docs/npu-machine.md, "The depth law"). The uplink
 // makes that path exact: a float x is split into three parts of at most 8 significant
 // bits (x = p0 + p1 + p2 exactly), and a part is emitted as a *value token* whose id
 // names (sign, binade j, 8-bit mantissa m): part = ±m·2^(j-7), m in [128, 255]. The

@@ -28,7 +28,7 @@ struct TraceWindow {
 };
 // "NAME=[LO,HI]" with ( or ) for open ends; LO and HI are numbers or 2^K.
 TraceWindow parse_trace_window(const std::string& spec);
-// npu=[2^-78,2^36] (the NPU's value window), token=[2^-101,2^37] (npu-machine.md 3.5's
+// npu=[2^-78,2^36] (the NPU's value window), token=[2^-101,2^37] (the machine design study 3.5's
 // part-token window) and gdn=[18,2^50) (a GDN RAM cell, 3.4).
 std::vector<TraceWindow> default_trace_windows();
 
@@ -63,7 +63,7 @@ class TraceStats {
   uint64_t files() const { return files_; }
 
   // One line per kind present, then the all-floats total; `band` is the binade width
-  // of one GDN cell range (45 in npu-machine.md 3.4).
+  // of one GDN cell range (45 in the machine design study 3.4, docs/journal).
   std::string text(int band) const;
   std::string json(int band) const;
 

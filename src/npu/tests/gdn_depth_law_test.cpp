@@ -1,4 +1,4 @@
-// The depth law of docs/npu-machine.md section 1, on the host itself: a layer's GDN
+// The depth law of docs/npu-machine.md ("The depth law"), on the host itself: a layer's GDN
 // state holds functions of that layer's input only. The same memory head (identical
 // weights) sits in layers 0 and 2; the row to write is computed by the MLPs of
 // layers 0 and 1, so it exists in the residual stream only from layer 2 on. At token 1

@@ -19,7 +19,8 @@
 // Environment: QPU_LEFTOVERS=n lists the first n live reads of values no op wrote on the
 // cycle (a dead-value clear that did not leave +0); QPU_WATCH_DIM=d prints every change of
 // residual dim d on the first counted cycle, with the values the sublayer writes there;
-// QPU_WIDTH=n prints the n widest sublayers and what is live across the widest (no run).
+// QPU_WIDTH=n prints the n widest sublayers and what is live across the widest (no run);
+// with QPU_WIDTH_BANDS=k also each of k bands' widest sublayer and the units holding it.
 // A diagnostic, not a test: the engine and the machine are as built.
 #include <omp.h>
 
@@ -135,6 +136,31 @@ int main(int argc, char** argv) {
     for (size_t i = 0; i < std::min(n, order.size()); ++i)
       std::printf("width: sublayer %zu (layer %zu, %s): %lld values live\n", order[i], order[i] / 2,
                   order[i] % 2 ? "MLP" : "mixer", static_cast<long long>(live[order[i]]));
+    // QPU_WIDTH_BANDS=k: the widest sublayer of each of k bands of layers, with the units
+    // (value name up to the first '.') that hold most of its live values.
+    if (const char* b = std::getenv("QPU_WIDTH_BANDS")) {
+      const auto bands = static_cast<size_t>(std::max(1L, std::atol(b)));
+      const size_t per = (live.size() - 1 + bands - 1) / bands;
+      for (size_t band = 0; band * per < live.size() - 1; ++band) {
+        size_t widest = band * per;
+        for (size_t s = band * per; s < std::min(live.size() - 1, (band + 1) * per); ++s)
+          if (live[s] > live[widest]) widest = s;
+        std::map<std::string, int64_t> units;
+        for (size_t v = 0; v < first.size(); ++v)
+          if (first[v] >= 0 && first[v] <= static_cast<int64_t>(widest) && last[v] >= static_cast<int64_t>(widest)) {
+            const std::string name = program.name(static_cast<ValueId>(v));
+            ++units[name.substr(0, name.find('.'))];
+          }
+        std::vector<std::pair<int64_t, std::string>> top;
+        for (const auto& [k, c] : units) top.push_back({c, k});
+        std::sort(top.rbegin(), top.rend());
+        std::printf("layers %5zu-%5zu: widest %5lld at layer %zu:", band * per / 2, std::min(live.size() - 1, (band + 1) * per) / 2,
+                    static_cast<long long>(live[widest]), widest / 2);
+        for (size_t i = 0; i < std::min<size_t>(7, top.size()); ++i)
+          std::printf(" %s %lld", top[i].second.c_str(), static_cast<long long>(top[i].first));
+        std::printf("\n");
+      }
+    }
     std::map<std::string, int64_t> names;
     for (size_t v = 0; v < first.size(); ++v)
       if (first[v] >= 0 && first[v] <= static_cast<int64_t>(order[0]) && last[v] >= static_cast<int64_t>(order[0]))

@@ -1,29 +1,14 @@
 #include "machine/story_tokenizer.h"
 
-#include <cstdio>
 #include <set>
+#include <utility>
 
 #include "common/error.h"
+#include "npu/host_vocab.h"
 
 namespace qpu::machine {
 
 namespace {
-
-bool valid_utf8(const std::string& s) {
-  size_t i = 0;
-  while (i < s.size()) {
-    const auto c = static_cast<unsigned char>(s[i]);
-    const int n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xe ? 3 : (c >> 3) == 0x1e ? 4 : 0;
-    if (n == 0 || i + static_cast<size_t>(n) > s.size()) return false;
-    for (int k = 1; k < n; ++k)
-      if ((static_cast<unsigned char>(s[i + static_cast<size_t>(k)]) >> 6) != 0x2) return false;
-    i += static_cast<size_t>(n);
-  }
-  return true;
-}
-
-// The bytes run.c's safe_printf prints as a one-byte piece (isprint or isspace, C locale).
-bool printed_byte(int b) { return (b >= 0x20 && b <= 0x7e) || (b >= 0x09 && b <= 0x0d); }
 
 std::string special_text(const std::string& name) { return "<|qpu:" + name + "|>"; }
 
@@ -71,7 +56,7 @@ std::string story_tokenizer_json(const StoryInterface& m, const reference::Token
     }
     if (k >= nested.vocab_size()) fail("story tokenizer: {} names a token outside the nested vocabulary", names[c]);
     std::string piece(nested.piece(k));
-    if (!valid_utf8(piece)) fail("story tokenizer: nested piece {} is not valid UTF-8", k);
+    if (!npu::valid_utf8(piece)) fail("story tokenizer: nested piece {} is not valid UTF-8", k);
     if (piece.find(kLeadingSpaceMarker) != std::string::npos)
       fail("story tokenizer: nested piece {} holds U+E000, the leading-space marker", k);
     if (!piece.empty() && piece[0] == ' ') piece = kLeadingSpaceMarker + piece.substr(1);
@@ -80,28 +65,14 @@ std::string story_tokenizer_json(const StoryInterface& m, const reference::Token
   }
   if (static_cast<int64_t>(vocab.size()) != m.fields().host_vocab)
     fail("story tokenizer: {} host tokens named, the machine has {}", vocab.size(), m.fields().host_vocab);
-  // The one-byte pieces run.c does not print, as one alternation of literal token texts.
-  std::string unprinted;
-  for (int b = 0; b < 256; ++b) {
-    if (printed_byte(b)) continue;
-    char buf[8];
-    std::snprintf(buf, sizeof buf, "<0x%02X>", b);
-    unprinted += (unprinted.empty() ? "" : "|") + std::string(buf);
-  }
+  const std::string unprinted = npu::unprinted_byte_tokens_regex();
   json decoder = {{"type", "Sequence"},
                   {"decoders", json::array({{{"type", "Metaspace"}, {"replacement", kLeadingSpaceMarker},
                                              {"prepend_scheme", "first"}, {"split", false}},
                                             {{"type", "Replace"}, {"pattern", {{"Regex", unprinted}}}, {"content", ""}},
                                             {{"type", "ByteFallback"}},
                                             {{"type", "Fuse"}}})}};
-  json model = {{"type", "BPE"},        {"dropout", nullptr}, {"unk_token", nullptr},
-                {"continuing_subword_prefix", nullptr}, {"end_of_word_suffix", nullptr},
-                {"fuse_unk", false},    {"byte_fallback", true}, {"ignore_merges", false},
-                {"vocab", vocab},       {"merges", json::array()}};
-  json doc = {{"version", "1.0"},       {"truncation", nullptr}, {"padding", nullptr},
-              {"added_tokens", added},  {"normalizer", nullptr}, {"pre_tokenizer", nullptr},
-              {"post_processor", nullptr}, {"decoder", decoder}, {"model", model}};
-  return doc.dump(1);
+  return npu::bpe_tokenizer_json(std::move(vocab), std::move(added), std::move(decoder));
 }
 
 nlohmann::json story_tokenizer_config(const StoryInterface& m) {

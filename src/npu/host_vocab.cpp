@@ -12,19 +12,6 @@ namespace qpu::npu {
 
 namespace {
 
-bool valid_utf8(const std::string& s) {
-  size_t i = 0;
-  while (i < s.size()) {
-    const auto c = static_cast<unsigned char>(s[i]);
-    const int n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xe ? 3 : (c >> 3) == 0x1e ? 4 : 0;
-    if (n == 0 || i + static_cast<size_t>(n) > s.size()) return false;
-    for (int k = 1; k < n; ++k)
-      if ((static_cast<unsigned char>(s[i + static_cast<size_t>(k)]) >> 6) != 0x2) return false;
-    i += static_cast<size_t>(n);
-  }
-  return true;
-}
-
 // run.c: sscanf(piece, "<0x%02hhX>", &b) == 1. True for the 256 canonical byte tokens and
 // for anything else that starts with "<0x" and a hex digit.
 bool looks_like_byte(const std::string& piece) {
@@ -44,6 +31,30 @@ bool canonical_byte(const std::string& piece) {
 bool printed_byte(int b) { return (b >= 0x20 && b <= 0x7e) || (b >= 0x09 && b <= 0x0d); }
 
 }  // namespace
+
+bool valid_utf8(const std::string& s) {
+  size_t i = 0;
+  while (i < s.size()) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    const int n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xe ? 3 : (c >> 3) == 0x1e ? 4 : 0;
+    if (n == 0 || i + static_cast<size_t>(n) > s.size()) return false;
+    for (int k = 1; k < n; ++k)
+      if ((static_cast<unsigned char>(s[i + static_cast<size_t>(k)]) >> 6) != 0x2) return false;
+    i += static_cast<size_t>(n);
+  }
+  return true;
+}
+
+std::string unprinted_byte_tokens_regex() {
+  std::string unprinted;
+  for (int b = 0; b < 256; ++b) {
+    if (printed_byte(b)) continue;
+    char buf[8];
+    std::snprintf(buf, sizeof buf, "<0x%02X>", b);
+    unprinted += (unprinted.empty() ? "" : "|") + std::string(buf);
+  }
+  return unprinted;
+}
 
 int64_t HostVocab::control(const std::string& name) const {
   for (size_t i = 0; i < controls.size(); ++i)
@@ -101,25 +112,23 @@ std::string host_tokenizer_json(const HostVocab& v) {
   for (int64_t t = v.values.first; t < v.values.first + v.values.size(); ++t)
     special(t, "<|qpu_v" + std::to_string(t - v.values.first) + "|>");
   for (size_t i = 0; i < v.controls.size(); ++i) special(v.first_control + static_cast<int64_t>(i), v.controls[i]);
-  // The byte tokens run.c does not print, as one alternation of literal token texts.
-  std::string unprinted;
-  for (int b = 0; b < 256; ++b) {
-    if (printed_byte(b)) continue;
-    char buf[8];
-    std::snprintf(buf, sizeof buf, "<0x%02X>", b);
-    unprinted += (unprinted.empty() ? "" : "|") + std::string(buf);
-  }
+  const std::string unprinted = unprinted_byte_tokens_regex();
   json decoder = {{"type", "Sequence"},
                   {"decoders", json::array({{{"type", "Replace"}, {"pattern", {{"Regex", unprinted}}}, {"content", ""}},
                                             {{"type", "ByteFallback"}},
                                             {{"type", "Fuse"}}})}};
+  return bpe_tokenizer_json(std::move(vocab), std::move(added), std::move(decoder));
+}
+
+std::string bpe_tokenizer_json(nlohmann::json vocab, nlohmann::json added, nlohmann::json decoder) {
+  using nlohmann::json;
   json model = {{"type", "BPE"},        {"dropout", nullptr}, {"unk_token", nullptr},
                 {"continuing_subword_prefix", nullptr}, {"end_of_word_suffix", nullptr},
                 {"fuse_unk", false},    {"byte_fallback", true}, {"ignore_merges", false},
-                {"vocab", vocab},       {"merges", json::array()}};
+                {"vocab", std::move(vocab)}, {"merges", json::array()}};
   json doc = {{"version", "1.0"},       {"truncation", nullptr}, {"padding", nullptr},
-              {"added_tokens", added},  {"normalizer", nullptr}, {"pre_tokenizer", nullptr},
-              {"post_processor", nullptr}, {"decoder", decoder}, {"model", model}};
+              {"added_tokens", std::move(added)}, {"normalizer", nullptr}, {"pre_tokenizer", nullptr},
+              {"post_processor", nullptr}, {"decoder", std::move(decoder)}, {"model", std::move(model)}};
   return doc.dump(1);
 }
 

@@ -22,6 +22,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "npu/uplink.h"
 #include "reference/tokenizer.h"
 
@@ -46,6 +48,17 @@ HostVocab make_host_vocab(const reference::Tokenizer& nested);
 
 // The tokenizer.json text.
 std::string host_tokenizer_json(const HostVocab& vocab);
+
+// Shared by the host tokenizers (this one and machine/story_tokenizer.h):
+// whether a piece is valid UTF-8 (a JSON string can hold it), and the regex alternation of
+// the byte tokens "<0xNN>" whose byte run.c's safe_printf does not print as a one-byte
+// piece (neither isprint nor isspace in the C locale), for a Replace decoder.
+bool valid_utf8(const std::string& s);
+std::string unprinted_byte_tokens_regex();
+// A tokenizer.json document: a BPE model over `vocab` (text -> id, no merges,
+// byte_fallback), the `added` tokens and `decoder`; no normalizer, pre-tokenizer or
+// post-processor.
+std::string bpe_tokenizer_json(nlohmann::json vocab, nlohmann::json added, nlohmann::json decoder);
 
 // The host ids run.c's stdout corresponds to, for a nested token stream that starts
 // with BOS (run.c prints every token after the first, the first one after BOS stripped,

@@ -11,6 +11,7 @@
 
 #include "common/float_bits.h"
 #include "engine/model.h"
+#include "same_run.h"
 #include "tiny_model.h"
 
 namespace qpu::engine::testing {
@@ -20,25 +21,11 @@ using io::LayerType;
 inline constexpr int64_t kGroup = 16;  // residual dims per group: hidden 64 = 4 groups
 
 inline void expect_bits(const std::vector<float>& got, const std::vector<float>& want, const std::string& what) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  for (size_t i = 0; i < got.size(); ++i) {
-    ASSERT_EQ(float_bits(got[i]), float_bits(want[i]))
-        << what << " [" << i << "]: " << describe_float(got[i]) << " vs " << describe_float(want[i]);
-  }
+  expect_same_bits(got, want, what);
 }
 
 inline void expect_same_state(const State& got, const State& want, const std::string& what) {
-  ASSERT_EQ(got.position, want.position) << what;
-  for (size_t l = 0; l < want.conv_state.size(); ++l) {
-    const std::string where = what + " layer " + std::to_string(l);
-    expect_bits(got.conv_state[l], want.conv_state[l], where + " conv_state");
-    expect_bits(got.recurrent_state[l], want.recurrent_state[l], where + " recurrent_state");
-    expect_bits(got.key_cache[l], want.key_cache[l], where + " key_cache");
-    expect_bits(got.value_cache[l], want.value_cache[l], where + " value_cache");
-  }
-  // The hints are kept the same way in both modes (a state may move between them).
-  EXPECT_EQ(got.conv_zero_inputs, want.conv_zero_inputs) << what;
-  EXPECT_EQ(got.recurrent_zero, want.recurrent_zero) << what;
+  expect_same_state_bits(got, want, what);
 }
 
 // Columns of a row-major [rows, cols] matrix outside `keep` (a group mask) set to 0.

@@ -13,12 +13,12 @@
 #include <nlohmann/json.hpp>
 
 #include "common/error.h"
-#include "common/float_bits.h"
 #include "common/testing/scratch_files.h"
 #include "engine/load_model.h"
 #include "io/qwen35_layout.h"
 #include "io/qwen35_save.h"
 #include "io/qwen35_weights.h"
+#include "same_run.h"
 #include "tiny_model.h"
 
 namespace qpu::engine {
@@ -27,34 +27,13 @@ namespace {
 using testing::LayerType;
 using testing::make_tiny_weights;
 using testing::TinySpec;
-
-const std::vector<int64_t> kTokens{3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7, 9, 3};
+using testing::expect_same_run;
 
 void expect_bits(const std::vector<float>& a, const std::vector<float>& b, const std::string& what) {
-  ASSERT_EQ(a.size(), b.size()) << what;
-  for (size_t i = 0; i < a.size(); ++i) ASSERT_EQ(float_bits(a[i]), float_bits(b[i])) << what << " [" << i << "]";
+  testing::expect_same_bits(a, b, what);
 }
 
-void expect_same_run(const Model& a, const Model& b, const std::string& what) {
-  State sa = a.new_state(), sb = b.new_state();
-  const auto vocab = static_cast<size_t>(a.config().vocab_size);
-  const auto hidden = static_cast<size_t>(a.config().hidden_size);
-  for (size_t s = 0; s < kTokens.size(); ++s) {
-    std::vector<float> la(vocab), lb(vocab), ha(hidden), hb(hidden);
-    a.forward(kTokens[s], sa, la, ha);
-    b.forward(kTokens[s], sb, lb, hb);
-    const std::string step = what + " step " + std::to_string(s);
-    expect_bits(la, lb, step + " logits");
-    expect_bits(ha, hb, step + " hidden");
-    for (size_t l = 0; l < sa.recurrent_state.size(); ++l) {
-      expect_bits(sa.recurrent_state[l], sb.recurrent_state[l], step + " recurrent_state " + std::to_string(l));
-      expect_bits(sa.conv_state[l], sb.conv_state[l], step + " conv_state " + std::to_string(l));
-      expect_bits(sa.key_cache[l], sb.key_cache[l], step + " key_cache " + std::to_string(l));
-      expect_bits(sa.value_cache[l], sb.value_cache[l], step + " value_cache " + std::to_string(l));
-    }
-    if (::testing::Test::HasFatalFailure()) return;
-  }
-}
+const std::vector<int64_t> kTokens{3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7, 9, 3};
 
 struct Saved {
   TinySpec spec;
@@ -100,7 +79,7 @@ TEST(LoadModel, StreamedFromFilesEqualsTheFullLoad) {
       EXPECT_EQ(a.sparse_matrices, b.sparse_matrices) << what;
       EXPECT_EQ(a.dense_bf16_matrices, b.dense_bf16_matrices) << what;
       EXPECT_EQ(full.config().tie_word_embeddings, streamed.config().tie_word_embeddings) << what;
-      expect_same_run(full, streamed, what);
+      expect_same_run(full, streamed, kTokens, what);
     }
   }
 }

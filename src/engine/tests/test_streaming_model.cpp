@@ -17,6 +17,7 @@
 #include "common/float_bits.h"
 #include "engine/model.h"
 #include "reference_forward.h"
+#include "same_run.h"
 #include "tiny_model.h"
 
 namespace qpu::engine {
@@ -27,6 +28,10 @@ using testing::make_tiny_weights;
 using testing::TinySpec;
 
 const std::vector<int64_t> kTokens{3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7, 9, 3};
+
+void expect_same_run(const Model& dense, const Model& streamed, const std::string& what) {
+  testing::expect_same_run(dense, streamed, kTokens, what);
+}
 
 // The weights minus the layers, and a source that hands out copies of the layers while
 // recording which it was asked for.
@@ -43,51 +48,6 @@ struct Split {
     };
   }
 };
-
-template <typename T>
-void expect_bits(const std::vector<T>& a, const std::vector<T>& b, const std::string& what) {
-  ASSERT_EQ(a.size(), b.size()) << what;
-  for (size_t i = 0; i < a.size(); ++i) {
-    if constexpr (std::is_same_v<T, float>) {
-      ASSERT_EQ(float_bits(a[i]), float_bits(b[i])) << what << " [" << i << "]";
-    } else {
-      ASSERT_EQ(a[i], b[i]) << what << " [" << i << "]";
-    }
-  }
-}
-
-void expect_same_state(const State& a, const State& b, const std::string& what) {
-  EXPECT_EQ(a.position, b.position) << what;
-  ASSERT_EQ(a.conv_state.size(), b.conv_state.size()) << what;
-  for (size_t l = 0; l < a.conv_state.size(); ++l) {
-    const std::string n = what + " layer " + std::to_string(l);
-    expect_bits(a.conv_state[l], b.conv_state[l], n + " conv_state");
-    expect_bits(a.recurrent_state[l], b.recurrent_state[l], n + " recurrent_state");
-    expect_bits(a.key_cache[l], b.key_cache[l], n + " key_cache");
-    expect_bits(a.value_cache[l], b.value_cache[l], n + " value_cache");
-  }
-  expect_bits(a.conv_zero_inputs, b.conv_zero_inputs, what + " conv_zero_inputs");
-  expect_bits(a.recurrent_zero, b.recurrent_zero, what + " recurrent_zero");
-}
-
-// Both models step through kTokens side by side; every step's logits, hidden and State
-// must match bit for bit.
-void expect_same_run(const Model& dense, const Model& streamed, const std::string& what) {
-  State sd = dense.new_state(), ss = streamed.new_state();
-  expect_same_state(sd, ss, what + " new_state");
-  const auto vocab = static_cast<size_t>(dense.config().vocab_size);
-  const auto hidden = static_cast<size_t>(dense.config().hidden_size);
-  for (size_t s = 0; s < kTokens.size(); ++s) {
-    std::vector<float> ld(vocab), ls(vocab), hd(hidden), hs(hidden);
-    dense.forward(kTokens[s], sd, ld, hd);
-    streamed.forward(kTokens[s], ss, ls, hs);
-    const std::string step = what + " step " + std::to_string(s);
-    expect_bits(ld, ls, step + " logits");
-    expect_bits(hd, hs, step + " hidden");
-    expect_same_state(sd, ss, step);
-    if (::testing::Test::HasFatalFailure()) return;
-  }
-}
 
 // A layer whose mixer output projection is all +0: skipped (IdleMixers::Skip), no state.
 void idle_mixer(io::LayerWeights& l) {

@@ -81,7 +81,7 @@ TEST(StoryTokenizerTransformers, AutoTokenizerDecodesTheStoryAsRunCPrintsIt) {
     ASSERT_EQ(expect.back() + "\n", published);
   }
   testing::write_file(dir / "ids.json", nlohmann::json(seqs).dump());
-  const std::string cmd = python + " " + QPU_SOURCE_DIR + "/src/runner/tests/story_tokenizer_decode.py " +
+  const std::string cmd = python + " " + QPU_SOURCE_DIR + "/src/npu/tests/host_tokenizer_decode.py " +
                           dir.path().string() + " " + (dir / "ids.json").string() + " " + (dir / "out.json").string();
   ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
   const auto got = nlohmann::json::parse(testing::read_file(dir / "out.json")).get<std::vector<std::string>>();

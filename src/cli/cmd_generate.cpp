@@ -30,6 +30,7 @@
 #include "engine/sampler.h"
 #include "engine/state_snapshot.h"
 #include "io/qwen35_weights.h"
+#include "machine/machine_checkpoint.h"
 #if __has_include("tokenizer/tokenizer.h")
 #include "tokenizer/tokenizer.h"
 #define QPU_HAVE_TOKENIZER 1
@@ -103,6 +104,11 @@ int run(const GenerateOptions& o) {
 #endif
 
   std::vector<int64_t> prompt;
+  if (o.prompt && fs::exists(fs::path(o.checkpoint) / qpu::machine::kMachineFileName))
+    qpu::fail("--prompt: {} is a compiled story machine; its tokenizer.json decodes the story but does not encode "
+              "run.c's prompts. Its host prompt comes from `qpu prompt DIR` (pass those ids with --tokens), or run it "
+              "with `qpu run DIR -i TEXT`",
+              o.checkpoint);
   if (o.prompt) {
 #ifdef QPU_HAVE_TOKENIZER
     if (!tokenizer) {

@@ -145,6 +145,12 @@ TEST_F(GenerateCli, ClearErrors) {
   r = run_qpu("generate " + ckpt + " --tokens 1 --snapshot-at 0 --snapshot-dir '" + (dir_ / "s").string() + "'", dir_);
   EXPECT_EQ(r.status, 1);
   EXPECT_NE(r.err.find("--snapshot-at"), std::string::npos) << r.err;
+  // A compiled story machine's prompt is the machine's recipe, not its tokenizer's encoding.
+  std::ofstream(dir_ / "ckpt" / "qpu-machine.json") << "{}";
+  r = run_qpu("generate " + ckpt + " --prompt 'Once upon a time'", dir_);
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.err.find("qpu prompt DIR"), std::string::npos) << r.err;
+  EXPECT_EQ(run_qpu("generate " + ckpt + " --tokens 1 -n 1", dir_).status, 0);
 }
 
 // --snapshot-at writes the state after N consumed tokens: read back, it goes on as the

@@ -148,6 +148,7 @@ int run_compile(const CompileOptions& o) {
   const machine::StoryInterface interface = m.story_interface();
   extras.machine = machine_description(o, cfg, hashes, m, interface, parameters);
   extras.machine["interface"] = interface.to_json();
+  extras.machine["map"] = machine::machine_map(m);
   extras.nested_tokenizer = read_file(o.tokenizer);
   extras.tokenizer_json = machine::story_tokenizer_json(interface, tokenizer);
   extras.tokenizer_config = machine::story_tokenizer_config(interface);

@@ -6,6 +6,19 @@
 
 namespace qpu::machine {
 
+std::string control_family(const std::string& name) {
+  std::string out;
+  for (size_t i = 0; i < name.size(); ++i) {
+    if (name[i] >= '0' && name[i] <= '9') {
+      while (i + 1 < name.size() && name[i + 1] >= '0' && name[i + 1] <= '9') ++i;
+      out += '#';
+    } else {
+      out += name[i];
+    }
+  }
+  return out;
+}
+
 int64_t ControlVocab::id(int64_t c) const {
   if (c < 0 || c >= count) fail("machine: no control token {} (there are {})", c, count);
   return first + c;

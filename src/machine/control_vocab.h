@@ -11,6 +11,7 @@
 // the value tokens (npu/uplink.h), on features of their own, so on a cycle that emits a
 // control token every value token scores 0 and vice versa.
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "compiler/allocate.h"
@@ -18,6 +19,10 @@
 #include "io/qwen35_weights.h"
 
 namespace qpu::machine {
+
+// A control token's family: its name with every run of digits collapsed to '#'
+// (FFN(2).17 -> FFN(#).#). Profiles and the machine map group tokens by it.
+std::string control_family(const std::string& name);
 
 struct ControlVocab {
   int64_t first = 0;        // host id of control token 0

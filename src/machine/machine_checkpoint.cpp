@@ -62,6 +62,28 @@ void write_text(const std::filesystem::path& path, const std::string& text) {
 
 }  // namespace
 
+nlohmann::json machine_map(const AssembledMachine& m) {
+  nlohmann::json families = nlohmann::json::object();
+  for (const std::string& name : m.control_names) {
+    nlohmann::json& count = families[control_family(name)];
+    count = count.is_null() ? 1 : count.get<int64_t>() + 1;
+  }
+  nlohmann::json memories = nlohmann::json::array();
+  const auto& ops = m.program.ops();
+  const compiler::Schedule& schedule = m.compiled.schedule;
+  const compiler::Allocation& alloc = m.compiled.allocation;
+  for (size_t i = 0; i < ops.size(); ++i) {
+    if (ops[i].kind != compiler::OpKind::GdnMemory) continue;
+    const compiler::GdnMemory& g = ops[i].gdn;
+    memories.push_back({{"label", ops[i].label},
+                        {"layer", schedule.sublayer[i] / 2},
+                        {"head", alloc.first_neuron[i]},
+                        {"address_bits", g.key_bits.size()},
+                        {"floats_per_row", g.data.size()}});
+  }
+  return {{"families", families}, {"memories", memories}};
+}
+
 uint64_t machine_parameters(const AssembledMachine& m) { return io::qwen35_parameter_count(m.compiled.weights.config); }
 
 std::filesystem::path check_checkpoint_target(const std::filesystem::path& dir) {

@@ -36,6 +36,13 @@ struct CheckpointWriteOptions {
   std::function<void(int64_t done, int64_t total)> progress;  // after each layer handed to the shards
 };
 
+// What the machine is made of, for qpu-machine.json ("map") and for tools that look at
+// a checkpoint: its control tokens by family (the name with every number collapsed to
+// '#', e.g. "SCORE(#).#": how many tokens each), and its memory map, one entry per GDN
+// memory in program order: the op's label, the host layer whose mixer holds it, its head
+// in that mixer, its row address bits and the values it holds per row.
+nlohmann::json machine_map(const AssembledMachine& m);
+
 // The parameter count of `m` as a dense checkpoint (every tensor at its config shape).
 uint64_t machine_parameters(const AssembledMachine& m);
 

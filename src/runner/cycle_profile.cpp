@@ -3,21 +3,11 @@
 #include <algorithm>
 
 #include "common/error.h"
+#include "machine/control_vocab.h"
 
 namespace qpu::runner {
 
-std::string micro_op_family(const std::string& name) {
-  std::string out;
-  for (size_t i = 0; i < name.size(); ++i) {
-    if (name[i] >= '0' && name[i] <= '9') {
-      while (i + 1 < name.size() && name[i + 1] >= '0' && name[i + 1] <= '9') ++i;
-      out += '#';
-    } else {
-      out += name[i];
-    }
-  }
-  return out;
-}
+std::string micro_op_family(const std::string& name) { return machine::control_family(name); }
 
 CycleProfile::CycleProfile(int64_t first_control, const std::vector<std::string>& control_names)
     : first_control_(first_control) {

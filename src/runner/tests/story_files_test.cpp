@@ -26,6 +26,7 @@
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -308,6 +309,36 @@ TEST(StoryTokenizer, DecodesStoryTokensAsRunCPrintsThem) {
     ++checked;
   }
   EXPECT_EQ(checked, 2512);
+}
+
+// The machine map (qpu-machine.json's "map"): the families count every control token
+// once, and every GDN memory of the program is listed once, at the layer and head the
+// compiler gave it, with its address bits and row width.
+TEST(MachineMap, ListsEveryFamilyAndMemoryWhereTheCompilerPutIt) {
+  const machine::TokenMachine& m = greedy_machine();
+  const nlohmann::json map = machine::machine_map(m);
+  int64_t tokens = 0;
+  for (const auto& [family, count] : map.at("families").items()) tokens += count.get<int64_t>();
+  EXPECT_EQ(tokens, static_cast<int64_t>(m.control_names.size()));
+  EXPECT_EQ(map.at("families").at("SCORE(#).#"), 16 / 8 * 5);  // 2 blocks of 8 positions, 5 layers
+  EXPECT_EQ(map.at("families").at("TOK.#"), 512);
+  const auto& ops = m.program.ops();
+  size_t listed = 0;
+  std::set<std::pair<int64_t, int64_t>> places;
+  for (size_t i = 0; i < ops.size(); ++i) {
+    if (ops[i].kind != compiler::OpKind::GdnMemory) continue;
+    const nlohmann::json& entry = map.at("memories").at(listed++);
+    EXPECT_EQ(entry.at("label"), ops[i].label);
+    const int64_t layer = entry.at("layer"), head = entry.at("head");
+    EXPECT_EQ(layer, m.compiled.schedule.sublayer[i] / 2);
+    EXPECT_GE(head, 0);
+    EXPECT_LT(head, m.compiled.allocation.num_gdn_heads);
+    EXPECT_TRUE(places.insert({layer, head}).second) << "two memories in layer " << layer << " head " << head;
+    EXPECT_EQ(entry.at("address_bits"), ops[i].gdn.key_bits.size());
+    EXPECT_EQ(entry.at("floats_per_row"), ops[i].gdn.data.size());
+  }
+  EXPECT_EQ(listed, map.at("memories").size());
+  EXPECT_GT(listed, 100u);
 }
 
 TEST(StoryTokenizer, RefusesATokenizerOfAnotherVocabulary) {

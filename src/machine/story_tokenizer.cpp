@@ -1,6 +1,7 @@
 #include "machine/story_tokenizer.h"
 
 #include <set>
+#include <unordered_map>
 #include <utility>
 
 #include "common/error.h"
@@ -11,14 +12,6 @@ namespace qpu::machine {
 namespace {
 
 std::string special_text(const std::string& name) { return "<|qpu:" + name + "|>"; }
-
-// TOK.k's nested id, or -1 for any other control name.
-int story_token(const std::string& name) {
-  if (!name.starts_with("TOK.")) return -1;
-  const std::string digits = name.substr(4);
-  if (digits.empty() || digits.find_first_not_of("0123456789") != std::string::npos) return -1;
-  return std::stoi(digits);
-}
 
 }  // namespace
 
@@ -46,15 +39,18 @@ std::string story_tokenizer_json(const StoryInterface& m, const reference::Token
   const npu::ValueVocab& values = m.fields().values;
   for (int64_t i = 0; i < values.size(); ++i)
     special(values.first + i, "<|qpu_v" + std::to_string(i) + "|>", "value token " + std::to_string(i));
+  // The story tokens' host ids (the description has TOK.k for every nested token k).
+  std::unordered_map<int64_t, int> story_token;
+  for (int k = 0; k < m.nested_vocab(); ++k) story_token.emplace(m.id("TOK." + std::to_string(k)), k);
   const std::vector<std::string>& names = m.controls();
   for (size_t c = 0; c < names.size(); ++c) {
     const int64_t id = m.first_control() + static_cast<int64_t>(c);
-    const int k = story_token(names[c]);
-    if (k < 0 || k == 1) {  // BOS: run.c stops there and prints nothing
+    const auto it = story_token.find(id);
+    if (it == story_token.end() || it->second == 1) {  // BOS: run.c stops there and prints nothing
       special(id, special_text(names[c]), "control token " + names[c]);
       continue;
     }
-    if (k >= nested.vocab_size()) fail("story tokenizer: {} names a token outside the nested vocabulary", names[c]);
+    const int k = it->second;
     std::string piece(nested.piece(k));
     if (!npu::valid_utf8(piece)) fail("story tokenizer: nested piece {} is not valid UTF-8", k);
     if (piece.find(kLeadingSpaceMarker) != std::string::npos)
@@ -63,8 +59,6 @@ std::string story_tokenizer_json(const StoryInterface& m, const reference::Token
     unique(piece, names[c]);
     vocab[piece] = id;
   }
-  if (static_cast<int64_t>(vocab.size()) != m.fields().host_vocab)
-    fail("story tokenizer: {} host tokens named, the machine has {}", vocab.size(), m.fields().host_vocab);
   const std::string unprinted = npu::unprinted_byte_tokens_regex();
   json decoder = {{"type", "Sequence"},
                   {"decoders", json::array({{{"type", "Metaspace"}, {"replacement", kLeadingSpaceMarker},

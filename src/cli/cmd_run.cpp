@@ -29,6 +29,7 @@
 #include "common/error.h"
 #include "engine/load_model.h"
 #include "engine/model.h"
+#include "io/qwen35_config.h"
 #include "machine/machine_checkpoint.h"
 #include "machine/story_interface.h"
 #include "reference/llama2_checkpoint.h"
@@ -107,15 +108,17 @@ int run_from_files(const RunOptions& o, bool verify) {
   const runner::StoryRequest request = request_of(o);
   const runner::StoryPlan plan = runner::plan_story(m, tokenizer, request, reference_model ? &*reference_model : nullptr);
 
+  // config.json against the description before the weights are read.
+  const int64_t config_vocab = io::load_qwen35_config(o.dir).vocab_size;
+  if (config_vocab != m.fields().host_vocab)
+    fail("{}: config.json has a vocabulary of {}, {} describes {} host tokens", o.dir, config_vocab,
+         machine::kMachineFileName, m.fields().host_vocab);
   using Clock = std::chrono::steady_clock;
   const auto t0 = Clock::now();
   engine::ModelOptions model_options;
   model_options.build_threads = omp_get_max_threads();  // layers packed side by side while loading
   const engine::Model model = engine::load_model(o.dir, model_options);
   const auto& c = model.config();
-  if (c.vocab_size != m.fields().host_vocab)
-    fail("{}: config.json has a vocabulary of {}, {} describes {} host tokens", o.dir, c.vocab_size,
-         machine::kMachineFileName, m.fields().host_vocab);
   std::fprintf(stderr, "run: loaded %s in %.1f s: %lld layers, hidden %lld, vocab %lld; a machine for %d nested positions (%s)\n",
                o.dir.c_str(), std::chrono::duration<double>(Clock::now() - t0).count(),
                static_cast<long long>(c.num_hidden_layers), static_cast<long long>(c.hidden_size),

@@ -36,6 +36,7 @@
 #include "common/error.h"
 #include "common/testing/run_command.h"
 #include "common/testing/scratch_files.h"
+#include "io/qwen35_save.h"
 #include "machine/machine_checkpoint.h"
 #include "machine/story_interface.h"
 #include "machine/story_tokenizer.h"
@@ -411,6 +412,16 @@ TEST(StoryFilesCli, RunRefusesADirectoryItCannotDrive) {
   EXPECT_EQ(no_weights.status, 1);
   EXPECT_NE(no_weights.err.find("config.json"), std::string::npos) << no_weights.err;
   EXPECT_TRUE(no_weights.out.empty());
+  // config.json is checked against the description before the weights are read: one
+  // whose vocabulary differs is named, although the shards are missing too.
+  io::Qwen35Config config = greedy_machine().compiled.weights.config;
+  config.vocab_size += 1;
+  testing::write_file(weightless / "config.json", io::qwen35_config_to_json(config).dump());
+  const auto other_vocab = run_qpu("run '" + weightless.string() + "' -n 2");
+  EXPECT_EQ(other_vocab.status, 1);
+  EXPECT_NE(other_vocab.err.find("config.json has a vocabulary of " + std::to_string(config.vocab_size)),
+            std::string::npos)
+      << other_vocab.err;
   // Flags are checked before the load: -t on a greedy machine.
   const auto sampled = run_qpu("run '" + weightless.string() + "' -n 2 -t 1");
   EXPECT_EQ(sampled.status, 1);

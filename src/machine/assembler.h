@@ -201,7 +201,9 @@ class Assembler {
                                                const std::vector<compiler::ValueId>& flags, const std::string& label,
                                                const std::string& enable_label, std::vector<compiler::Neuron>& ns);
 
-  // Values that token embeddings set (unit flags).
+  // Values that token embeddings set (unit flags): exactly 0 or 1, since each one's
+  // dead-value clear is gated by itself (a token that sets 2 would leave -2 behind). An
+  // integer operand goes in as bits (a Lin over them) or an immediate register.
   compiler::ValueId input(const std::string& name);
   std::vector<compiler::ValueId> inputs(const std::string& name, int count);
 

@@ -212,7 +212,7 @@ Assembler::Assembler(const AssemblerOptions& o, std::vector<std::string> control
       fail("machine: control token '{}' named twice", controls[c]);
   }
   m_.encoding.vocab = npu::ValueVocab{0, o.value_jmin, o.value_jmax};
-  m_.control = ControlVocab{m_.encoding.vocab.size(), static_cast<int64_t>(controls.size()), 16};
+  m_.control = ControlVocab{m_.encoding.vocab.size(), static_cast<int64_t>(controls.size()), signature_group_size(static_cast<int64_t>(controls.size()))};
   m_.control_names = std::move(controls);
   m_.done_id = m_.control.id(control_index(done));
   ops_.resize(m_.control_names.size());

@@ -42,6 +42,12 @@ std::vector<std::pair<compiler::ValueId, float>> SignatureFeatures::naming(const
           {member[static_cast<size_t>(c % vocab.group_size)], 1.0f}};
 }
 
+int64_t signature_group_size(int64_t count) {
+  int64_t g = 1;
+  while (g * g < count) ++g;
+  return g;
+}
+
 SignatureFeatures signature_features(compiler::Program& p, const ControlVocab& vocab, const char* name) {
   SignatureFeatures f;
   f.group = p.values(std::string(name) + ".group", static_cast<int>(vocab.groups()));

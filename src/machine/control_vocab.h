@@ -35,6 +35,12 @@ struct ControlVocab {
   bool contains(int64_t id) const { return id >= first && id < first + count; }
 };
 
+// The group size that makes a signature set smallest: ceil(sqrt(count)), so a set has about
+// 2 sqrt(count) features instead of count / 16 + 16. Every set lives in residual dims from
+// the token that names a successor to the LM head, and a machine carries four (the
+// successor now, the delayed one, a branch's two).
+int64_t signature_group_size(int64_t count);
+
 // One set of signature features (values of a program).
 struct SignatureFeatures {
   std::vector<compiler::ValueId> group, member;

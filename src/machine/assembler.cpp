@@ -411,21 +411,26 @@ std::vector<ValueId> Assembler::inputs(const std::string& name, int count) {
   return v;
 }
 
-std::pair<ValueId, float> Assembler::lane_flag(int lane) const {
-  if (lane < 0 || static_cast<size_t>(lane) >= lanes_.size())
-    fail("machine: lane {} outside the {} lanes sent", lane, lanes_.size());
-  return {lanes_[static_cast<size_t>(lane)], 1.0f};
-}
-
 void Assembler::send(const std::vector<ValueId>& lanes, ValueId enable, size_t first_gated_op) {
   if (!features_.empty()) fail("machine: send() called twice");
   if (lanes.empty()) fail("machine: send() without lanes");
-  lanes_ = p_.values("send.lane", static_cast<int>(lanes.size()));
-  // Lane select: the one lane whose flag is set, exactly (gate 128 flag: x or +-0).
-  const ValueId result = p_.value("send.result");
+  lanes_sent_ = static_cast<int64_t>(lanes.size());
+  const int64_t G = signature_group_size(lanes_sent_);
+  lane_group_ = p_.values("send.lane_group", static_cast<int>((lanes_sent_ + G - 1) / G));
+  lane_member_ = p_.values("send.lane_member", static_cast<int>(G));
+  // Lane select in two steps, each a gate of 128 flag (x or +-0): per member m, the lane of
+  // the hot group (every other term +-0); then the hot member's. Every value is +-0 or a
+  // lane's float: exact.
+  const std::vector<ValueId> by_member = p_.values("send.by_member", static_cast<int>(G));
   std::vector<Neuron> select;
   for (size_t i = 0; i < lanes.size(); ++i)
-    select.push_back(Neuron{Lin{{{lanes_[i], kOn}}}, Lin{{{lanes[i], 1.0f / kOn}}}, {{result, 1.0f}}});
+    select.push_back(Neuron{Lin{{{lane_group_[i / static_cast<size_t>(G)], kOn}}}, Lin{{{lanes[i], 1.0f / kOn}}},
+                            {{by_member[i % static_cast<size_t>(G)], 1.0f}}});
+  p_.mlp("send.select_group", std::move(select));
+  const ValueId result = p_.value("send.result");
+  select.clear();
+  for (size_t m = 0; m < by_member.size(); ++m)
+    select.push_back(Neuron{Lin{{{lane_member_[m], kOn}}}, Lin{{{by_member[m], 1.0f / kOn}}}, {{result, 1.0f}}});
   p_.mlp("send.select", std::move(select));
   const auto parts = npu::split_parts(p_, result);
   const compiler::GdnLayout layout = compiler::GdnLayout::for_dims(o_.key_dim, o_.value_dim);
@@ -512,6 +517,8 @@ void Assembler::define(const std::string& control, MicroOp op) {
     fail("machine: micro-op '{}' writes element {} of {}", control, op.write_element, heads_.size());
   if (op.write_register > 0 && op.write_element >= o_.elements)
     fail("machine: micro-op '{}' writes row {} of a scalar register", control, op.write_register);
+  if (op.lane >= 0 && op.lane >= lanes_sent_)
+    fail("machine: micro-op '{}' sends lane {} outside the {} lanes sent", control, op.lane, lanes_sent_);
   ops_[static_cast<size_t>(c)] = std::move(op);
   defined_[static_cast<size_t>(c)] = 1;
 }
@@ -568,7 +575,8 @@ AssembledMachine Assembler::finish() {
   io.inputs.push_back(reg_.read_flag);
   for (int i = 0; i < o_.elements; ++i) io.inputs.push_back(heads_[static_cast<size_t>(i)].write_flag);
   io.inputs.insert(io.inputs.end(), inputs_.begin(), inputs_.end());
-  io.inputs.insert(io.inputs.end(), lanes_.begin(), lanes_.end());
+  io.inputs.insert(io.inputs.end(), lane_group_.begin(), lane_group_.end());
+  io.inputs.insert(io.inputs.end(), lane_member_.begin(), lane_member_.end());
   for (const auto& [v, flag] : immediate_data_) io.inputs.push_back(v);
   for (const auto* f : {&now_, &delayed_, &then_, &otherwise_}) {
     const auto a = f->all();
@@ -592,6 +600,10 @@ AssembledMachine Assembler::finish() {
       npu::set_embedding_row(io, token, next.naming(m_.control, op.successor));
     }
     npu::set_embedding_row(io, token, op.sets);
+    if (op.lane >= 0) {
+      const size_t G = lane_member_.size(), lane = static_cast<size_t>(op.lane);
+      npu::set_embedding_row(io, token, {{lane_group_[lane / G], 1.0f}, {lane_member_[lane % G], 1.0f}});
+    }
   }
 
   compiler::EmitOptions eo;
@@ -627,7 +639,7 @@ AssembledMachine Assembler::finish() {
     flags.insert(flags.end(), reg_.read_bits.begin(), reg_.read_bits.end());
     flags.push_back(reg_.read_flag);
     for (const auto& h : heads_) flags.push_back(h.write_flag);
-    for (const auto* s : {&inputs_, &lanes_}) flags.insert(flags.end(), s->begin(), s->end());
+    for (const auto* s : {&inputs_, &lane_group_, &lane_member_}) flags.insert(flags.end(), s->begin(), s->end());
     for (const auto* f : {&delayed_, &then_, &otherwise_}) {
       const auto a = f->all();
       flags.insert(flags.end(), a.begin(), a.end());

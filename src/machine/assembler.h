@@ -76,6 +76,7 @@ enum class SuccessorTiming {
 
 struct MicroOp {
   std::vector<std::pair<compiler::ValueId, float>> sets;  // unit flags its embedding sets
+  int lane = -1;                // the lane of send() whose float this token sends (-1: none)
   int64_t read_register = -1;   // register row read in every element (-1: none)
   int64_t write_register = -1;  // register row the following float is written to (-1: none)
   int write_element = 0;        // ... in this element
@@ -207,12 +208,17 @@ class Assembler {
   compiler::ValueId input(const std::string& name);
   std::vector<compiler::ValueId> inputs(const std::string& name, int count);
 
-  // The float this cycle sends: lanes[i] when the token's lane flag i is set (MicroOp
-  // sets it with lane_flag(i)). Ops [first_gated_op, now) are the datapath whose every
-  // constant becomes `enable` (compiler::enable_constants): with enable = 0 it writes
-  // exact +-0, so the cycles after a sending micro-op emit nothing of their own. Call once.
+  // The float this cycle sends: lanes[i] on the cycle of a micro-op with MicroOp::lane i.
+  // Ops [first_gated_op, now) are the datapath whose every constant becomes `enable`
+  // (compiler::enable_constants): with enable = 0 it writes exact +-0, so the cycles after
+  // a sending micro-op emit nothing of their own; a micro-op that sends sets `enable` too.
+  // Call once, before defining a micro-op that sends.
+  //
+  // The lane is named by two flags, a group and a member (groups of ceil(sqrt(lanes))), and
+  // picked in two steps: per member, the lane of the hot group (one live term); then the
+  // hot member's. The flags live from the embedding to the select, near the bottom of the
+  // stack: about 2 sqrt(lanes) dims instead of one per lane.
   void send(const std::vector<compiler::ValueId>& lanes, compiler::ValueId enable, size_t first_gated_op);
-  std::pair<compiler::ValueId, float> lane_flag(int lane) const;
 
   // Values written only by ops [first_op, end_op) are +0 whenever `enable` is 0: their
   // dead-value clears read `enable` instead of the constant (no work on idle cycles).
@@ -273,7 +279,8 @@ class Assembler {
   std::vector<npu::InboxValues> heads_;       // the register file's elements, then the scalars
   std::vector<compiler::ValueId> register_out_;
   std::vector<compiler::ValueId> inputs_;     // unit flags (token-set)
-  std::vector<compiler::ValueId> lanes_;      // lane flags of send()
+  int64_t lanes_sent_ = 0;                    // send()'s lanes
+  std::vector<compiler::ValueId> lane_group_, lane_member_;  // the flags that name a lane
   SignatureFeatures now_, delayed_;
   std::vector<npu::EmitFeatures> features_;   // p0, p1, p2 of the sent float
   std::vector<std::pair<std::pair<size_t, size_t>, compiler::ValueId>> gated_;

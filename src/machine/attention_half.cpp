@@ -245,7 +245,8 @@ void AttentionHalf::define(int first_lane, ValueId send, const AttentionControl&
   // A read-back token sends lane `lane` up (nothing is written: the host only reads it).
   auto sends = [&](int lane, const std::string& next) {
     MicroOp op = as_.step(next);
-    op.sets = {{send, 1.0f}, as_.lane_flag(first_lane + lane)};
+    op.sets = {{send, 1.0f}};
+    op.lane = first_lane + lane;
     op.timing = SuccessorTiming::Delayed;
     return op;
   };
@@ -289,7 +290,10 @@ void AttentionHalf::define(int first_lane, ValueId send, const AttentionControl&
     for (int i = 0; i < dim; ++i) {
       const std::string next = i + 1 < dim ? layer_name("ATTO", l, i + 1) : c.after_atto(l);
       MicroOp op = c.atto_register >= 0 ? as_.write(c.atto_register, i, next) : sends(atto_lane + i, next);
-      if (c.atto_register >= 0) op.sets = {{send, 1.0f}, as_.lane_flag(first_lane + atto_lane + i)};
+      if (c.atto_register >= 0) {
+        op.sets = {{send, 1.0f}};
+        op.lane = first_lane + atto_lane + i;
+      }
       op.sets.push_back({atto_layer_[at(l)], 1.0f});
       op.sets.push_back({stages_->xb_read(), 1.0f});
       c.reads_x(op, l);

@@ -1141,7 +1141,8 @@ void AttentionStages::define(int first_lane, ValueId send, ValueId q_read, Value
                        : k == 4 ? 2 * H + 2 * E + kh
                                 : 2 * H + 3 * E + 2 * kh + (k - 5);
       MicroOp op = as_.step(next);
-      op.sets = {{send, 1.0f}, as_.lane_flag(first_lane + lane), {flags[k], 1.0f}};
+      op.sets = {{send, 1.0f}, {flags[k], 1.0f}};
+      op.lane = first_lane + lane;
       if (k == 0 || k == 2 || k == 3 || k == 5 || k == 6) op.sets.push_back({pos_read, 1.0f});
       if (k >= 2) with_bits(op, exp_query_, h / E);
       op.timing = SuccessorTiming::Delayed;
@@ -1152,7 +1153,8 @@ void AttentionStages::define(int first_lane, ValueId send, ValueId q_read, Value
   for (int h = 0; h < H; ++h)
     for (int i = 0; i <= g_.head_size; ++i) {
       MicroOp op = as_.step(i < g_.head_size ? block_name("RXB", h, i + 1) : std::string("DONE"));
-      op.sets = {{send, 1.0f}, as_.lane_flag(first_lane + xb_lane + h * (g_.head_size + 1) + i), {xb_back_, 1.0f}};
+      op.sets = {{send, 1.0f}, {xb_back_, 1.0f}};
+      op.lane = first_lane + xb_lane + h * (g_.head_size + 1) + i;
       op.timing = SuccessorTiming::Delayed;
       as_.define(block_name("RXB", h, i), std::move(op));
     }

@@ -100,7 +100,8 @@ void FfnHalf::define(int first_lane, ValueId send, const FfnControl& c) {
     }
     for (int i = 0; i < dim_; ++i) {
       MicroOp op = as_.write(c.writes(l), i, i + 1 < dim_ ? ffn_name(l, i + 1) : c.after_ffn(l));
-      op.sets = {{out_read_, 1.0f}, {send, 1.0f}, as_.lane_flag(first_lane + i)};
+      op.sets = {{out_read_, 1.0f}, {send, 1.0f}};
+      op.lane = first_lane + i;
       if (i == 0) {  // the out block: x, the products, w2; every lane into the out RAM
         op.sets.insert(op.sets.end(), {{out_layer_[at(l)], 1.0f}, {ram_read_, 1.0f}, {out_store_, 1.0f}});
         op.sets.insert(op.sets.end(), c.x_sets.begin(), c.x_sets.end());

@@ -93,7 +93,8 @@ void HeadPart::define(int first_lane, ValueId send, const HeadControl& c) {
   // A read-back token sends lane `lane` up (nothing is written: the host only reads it).
   auto sends = [&](int lane, ValueId read_flag, const std::string& next) {
     MicroOp op = as_.step(next);
-    op.sets = {{send, 1.0f}, as_.lane_flag(first_lane + lane), {read_flag, 1.0f}};
+    op.sets = {{send, 1.0f}, {read_flag, 1.0f}};
+    op.lane = first_lane + lane;
     op.timing = SuccessorTiming::Delayed;
     return op;
   };

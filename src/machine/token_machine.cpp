@@ -183,7 +183,8 @@ TokenMachine build_token_machine(const reference::Llama2Checkpoint& ck, const To
   }
   {
     MicroOp op = as.write(0, pos.element, "HEAD");
-    op.sets = {{send, 1.0f}, as.lane_flag(0), {pos.read_flag, 1.0f}, {inc, 1.0f}};
+    op.sets = {{send, 1.0f}, {pos.read_flag, 1.0f}, {inc, 1.0f}};
+    op.lane = 0;
     as.define("INC", std::move(op));
   }
   AttentionControl ac;

@@ -89,7 +89,8 @@ FfnMachine build_ffn_machine(const reference::Llama2Checkpoint& ck, const FfnMac
     const int from = l % 2, to = (l + 1) % 2;
     for (int i = 0; i < dim; ++i) {
       MicroOp op = as.write(from, i, i + 1 < dim ? atto_name(l, i + 1) : swiglu_name(l, 0));
-      op.sets = {{atto_layer[static_cast<size_t>(l)], 1.0f}, {xb.read_flag, 1.0f}, {send, 1.0f}, as.lane_flag(dim + i)};
+      op.sets = {{atto_layer[static_cast<size_t>(l)], 1.0f}, {xb.read_flag, 1.0f}, {send, 1.0f}};
+      op.lane = dim + i;
       op.read_register = to;
       as.define(atto_name(l, i), std::move(op));
     }

@@ -61,7 +61,8 @@ Machine build_machine(const MachineOptions& o) {
       const char* self = mat == 0 ? "MV(A)" : "MV(B)";
       const std::string next = i + 1 < w ? at(self, i + 1) : (mat == 0 ? at("MV(B)", 0) : std::string("DONE"));
       MicroOp op = as.write(mat == 0 ? kY : kZ, i, next);
-      op.sets = {{matrix_flags[static_cast<size_t>(mat)], 1.0f}, as.lane_flag(i)};
+      op.sets = {{matrix_flags[static_cast<size_t>(mat)], 1.0f}};
+      op.lane = i;
       op.read_register = mat == 0 ? kX : kY;
       as.define(at(self, i), std::move(op));
     }

@@ -56,7 +56,8 @@ QkvMachine build_qkv_machine(const reference::Llama2Checkpoint& ck, const QkvMac
   {
     // INC: POS <- POS + 1, sent up and written back like any float (4 cycles).
     MicroOp op = as.write(0, pos.element, "DONE");
-    op.sets = {{send, 1.0f}, as.lane_flag(0), {pos.read_flag, 1.0f}, {inc, 1.0f}};
+    op.sets = {{send, 1.0f}, {pos.read_flag, 1.0f}, {inc, 1.0f}};
+    op.lane = 0;
     as.define("INC", std::move(op));
   }
   AttentionControl control;

@@ -145,13 +145,15 @@ SegmentMachine build_segment_machine(const SegmentMachineOptions& o) {
   for (int s = 0; s < S; ++s) {
     MicroOp seg = as.write(0, ca.element, indexed("CB", s));
     seg.sets = {{seg_on, 1.0f}, {seg_head[at(s / kRowsPerHead)], 1.0f},
-                {n_reg.read_flag, 1.0f}, {send, 1.0f}, as.lane_flag(0)};
+                {n_reg.read_flag, 1.0f}, {send, 1.0f}};
+    seg.lane = 0;
     if (s > 0) seg.sets.insert(seg.sets.end(), {{ca.read_flag, 1.0f}, {cb.read_flag, 1.0f}});
     set_bits(seg, seg_row, s % kRowsPerHead);
     set_bits(seg, seg_index, s);
     as.define(indexed("SEG", s), std::move(seg));
     MicroOp c = as.write(0, cb.element, indexed("NX", s));
-    c.sets = {{cb_on, 1.0f}, {send, 1.0f}, as.lane_flag(1)};
+    c.sets = {{cb_on, 1.0f}, {send, 1.0f}};
+    c.lane = 1;
     as.define(indexed("CB", s), std::move(c));
     MicroOp nx = s + 1 < S ? as.branch_step(indexed("SEG", s + 1), "DONE") : as.step("DONE");
     nx.sets = {{nx_on, 1.0f}, {n_reg.read_flag, 1.0f}};

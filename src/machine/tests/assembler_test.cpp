@@ -49,12 +49,15 @@ TEST(Assembler, RejectsBadControlNames) {
 TEST(Assembler, RejectsBadMicroOps) {
   Assembler as(small(), {"HDR", "DONE", "W"}, "DONE");
   const auto flag = as.input("flag");
-  EXPECT_NE(error_of([&] { as.lane_flag(0); }).find("lane 0"), std::string::npos);  // before send()
+  MicroOp sends = as.step("DONE");
+  sends.lane = 0;
+  EXPECT_NE(error_of([&] { as.define("W", sends); }).find("lane 0"), std::string::npos);  // before send()
   as.send(as.register_out(), flag, as.program().ops().size());
   EXPECT_NE(error_of([&] { as.send(as.register_out(), flag, as.program().ops().size()); }).find("twice"),
             std::string::npos);
   EXPECT_NE(error_of([&] { as.scalar_register("POS"); }).find("after send"), std::string::npos);
-  EXPECT_NE(error_of([&] { as.lane_flag(2); }).find("lane 2"), std::string::npos);
+  sends.lane = 2;
+  EXPECT_NE(error_of([&] { as.define("W", sends); }).find("lane 2 outside the 2 lanes"), std::string::npos);
   MicroOp op;
   EXPECT_NE(error_of([&] { as.define("HDR", op); }).find("successor"), std::string::npos);  // none given
   op.successor = 3;

@@ -67,6 +67,10 @@ int main(int argc, char** argv) {
               static_cast<long long>(alloc.intermediate_size), static_cast<long long>(alloc.num_gdn_heads),
               static_cast<long long>(c.vocab_size), static_cast<double>(io::qwen35_parameter_count(c)) / 1e9);
 
+  // Every value the embedding sets needs a dim of its own (compiler/allocate.h): their
+  // count is a floor of the hidden size whatever their lives.
+  std::printf("token inputs: %zu (the embedding sets each in its own dim)\n", m.interface.inputs.size());
+
   // Live interval per value: first to last access; interface inputs from the embedding.
   const auto& ops = program.ops();
   std::vector<int64_t> first(static_cast<size_t>(program.num_values()), -1), last(first.size(), -1);

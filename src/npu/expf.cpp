@@ -1,5 +1,6 @@
 #include "npu/expf.h"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -71,8 +72,10 @@ Lin plus(Lin a, const Lin& b) {
 // Carry normalisation of base-512 columns c = lo..hi (expf_model.cpp's normalize):
 // T_c = col_c + carry, q_c = floor((T_c + 2^21) / 512) (floor_div_pow2, F = col_c +
 // q_(c+1) + 2^21 - 2^12), digit_c = F - 512 q_c in [0, 512), digit_lo = col_lo + q_(lo+1) - 2^12.
-// A ripple: 2 sublayers per column, then all digits in one more sublayer.
-std::vector<ValueId> normalize(Program& p, const std::vector<Lin>& col, int lo, int hi) {
+// A ripple: 2 sublayers per column, then all digits in one more sublayer. Digits above
+// `read_hi` are not formed (their carries are): no op reads them, and an unread value
+// would hold its residual dim to the end of the program (compiler/clear_dead.h).
+std::vector<ValueId> normalize(Program& p, const std::vector<Lin>& col, int lo, int hi, int read_hi) {
   std::vector<ValueId> digit(col.size(), kOne);
   std::vector<Lin> F(col.size());
   ValueId q_prev = kOne;
@@ -89,7 +92,8 @@ std::vector<ValueId> normalize(Program& p, const std::vector<Lin>& col, int lo, 
     F[static_cast<size_t>(c)] = std::move(f);
     q_prev = q;
   }
-  for (int c = hi; c > lo; --c) digit[static_cast<size_t>(c)] = form_value(p, F[static_cast<size_t>(c)], "expf.digit");
+  for (int c = std::min(hi, read_hi); c > lo; --c)
+    digit[static_cast<size_t>(c)] = form_value(p, F[static_cast<size_t>(c)], "expf.digit");
   Lin top = col[static_cast<size_t>(lo)];
   if (q_prev != kOne) {
     top.terms.push_back({q_prev, 1.0f});
@@ -138,7 +142,7 @@ ExpfResult expf_parts(Program& p, ValueId x) {
       if (m[static_cast<size_t>(b)] != 0)
         pcol[static_cast<size_t>(a + b)].terms.push_back(
             {D[static_cast<size_t>(a)], static_cast<float>(m[static_cast<size_t>(b)]) * std::ldexp(1.0f, kDigitBits * a)});
-  const std::vector<ValueId> pd = normalize(p, pcol, 0, kPCols - 1);
+  const std::vector<ValueId> pd = normalize(p, pcol, 0, kPCols - 1, kRDigits);  // k and r's digits
   // k = pd0 + h, h = [pd1 >= 256]; r digits rho_1 = pd1 - 512 h, rho_c = pd_c.
   const ValueId h = step(p, lin({{pd[1], 1.0f}}), 256.0f, "expf.h");
   std::vector<ValueId> rho(kRDigits + 1, kOne);
@@ -179,7 +183,7 @@ ExpfResult expf_parts(Program& p, ValueId x) {
       col[static_cast<size_t>(c)] = lin({{v, 1.0f}});
     }
     p.mlp("expf.r2", std::move(n));
-    s = normalize(p, col, 1, kCols - 1);
+    s = normalize(p, col, 1, kCols - 1, kCols - 3);  // step 6 reads s_a for a <= kCols - 3
   }
   {
     const std::vector<int64_t> c0 = const_digits(poly_c(0), 9), c1 = const_digits(poly_c(1), 8);
@@ -190,7 +194,7 @@ ExpfResult expf_parts(Program& p, ValueId x) {
       for (int b = 3; b <= 9; ++b)
         if (a + b < kCols && c0[static_cast<size_t>(b)] != 0)
           col[static_cast<size_t>(a + b)].terms.push_back({rho[static_cast<size_t>(a)], static_cast<float>(c0[static_cast<size_t>(b)])});
-    w = normalize(p, col, 2, kCols - 1);
+    w = normalize(p, col, 2, kCols - 1, kCols - 2);  // ... and w_b for b <= kCols - 2
   }
 
   // 6. y = 1 + C2 r + r^2 w.
@@ -214,7 +218,7 @@ ExpfResult expf_parts(Program& p, ValueId x) {
       for (int b = 1; b <= 7; ++b)
         if (a + b < kCols && c2[static_cast<size_t>(b)] != 0)
           col[static_cast<size_t>(a + b)].terms.push_back({rho[static_cast<size_t>(a)], static_cast<float>(c2[static_cast<size_t>(b)])});
-    y = normalize(p, col, 0, kCols - 1);
+    y = normalize(p, col, 0, kCols - 1, kCols - 1);
   }
 
   // 7. Z = y * T[j]: per column, 32 neurons gated by the one-hot j (one live term).
@@ -236,7 +240,7 @@ ExpfResult expf_parts(Program& p, ValueId x) {
       col[static_cast<size_t>(c)] = lin({{v, 1.0f}});
     }
     p.mlp("expf.z", std::move(n));
-    z = normalize(p, col, 0, kCols - 1);
+    z = normalize(p, col, 0, kCols - 1, kCols - 1);
   }
 
   // 8. Final rounding. A + B = Z truncated with a sticky bit; S = fl(A + B) = RN24(Z),

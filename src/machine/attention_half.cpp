@@ -49,6 +49,7 @@ AttentionGeometry geometry(const reference::Llama2Config& cfg, const AttentionOp
   ag.row_bits = row_bits;
   ag.positions = o.positions(cfg);
   ag.wave_heads = o.wave_heads;
+  ag.max_side_by_side_blocks = o.max_side_by_side_blocks;
   ag.exp_heads = o.exp_heads;
   ag.row_floats = row_floats;
   ag.v_low_binade = o.ram_low_binade;

@@ -41,6 +41,9 @@ struct AttentionOptions {
   // the cache. Needs kv_banks a multiple of 8. Off: the M2b machine.
   bool attention = false;
   int wave_heads = 4;  // heads SCORE computes side by side (the rest in waves below them)
+  // MAX takes its heads in waves too past this many blocks (its trees side by side set
+  // the width of a long cache's machine).
+  int max_side_by_side_blocks = 32;
   int exp_heads = 2;   // heads one EXP cycle exponentiates
   // true: ATTO(l).0 writes x + wo xb into the X1 RAM (AttentionHalf::x1) in one cycle, for
   // a reader ordered below this part (the FFN half); false: ATTO(l).i sends element i up

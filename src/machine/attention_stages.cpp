@@ -366,13 +366,23 @@ void AttentionStages::build(const std::vector<ValueId>& q, const std::vector<std
   std::vector<ValueId> block_past(at(g_.blocks()), compiler::kNever);
   for (int b = 1; b < g_.blocks(); ++b)
     block_past[at(b)] = npu::attn_int_positive(p, Lin{{{kOne, static_cast<float>(8 * b)}, {pos, -1.0f}}}, "max.past");
+  // Past max_side_by_side_blocks blocks, heads in waves of wave_heads, one below the other
+  // (as SCORE's): side by side, the heads' trees of `greater`s over 64 blocks were the
+  // widest sublayer of the 512-position machine (hidden 6,656 -> 4,288 in waves); up to 32
+  // blocks the waves only add depth.
+  const int max_wave = g_.blocks() > g_.max_side_by_side_blocks ? g_.wave_heads : H;
   std::vector<ValueId> head_max;
+  std::vector<compiler::OpRange> max_waves;
   for (int h = 0; h < H; ++h) {
+    const size_t head_first = p.ops().size();
     std::vector<ValueId> level = {bmax[0][at(h)]};
     for (int b = 1; b < g_.blocks(); ++b)
       level.push_back(npu::select(p, block_past[at(b)], bmax[0][at(h)], bmax[at(b)][at(h)], "max.masked"));
     head_max.push_back(npu::attn_max_tree(p, std::move(level)));
+    if (h % max_wave == 0) max_waves.push_back({head_first, head_first});
+    max_waves.back().end = p.ops().size();
   }
+  order_waves(p, max_waves);
   compiler::enable_constants(p, first_max, max_on_);
   as_.gate_clears(first_max, p.ops().size(), max_on_);
   // The max RAM: one row, wiped and written by MAX, read by EXP and RM.

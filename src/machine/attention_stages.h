@@ -8,7 +8,8 @@
 //               token), every head's scaled scores -> the score RAM, and the block's
 //               max (rows past POS left out) -> the block-max RAM;
 //   MAX(l)      reads every block max, leaves out the blocks past POS: each head's max
-//               -> the max RAM;
+//               -> the max RAM (past max_side_by_side_blocks blocks, the heads' trees
+//               in waves of wave_heads, one below the other);
 //   EXP(l).b.g  reads the block's scores and the max of head group g (exp_heads heads):
 //               expf(score - max) as expf_parts' (mant, exponent) -> the exp RAM
 //               (rows past POS get expf(0), a placeholder the later stages leave out);
@@ -62,6 +63,7 @@ struct AttentionGeometry {
   int banks = 0, row_bits = 0;  // the cache's banks (a multiple of 8) and row address bits
   int positions = 0;            // positions the cache holds
   int wave_heads = 4;           // heads scored side by side (the others in waves below)
+  int max_side_by_side_blocks = 32;  // past this many blocks MAX takes its heads in waves too
   int exp_heads = 2;            // heads one EXP cycle exponentiates (a divisor of heads)
   int score_low_binade = -27;   // scaled scores and maxima (binades -23..9)
   int exp_low_binade = -24;     // mant in [2^-23, 4) and integer exponents >= -151

@@ -106,11 +106,13 @@ std::vector<float> per_head(K kind, int pos, int layer, int heads, size_t index)
 // the block-max RAM (blocks past pos still hold the first case's maxima) carry stale
 // values the stages must leave out. A third case, layer 0 at position 40, runs blocks
 // 4 and 5 (more blocks than the cache's 4 bank groups: the exp RAM's per-block wipe
-// flags; the 256-position story once went wrong there, docs/npu-machine.md M2e).
+// flags; the 256-position story once went wrong there, docs/npu-machine.md M2e). MAX
+// takes its heads in waves here, as it does past 32 blocks.
 TEST(QkvMachine, AttentionStagesBitExactOnTheEngine) {
   QkvMachineOptions o;
   o.attention = true;
   o.max_positions = 64;  // 8 blocks
+  o.max_side_by_side_blocks = 4;  // MAX's heads in waves, as a long cache's machine has them
   const QkvMachine m = build_qkv_machine(stories260k(), o);
   const auto& c = m.compiled.weights.config;
   testing::print_shape("qkv machine with the attention stages", m);

@@ -225,7 +225,8 @@ Assembler::Assembler(const AssemblerOptions& o, std::vector<std::string> control
   reg_.read_flag = p_.value("reg.read");
   const std::vector<ValueId> write_flags = p_.values("reg.write", o.elements);
   now_ = signature_features(p_, m_.control, "control");
-  delayed_ = signature_features(p_, m_.control, "successor");
+  now_code_ = successor_code(p_, m_.control, "control.code");
+  delayed_ = successor_code(p_, m_.control, "successor");
   if (layout.rows() < 2) fail("machine: {} rows per GDN head hold too few registers", layout.rows());
 
   // Register file: element i of every register in head i.
@@ -472,15 +473,15 @@ void Assembler::send(const std::vector<ValueId>& lanes, ValueId enable, size_t f
 
   // The successor: three cycles later, into the control features.
   std::vector<DelayColumn> successor;
-  const auto later = delayed_.all(), now = now_.all();
+  const auto later = delayed_.all(), now = now_code_.all();
   for (size_t j = 0; j < later.size(); ++j) successor.push_back({later[j], 3, now[j]});
   m_.delay_heads += delay_line(p_, successor, layout.capacity(false), "delay line successor");
 }
 
 void Assembler::branch(ValueId cond) {
   if (conditions_.empty()) {
-    then_ = signature_features(p_, m_.control, "branch.then");
-    otherwise_ = signature_features(p_, m_.control, "branch.else");
+    then_ = successor_code(p_, m_.control, "branch.then");
+    otherwise_ = successor_code(p_, m_.control, "branch.else");
   }
   conditions_.push_back(cond);
 }
@@ -556,7 +557,7 @@ AssembledMachine Assembler::finish() {
       on.terms.push_back({c, kOn});
       off.terms.push_back({c, -kOn});
     }
-    const auto now = now_.all(), then = then_.all(), otherwise = otherwise_.all();
+    const auto now = now_code_.all(), then = then_.all(), otherwise = otherwise_.all();
     std::vector<Neuron> pick;
     for (size_t f = 0; f < now.size(); ++f) {
       pick.push_back(Neuron{on, Lin{{{then[f], 1.0f / kOn}}}, {{now[f], 1.0f}}});
@@ -564,6 +565,9 @@ AssembledMachine Assembler::finish() {
     }
     p_.mlp("branch", std::move(pick));
   }
+  // The successor named this cycle (by the token, a branch or the delay line: at most one
+  // of them) into the LM head's features.
+  decode_successor(p_, now_code_, now_, m_.control, "successor decode");
   if (o_.idle_attention_layer) npu::add_idle_attention_layer(p_);
 
   // Embedding rows: value tokens into the register file's channels, control tokens as
@@ -578,7 +582,8 @@ AssembledMachine Assembler::finish() {
   io.inputs.insert(io.inputs.end(), lane_group_.begin(), lane_group_.end());
   io.inputs.insert(io.inputs.end(), lane_member_.begin(), lane_member_.end());
   for (const auto& [v, flag] : immediate_data_) io.inputs.push_back(v);
-  for (const auto* f : {&now_, &delayed_, &then_, &otherwise_}) {
+  for (const auto* f : {&now_code_, &delayed_, &then_, &otherwise_}) {
+    if (f->group_bits.empty()) continue;  // a machine without branches makes no staging codes
     const auto a = f->all();
     io.inputs.insert(io.inputs.end(), a.begin(), a.end());
   }
@@ -596,7 +601,7 @@ AssembledMachine Assembler::finish() {
       npu::set_embedding_row(io, token, then_.naming(m_.control, op.successor));
       npu::set_embedding_row(io, token, otherwise_.naming(m_.control, op.otherwise));
     } else if (op.timing != SuccessorTiming::Computed) {
-      const SignatureFeatures& next = op.timing == SuccessorTiming::Now ? now_ : delayed_;
+      const SuccessorCode& next = op.timing == SuccessorTiming::Now ? now_code_ : delayed_;
       npu::set_embedding_row(io, token, next.naming(m_.control, op.successor));
     }
     npu::set_embedding_row(io, token, op.sets);
@@ -640,7 +645,8 @@ AssembledMachine Assembler::finish() {
     flags.push_back(reg_.read_flag);
     for (const auto& h : heads_) flags.push_back(h.write_flag);
     for (const auto* s : {&inputs_, &lane_group_, &lane_member_}) flags.insert(flags.end(), s->begin(), s->end());
-    for (const auto* f : {&delayed_, &then_, &otherwise_}) {
+    for (const auto* f : {&now_code_, &delayed_, &then_, &otherwise_}) {
+      if (f->group_bits.empty()) continue;  // a machine without branches makes no staging codes
       const auto a = f->all();
       flags.insert(flags.end(), a.begin(), a.end());
     }

@@ -281,14 +281,18 @@ class Assembler {
   std::vector<compiler::ValueId> inputs_;     // unit flags (token-set)
   int64_t lanes_sent_ = 0;                    // send()'s lanes
   std::vector<compiler::ValueId> lane_group_, lane_member_;  // the flags that name a lane
-  SignatureFeatures now_, delayed_;
+  // The LM head's control features (written by the successor decoder, the computed
+  // successor), and the successors as codes (control_vocab.h) from the token to the
+  // decoder: this token's, the one parked for three cycles, and a branch's two.
+  SignatureFeatures now_;
+  SuccessorCode now_code_, delayed_;
   std::vector<npu::EmitFeatures> features_;   // p0, p1, p2 of the sent float
   std::vector<std::pair<std::pair<size_t, size_t>, compiler::ValueId>> gated_;
   std::vector<std::pair<compiler::ValueId, compiler::ValueId>> clear_enables_;  // gate_clears_of: (value, enable)
   std::vector<std::pair<compiler::ValueId, compiler::ValueId>> immediate_data_;  // (data or bias, its write flag)
   bool computed_ = false;
   std::vector<compiler::ValueId> conditions_;   // branch(): summed by the selecting op
-  SignatureFeatures then_, otherwise_;          // the staging features a Branch token sets
+  SuccessorCode then_, otherwise_;              // the staging codes a Branch token sets
   std::vector<MicroOp> ops_;
   std::vector<char> defined_;
 };

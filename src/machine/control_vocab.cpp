@@ -55,6 +55,67 @@ SignatureFeatures signature_features(compiler::Program& p, const ControlVocab& v
   return f;
 }
 
+namespace {
+
+int bits_for(int64_t n) {  // bits of the integers 0 .. n - 1
+  int b = 1;
+  while ((int64_t{1} << b) < n) ++b;
+  return b;
+}
+
+}  // namespace
+
+std::vector<compiler::ValueId> SuccessorCode::all() const {
+  std::vector<compiler::ValueId> v = {named};
+  v.insert(v.end(), group_bits.begin(), group_bits.end());
+  v.insert(v.end(), member_bits.begin(), member_bits.end());
+  return v;
+}
+
+std::vector<std::pair<compiler::ValueId, float>> SuccessorCode::naming(const ControlVocab& vocab, int64_t c) const {
+  static_cast<void>(vocab.id(c));  // range check
+  std::vector<std::pair<compiler::ValueId, float>> on = {{named, 1.0f}};
+  const int64_t g = c / vocab.group_size, m = c % vocab.group_size;
+  for (size_t i = 0; i < group_bits.size(); ++i)
+    if ((g >> i) & 1) on.push_back({group_bits[i], 1.0f});
+  for (size_t i = 0; i < member_bits.size(); ++i)
+    if ((m >> i) & 1) on.push_back({member_bits[i], 1.0f});
+  return on;
+}
+
+SuccessorCode successor_code(compiler::Program& p, const ControlVocab& vocab, const char* name) {
+  SuccessorCode c;
+  c.named = p.value(std::string(name) + ".named");
+  c.group_bits = p.values(std::string(name) + ".group_bit", bits_for(vocab.groups()));
+  c.member_bits = p.values(std::string(name) + ".member_bit", bits_for(vocab.group_size));
+  return c;
+}
+
+void decode_successor(compiler::Program& p, const SuccessorCode& code, const SignatureFeatures& into,
+                      const ControlVocab& vocab, const std::string& label) {
+  if (into.group.size() != static_cast<size_t>(vocab.groups()) || into.member.size() != static_cast<size_t>(vocab.group_size))
+    fail("decode_successor: {} group and {} member features for {} groups of {}", into.group.size(), into.member.size(),
+         vocab.groups(), vocab.group_size);
+  constexpr float kOn = 128.0f;  // silu(128) = 128 exactly
+  std::vector<compiler::Neuron> ns;
+  auto one_hot = [&](const std::vector<compiler::ValueId>& bits, const std::vector<compiler::ValueId>& features) {
+    for (size_t k = 0; k < features.size(); ++k) {
+      compiler::Lin gate;
+      int ones = 0;
+      for (size_t i = 0; i < bits.size(); ++i) {
+        const bool one = (k >> i) & 1;
+        ones += one;
+        gate.terms.push_back({bits[i], one ? kOn : -kOn});
+      }
+      if (ones != 1) gate.terms.push_back({code.named, kOn * static_cast<float>(1 - ones)});
+      ns.push_back(compiler::Neuron{gate, compiler::Lin{{{code.named, 1.0f / kOn}}}, {{features[k], 1.0f}}});
+    }
+  };
+  one_hot(code.group_bits, into.group);
+  one_hot(code.member_bits, into.member);
+  p.mlp(label, std::move(ns));
+}
+
 void install_control_head(io::Qwen35Weights& w, const compiler::Allocation& alloc, const SignatureFeatures& f,
                           const ControlVocab& vocab) {
   const int64_t H = w.config.hidden_size, V = w.config.vocab_size;

@@ -12,6 +12,7 @@
 // control token every value token scores 0 and vice versa.
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "compiler/allocate.h"
@@ -51,6 +52,29 @@ struct SignatureFeatures {
 };
 
 SignatureFeatures signature_features(compiler::Program& p, const ControlVocab& vocab, const char* name);
+
+// A successor as token inputs travel it down the stack: a flag `named` (1 when the code
+// names a token) and the token's group and member in binary, about 2 log2(sqrt(count)) + 1
+// dims instead of a signature set's 2 sqrt(count). Every value is exactly 0 or 1, and the
+// all-zero code names nothing.
+struct SuccessorCode {
+  compiler::ValueId named = compiler::kNever;  // kNever and no bits: not made (successor_code)
+  std::vector<compiler::ValueId> group_bits, member_bits;  // least significant first
+
+  std::vector<compiler::ValueId> all() const;
+  // (value, 1) for the code of control token c (for embedding rows).
+  std::vector<std::pair<compiler::ValueId, float>> naming(const ControlVocab& vocab, int64_t c) const;
+};
+
+SuccessorCode successor_code(compiler::Program& p, const ControlVocab& vocab, const char* name);
+
+// Adds the signature the code names into `into` (one MLP op, one neuron per feature): the
+// neuron of group g has gate 128 (sum over the bits of +b_i where g has a 1, -b_i where it
+// has a 0, plus (1 - popcount(g)) named) and up named / 128: the gate is 128 exactly when
+// the bits are g and named is 1, else an integer multiple of 128 at most 0 (silu 0 or -0),
+// and all-zero codes give +-0 everywhere. No constant: free on cycles that name nothing.
+void decode_successor(compiler::Program& p, const SuccessorCode& code, const SignatureFeatures& into,
+                      const ControlVocab& vocab, const std::string& label);
 
 // Writes the LM head rows of the control tokens (2 nonzeros each). Needs an untied
 // LM head and a final norm that passes values through unchanged (compiler/emit.h).

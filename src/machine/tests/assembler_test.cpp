@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <set>
 #include <string>
 
 #include "common/error.h"
@@ -124,6 +125,33 @@ TEST(Assembler, FinishNeedsSend) {
   op.successor = 0;
   as.define("DONE", op);
   EXPECT_NE(error_of([&] { as.finish(); }).find("send()"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace qpu::machine
+
+namespace qpu::machine {
+namespace {
+
+// A machine without branches makes no branch staging codes, and none of its token inputs
+// is listed twice. An unmade code once named value 0 (the register file's first channel)
+// as a 0/1 flag, which then cleared itself as one and lost the parts sent in that channel.
+TEST(Assembler, EveryTokenInputOnceWithoutBranches) {
+  Assembler as(small(), {"HDR", "NOP", "DONE", "W"}, "DONE");
+  const compiler::ValueId flag = as.input("flag");
+  as.send(as.register_out(), flag, as.program().ops().size());
+  as.define_header("W");
+  MicroOp w = as.write(0, 0, "DONE");
+  w.sets = {{flag, 1.0f}};
+  w.lane = 0;
+  as.define("W", w);
+  const AssembledMachine m = as.finish();
+  std::set<compiler::ValueId> seen;
+  for (compiler::ValueId v : m.interface.inputs) {
+    ASSERT_GE(v, 0);
+    EXPECT_TRUE(seen.insert(v).second) << m.program.name(v);
+  }
+  EXPECT_GT(seen.size(), 10u);
 }
 
 }  // namespace

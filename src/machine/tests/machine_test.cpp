@@ -7,6 +7,9 @@
 // 32 adds w = 32, 64 adds w = 32 and w = 64; QPU_MACHINE_SIM_VECTORS > 0 adds HostSim.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <bit>
+
 #include <cmath>
 #include <random>
 
@@ -113,18 +116,22 @@ MachineOptions random_options(int w, uint64_t seed) {
   return o;
 }
 
-void expect_clean(const Tally& t) {
+void expect_clean(const Tally& t, const ControlVocab& control) {
   EXPECT_EQ(t.stream_mismatches, 0) << t.first;
   EXPECT_EQ(t.value_mismatches, 0);
   EXPECT_EQ(t.ambiguous, 0);
-  // A value-token cycle holds at most the token's inbox channel and the two LM head
-  // features the delay line delivers: every unit above is idle and exactly zero.
-  EXPECT_LE(t.max_nonzero, 3);
+  // A value-token cycle holds at most the token's inbox channel, the two LM head features
+  // of the part the delay line delivers or, on the cycle that hands the successor over,
+  // its code (the named flag and at most every group and member bit) and the two control
+  // features decoded from it: every unit above is idle and exactly zero.
+  const auto bits = [](int64_t n) { return std::bit_width(static_cast<uint64_t>(std::max<int64_t>(n - 1, 1))); };
+  EXPECT_LE(t.max_nonzero, 3 + 1 + bits(control.groups()) + bits(control.group_size));
 }
 
 #if QPU_MACHINE_VECTORS > 0
 TEST(MachineEngine, TwoChainedMatvecsWidth8) {
   Tally t;
+  ControlVocab control;  // every machine's: the same tokens
   constexpr int kMachines = QPU_MACHINE_MACHINES;
   for (uint64_t s = 0; s < kMachines; ++s) {
     MachineOptions o = random_options(8, 100 + s);
@@ -132,11 +139,12 @@ TEST(MachineEngine, TwoChainedMatvecsWidth8) {
     // other path: every value its own dim); it must generate the same streams.
     o.reuse_dims = kMachines == 1 || s + 1 < kMachines;
     Machine m = build_machine(o);
+    control = m.control;
     io::Qwen35Weights weights = std::move(m.compiled.weights);  // the engine's copy is the only one
     m.compiled.weights.config = weights.config;                // run_greedy reads the sizes
     run_vectors(m, o, QPU_MACHINE_VECTORS / kMachines, 200 + s, engine_hosts(std::move(weights)), t);
   }
-  expect_clean(t);
+  expect_clean(t, control);
   EXPECT_EQ(t.vectors, QPU_MACHINE_VECTORS / kMachines * kMachines);
   EXPECT_EQ(t.values, t.vectors * 16);
   EXPECT_GE(t.zero_values, 16);  // the all-zero vectors (and zero rows) send the zero token
@@ -181,7 +189,7 @@ TEST(MachineSim, RandomSummationOrders) {
   const Machine m = build_machine(o);
   Tally t;
   run_vectors(m, o, QPU_MACHINE_SIM_VECTORS, 400, sim_hosts(m.compiled.weights, 1), t);
-  expect_clean(t);
+  expect_clean(t, m.control);
   EXPECT_EQ(t.values, QPU_MACHINE_SIM_VECTORS * 4);
   std::printf("machine w=2 HostSim: %lld vectors, %lld floats bit-exact\n", static_cast<long long>(t.vectors),
               static_cast<long long>(t.values));
@@ -223,7 +231,7 @@ void run_wide(int w, int vectors) {
   io::Qwen35Weights weights = std::move(m.compiled.weights);  // the engine's copy is the only one
   m.compiled.weights.config = c;                             // run_greedy reads the sizes
   run_vectors(m, o, vectors, 600, engine_hosts(std::move(weights)), t);
-  expect_clean(t);
+  expect_clean(t, m.control);
   EXPECT_EQ(t.values, vectors * 2 * w);
   std::printf("machine w=%d: %.3f ms per cycle (forward only); layers %lld, hidden %lld, intermediate %lld, GDN heads "
               "per layer %lld, delay heads %d\n",

@@ -10,6 +10,7 @@
 #include "compiler/enable.h"
 #include "compiler/gdn_layout.h"
 #include "machine/delay_line.h"
+#include "npu/float_ram.h"
 #include "npu/idle_attention.h"
 
 namespace qpu::machine {
@@ -478,6 +479,32 @@ void Assembler::send(const std::vector<ValueId>& lanes, ValueId enable, size_t f
   m_.delay_heads += delay_line(p_, successor, layout.capacity(false), "delay line successor");
 }
 
+void Assembler::return_register() {
+  if (!features_.empty()) fail("machine: return_register() after send()");
+  if (!return_.group_bits.empty()) fail("machine: return_register() called twice");
+  return_ = successor_code(p_, m_.control, "return");
+  return_write_ = input("return.write");
+  return_read_ = input("return.read");
+  const std::vector<ValueId> code = return_.all();
+  npu::FloatRamHead h;
+  h.data = code;
+  h.write_flag = h.wipe_flag = return_write_;
+  h.read_flag = return_read_;
+  h.out = p_.values("return.out", static_cast<int>(code.size()));
+  const std::vector<ValueId> out = h.out;
+  // The bits are 0 or 1 (binade 0): a window from 2^-33 holds them exactly.
+  npu::float_ram(p_, npu::FloatRamWindow{}, {h}, return_write_, "return register");
+  gate_clears_of(out, return_read_);
+  // Into the delayed code: gate 128 b, up b / 128 gives b exactly (b = 0 or 1); on the
+  // Return token's cycle the embedding names no delayed successor, so each code value
+  // gets one live term.
+  const std::vector<ValueId> delayed = delayed_.all();
+  std::vector<Neuron> ns;
+  for (size_t i = 0; i < out.size(); ++i)
+    ns.push_back(Neuron{Lin{{{out[i], kOn}}}, Lin{{{out[i], 1.0f / kOn}}}, {{delayed[i], 1.0f}}});
+  p_.mlp("return", std::move(ns));
+}
+
 void Assembler::branch(ValueId cond) {
   if (conditions_.empty()) {
     then_ = successor_code(p_, m_.control, "branch.then");
@@ -501,9 +528,15 @@ void Assembler::gate_clears(size_t first_op, size_t end_op, ValueId enable) {
 void Assembler::define(const std::string& control, MicroOp op) {
   const int64_t c = control_index(control);
   if (defined_[static_cast<size_t>(c)]) fail("machine: micro-op '{}' defined twice", control);
+  if ((op.timing == SuccessorTiming::Return || op.call >= 0) && return_.group_bits.empty())
+    fail("machine: micro-op '{}' calls or returns, but the machine has no return register", control);
+  if (op.call >= m_.control.count)
+    fail("machine: micro-op '{}' calls {}, outside the {} control tokens", control, op.call, m_.control.count);
   if (op.timing == SuccessorTiming::Computed) {
     if (!computed_) fail("machine: micro-op '{}' has a computed successor, but none was computed", control);
     if (op.successor != -1) fail("machine: micro-op '{}' names a successor and computes one", control);
+  } else if (op.timing == SuccessorTiming::Return) {
+    if (op.successor != -1) fail("machine: micro-op '{}' names a successor and returns", control);
   } else if (op.successor < 0 || op.successor >= m_.control.count)
     fail("machine: micro-op '{}' has no successor among the {} control tokens", control, m_.control.count);
   if (op.timing == SuccessorTiming::Branch) {
@@ -582,7 +615,7 @@ AssembledMachine Assembler::finish() {
   io.inputs.insert(io.inputs.end(), lane_group_.begin(), lane_group_.end());
   io.inputs.insert(io.inputs.end(), lane_member_.begin(), lane_member_.end());
   for (const auto& [v, flag] : immediate_data_) io.inputs.push_back(v);
-  for (const auto* f : {&now_code_, &delayed_, &then_, &otherwise_}) {
+  for (const auto* f : {&now_code_, &delayed_, &then_, &otherwise_, &return_}) {
     if (f->group_bits.empty()) continue;  // a machine without branches makes no staging codes
     const auto a = f->all();
     io.inputs.insert(io.inputs.end(), a.begin(), a.end());
@@ -600,9 +633,15 @@ AssembledMachine Assembler::finish() {
     if (op.timing == SuccessorTiming::Branch) {
       npu::set_embedding_row(io, token, then_.naming(m_.control, op.successor));
       npu::set_embedding_row(io, token, otherwise_.naming(m_.control, op.otherwise));
+    } else if (op.timing == SuccessorTiming::Return) {
+      npu::set_embedding_row(io, token, {{return_read_, 1.0f}});
     } else if (op.timing != SuccessorTiming::Computed) {
       const SuccessorCode& next = op.timing == SuccessorTiming::Now ? now_code_ : delayed_;
       npu::set_embedding_row(io, token, next.naming(m_.control, op.successor));
+    }
+    if (op.call >= 0) {
+      npu::set_embedding_row(io, token, return_.naming(m_.control, op.call));
+      npu::set_embedding_row(io, token, {{return_write_, 1.0f}});
     }
     npu::set_embedding_row(io, token, op.sets);
     if (op.lane >= 0) {
@@ -645,7 +684,7 @@ AssembledMachine Assembler::finish() {
     flags.push_back(reg_.read_flag);
     for (const auto& h : heads_) flags.push_back(h.write_flag);
     for (const auto* s : {&inputs_, &lane_group_, &lane_member_}) flags.insert(flags.end(), s->begin(), s->end());
-    for (const auto* f : {&now_code_, &delayed_, &then_, &otherwise_}) {
+    for (const auto* f : {&now_code_, &delayed_, &then_, &otherwise_, &return_}) {
       if (f->group_bits.empty()) continue;  // a machine without branches makes no staging codes
       const auto a = f->all();
       flags.insert(flags.end(), a.begin(), a.end());

@@ -72,6 +72,10 @@ enum class SuccessorTiming {
   // This cycle, one of two named by the embedding: MicroOp::successor when the branch
   // condition (Assembler::branch) is 1, MicroOp::otherwise when it is 0.
   Branch,
+  // Three cycles later, like Delayed: the continuation that the latest calling micro-op
+  // (MicroOp::call) parked in the return register (Assembler::return_register). The
+  // embedding names none; MicroOp::successor is -1.
+  Return,
 };
 
 struct MicroOp {
@@ -82,6 +86,9 @@ struct MicroOp {
   int write_element = 0;        // ... in this element
   int64_t successor = -1;       // control index of the next micro-op
   int64_t otherwise = -1;       // SuccessorTiming::Branch: the next one when the condition is 0
+  // A call: this token parks the continuation `call` (a control index) in the return
+  // register, where a later SuccessorTiming::Return micro-op finds it (-1: no call).
+  int64_t call = -1;
   SuccessorTiming timing = SuccessorTiming::Now;
 };
 
@@ -245,6 +252,15 @@ class Assembler {
   // with SuccessorTiming::Computed ends in it. Call once.
   void computed_successor(const std::string& first, const std::vector<compiler::ValueId>& onehot);
 
+  // A one-deep return register, so that a routine of micro-ops shared by many callers (the
+  // carry crossing, machine/crossing_routine.h) goes back to the micro-op its caller
+  // names: a GDN head of one row, wiped and written with the code of MicroOp::call on a
+  // calling token's cycle, read on a SuccessorTiming::Return token's cycle into the
+  // delayed successor code (then three cycles in the delay line, as a Delayed token's
+  // own). The code is 0/1 floats (control_vocab.h), exact in a float RAM. Call before
+  // send().
+  void return_register();
+
   void define(const std::string& control, MicroOp op);
   // A branch condition: `cond` exactly 0 or 1, and 0 on every cycle where no micro-op of
   // its unit runs (several units may add theirs; on a cycle at most one is 1). A
@@ -293,6 +309,9 @@ class Assembler {
   bool computed_ = false;
   std::vector<compiler::ValueId> conditions_;   // branch(): summed by the selecting op
   SuccessorCode then_, otherwise_;              // the staging codes a Branch token sets
+  // return_register(): the code a calling token parks, and the write and read flags.
+  SuccessorCode return_;
+  compiler::ValueId return_write_ = compiler::kNever, return_read_ = compiler::kNever;
   std::vector<MicroOp> ops_;
   std::vector<char> defined_;
 };

@@ -1,11 +1,12 @@
 #include "machine/testing/segment_machine.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "common/error.h"
 #include "compiler/enable.h"
 #include "machine/carry_crossing.h"
-#include "machine/wide_float_ram.h"
+#include "machine/crossing_routine.h"
 #include "npu/float_ram.h"
 #include "npu/primitives.h"
 #include "npu/unit_attention.h"
@@ -54,13 +55,16 @@ SegmentMachine build_segment_machine(const SegmentMachineOptions& o) {
   for (int i = 0; i < w; ++i) names.push_back(indexed("WT", i));
   for (int r = 0; r < S; ++r) names.push_back(indexed("PUT", r));
   for (int s = 0; s < S; ++s)
-    for (const char* n : {"SEG", "CB", "NX"}) names.push_back(indexed(n, s));
+    for (const char* n : {"SEG", "NX"}) names.push_back(indexed(n, s));
+  for (const std::string& n : CrossingRoutine::names(1)) names.push_back(n);
   AssemblerOptions ao;
   static_cast<HostOptions&>(ao) = o;
-  ao.elements = w;
+  ao.elements = std::max(w, 2);
   Assembler as(ao, names, "DONE");
   compiler::Program& p = as.program();
-  const Assembler::Scalar n_reg = as.scalar_register("N"), ca = as.scalar_register("CA"), cb = as.scalar_register("CB");
+  const Assembler::Scalar n_reg = as.scalar_register("N");
+  constexpr int64_t kCarryRegister = 1;
+  CrossingRoutine cross(as, 1, kCarryRegister);
 
   // PUT.r: register 0 (the segment's terms) into row r of the term RAM.
   const ValueId put_on = as.input("put.on");
@@ -71,7 +75,7 @@ SegmentMachine build_segment_machine(const SegmentMachineOptions& o) {
   const ValueId seg_on = as.input("seg.on");
   const std::vector<ValueId> seg_index = as.inputs("seg.index", index_bits);
   const std::vector<ValueId> seg_head = as.inputs("seg.head", heads), seg_row = as.inputs("seg.row", kRowBits);
-  const ValueId cb_on = as.input("cb.on"), nx_on = as.input("nx.on");
+  const ValueId nx_on = as.input("nx.on");
   const std::vector<ValueId> nx_next = as.inputs("nx.next", index_bits);
   const ValueId send = as.input("send.on");
 
@@ -98,12 +102,12 @@ SegmentMachine build_segment_machine(const SegmentMachineOptions& o) {
   npu::float_ram(p, npu::FloatRamWindow{kTermLowBinade}, ram, put_on, "term RAM");
   as.gate_clears(first_memory, p.ops().size(), seg_on);
 
-  // SEG.s: the carry back from CA and CB (both +0 for segment 0, which reads neither), then
+  // SEG.s: the carry back from register 1 (+0 for segment 0, which reads no register), then
   // C's additions of the segment's terms, each +0 when t = s w + j >= N.
   const size_t first_seg = p.ops().size();
   const std::vector<ValueId> terms = as.gated(ram_out, {seg_on}, "seg.terms");
   const ValueId n_seg = as.gated(std::vector<ValueId>{n_reg.out}, {seg_on}, "seg.n")[0];
-  ValueId acc = carry_join(p, ca.out, cb.out, seg_on, "seg.carry");
+  ValueId acc = cross.join(1, seg_on, "seg.carry")[0];
   for (int j = 0; j < w; ++j) {
     // keep = [N - s w - j >= 1]
     Lin d{{{n_seg, 1.0f}, {kOne, -static_cast<float>(j)}}};
@@ -113,12 +117,10 @@ SegmentMachine build_segment_machine(const SegmentMachineOptions& o) {
     p.mlp("seg.mask", {Neuron{Lin{{{keep, 128.0f}}}, Lin{{{terms[at(j)], 1.0f / 128.0f}}}, {{term, 1.0f}}}});
     acc = npu::add(p, acc, term, "seg.add");
   }
-  const CarryParts out = carry_split(p, acc, seg_on, "seg.out");
   compiler::enable_constants(p, first_seg, seg_on);
-  // The low float waits in a wide float RAM for CB's cycle (SEG sends the high one).
-  const WideFloatRam low = wide_float_ram(p, {out.low}, seg_on, seg_on, cb_on, 31, "seg.low");
-  as.gate_clears(first_seg, low.tiers_end, seg_on);
-  as.gate_clears(low.tiers_end, p.ops().size(), cb_on);  // the RAM's out value: read on CB cycles
+  as.gate_clears(first_seg, p.ops().size(), seg_on);
+  cross.carry({acc}, seg_on, seg_on, "seg.out");
+  const std::vector<ValueId> lanes = cross.build();
 
   // NX.s: [N > (s + 1) w], the branch condition (+0 on every other cycle).
   const size_t first_nx = p.ops().size();
@@ -130,7 +132,7 @@ SegmentMachine build_segment_machine(const SegmentMachineOptions& o) {
   as.gate_clears(first_nx, p.ops().size(), nx_on);
   as.branch(more);
 
-  as.send({out.high, low.out[0]}, send, p.ops().size());
+  as.send(lanes, send, p.ops().size());
 
   as.define_header("WN");
   as.define("WN", as.write(0, n_reg.element, "NOP"));
@@ -142,19 +144,15 @@ SegmentMachine build_segment_machine(const SegmentMachineOptions& o) {
     set_bits(op, put_row, r % kRowsPerHead);
     as.define(indexed("PUT", r), std::move(op));
   }
+  cross.define(0, send);
   for (int s = 0; s < S; ++s) {
-    MicroOp seg = as.write(0, ca.element, indexed("CB", s));
-    seg.sets = {{seg_on, 1.0f}, {seg_head[at(s / kRowsPerHead)], 1.0f},
-                {n_reg.read_flag, 1.0f}, {send, 1.0f}};
-    seg.lane = 0;
-    if (s > 0) seg.sets.insert(seg.sets.end(), {{ca.read_flag, 1.0f}, {cb.read_flag, 1.0f}});
+    MicroOp seg = as.step(cross.first_cross(1));
+    seg.call = as.control_index(indexed("NX", s));
+    seg.sets = {{seg_on, 1.0f}, {seg_head[at(s / kRowsPerHead)], 1.0f}, {n_reg.read_flag, 1.0f}};
+    if (s > 0) seg.read_register = kCarryRegister;
     set_bits(seg, seg_row, s % kRowsPerHead);
     set_bits(seg, seg_index, s);
     as.define(indexed("SEG", s), std::move(seg));
-    MicroOp c = as.write(0, cb.element, indexed("NX", s));
-    c.sets = {{cb_on, 1.0f}, {send, 1.0f}};
-    c.lane = 1;
-    as.define(indexed("CB", s), std::move(c));
     MicroOp nx = s + 1 < S ? as.branch_step(indexed("SEG", s + 1), "DONE") : as.step("DONE");
     nx.sets = {{nx_on, 1.0f}, {n_reg.read_flag, 1.0f}};
     set_bits(nx, nx_next, s + 1);
@@ -193,8 +191,9 @@ std::vector<int64_t> SegmentMachine::expected_stream(int n, const std::vector<fl
   const int segs = (n + width - 1) / width;
   for (int k = 0; k < segs; ++k) {
     for (int t = k * width; t < std::min(n, (k + 1) * width); ++t) acc += terms[static_cast<size_t>(t)];
+    s.push_back(id("CROSS.0"));
     for (int64_t v : value_tokens(carry_high_reference(acc))) s.push_back(v);
-    s.push_back(id(indexed("CB", k)));
+    s.push_back(id("CROSS.1"));
     for (int64_t v : value_tokens(carry_low_reference(acc))) s.push_back(v);
     s.push_back(id(indexed("NX", k)));
     s.push_back(k + 1 < segs ? id(indexed("SEG", k + 1)) : done());

@@ -12,16 +12,18 @@
 //   WT.i            term i of a segment into element i of register 0 (3 value tokens);
 //   PUT.r           register 0 (the segment's terms) into row r of the term RAM (one head
 //                   per 16 rows: row r is head r / 16, row r mod 16);
-//   SEG.s           reads row s of the term RAM, N and the carry registers CA and CB
-//                   (s >= 1; segment 0 starts from 0), adds the terms t = s w + j < N in
-//                   C's order to the carry, sends the high float of the result (into CA)
-//                   and stores the low one (the wide float RAM) -> CB.s;
-//   CB.s            sends the low float (into CB) -> NX.s;
+//   SEG.s           reads row s of the term RAM, N and the carry (register 1, s >= 1;
+//                   segment 0 starts from 0), adds the terms t = s w + j < N in C's order
+//                   and calls the crossing routine (machine/crossing_routine.h) with the
+//                   result, continuation NX.s;
+//   CROSS.0, CROSS.1  the routine: the result's two crossing floats into elements 0 and 1
+//                   of register 1, then back to NX.s;
 //   NX.s            branches on [N > (s + 1) w]: SEG.(s + 1), else DONE.
 //
-// So a run of n terms generates, per segment s < ceil(n / w): the parts of high_s, CB.s,
-// the parts of low_s, NX.s, then SEG.(s + 1) or DONE (9 cycles per segment), where
-// high_s and low_s are the crossing floats of C's running sum after segment s.
+// So a run of n terms generates, per segment s < ceil(n / w): CROSS.0, the parts of
+// high_s, CROSS.1, the parts of low_s, NX.s, then SEG.(s + 1) or DONE (10 cycles per
+// segment), where high_s and low_s are the crossing floats of C's running sum after
+// segment s.
 // Terms: +-0 or |x| in [2^-26, 2^11) (one float RAM window); then every partial sum of
 // up to 4,096 terms is +-0 or in [2^-49, 2^24): inside the crossing's window.
 #include <cstdint>

@@ -78,6 +78,29 @@ TEST(Assembler, RejectsBadMicroOps) {
   EXPECT_NE(error_of([&] { as.finish(); }).find("'DONE' has no micro-op"), std::string::npos);
 }
 
+// Calls and returns (machine/crossing_routine.h uses them): both need the return register,
+// made before send(); a call names a control token; a Return micro-op names no successor.
+TEST(Assembler, RejectsBadCallsAndReturns) {
+  Assembler as(small(), {"HDR", "DONE", "C", "R"}, "DONE");
+  const auto flag = as.input("flag");
+  MicroOp call = as.step("R");
+  call.call = 1;
+  EXPECT_NE(error_of([&] { as.define("C", call); }).find("no return register"), std::string::npos);
+  MicroOp ret;
+  ret.timing = SuccessorTiming::Return;
+  EXPECT_NE(error_of([&] { as.define("R", ret); }).find("no return register"), std::string::npos);
+  as.return_register();
+  EXPECT_NE(error_of([&] { as.return_register(); }).find("twice"), std::string::npos);
+  call.call = 4;
+  EXPECT_NE(error_of([&] { as.define("C", call); }).find("calls 4"), std::string::npos);
+  ret.successor = 1;
+  EXPECT_NE(error_of([&] { as.define("R", ret); }).find("names a successor and returns"), std::string::npos);
+  as.send(as.register_out(), flag, as.program().ops().size());
+  Assembler late(small(), {"HDR", "DONE"}, "DONE");
+  late.send(late.register_out(), late.input("flag"), late.program().ops().size());
+  EXPECT_NE(error_of([&] { late.return_register(); }).find("after send"), std::string::npos);
+}
+
 // Computed successors and immediates (the story token of the HEAD machine): a Computed
 // micro-op needs the datapath's one-hot, names no successor of its own, and the one-hot
 // covers consecutive control tokens that exist; an immediate is a small integer.

@@ -17,6 +17,7 @@
 #include "common/error.h"
 #include "compiler/window_check.h"
 #include "machine/carry_crossing.h"
+#include "machine/crossing_routine.h"
 #include "machine/testing/segment_machine.h"
 #include "machine/tests/machine_runner.h"
 #include "npu/tests/unit_harness.h"
@@ -197,6 +198,26 @@ TEST(SegmentMachine, RefusesBadShapesAndPrompts) {
   std::vector<float> wide = terms;
   wide[3] = 0x1p-27f;
   EXPECT_THROW(m.prompt(4, wide), Error);
+}
+
+// The crossing routine's contract: a carry fits the register file (two floats a value),
+// every chain's carry fits the routine, and the routine is built once, after its carries.
+TEST(CrossingRoutine, RefusesCarriesItCannotTake) {
+  AssemblerOptions o;
+  o.elements = 4;
+  Assembler as(o, CrossingRoutine::names(2), "CROSS.0");
+  EXPECT_THROW(CrossingRoutine(as, 3, 1), Error);  // 6 floats, 4 elements
+  EXPECT_THROW(CrossingRoutine(as, 0, 1), Error);
+  CrossingRoutine cross(as, 2, 1);
+  const compiler::ValueId on = as.input("on");
+  EXPECT_THROW(cross.build(), Error);  // no carry yet
+  EXPECT_THROW(cross.carry(as.program().values("x", 3), on, on, "three"), Error);
+  EXPECT_THROW(cross.first_cross(3), Error);
+  EXPECT_EQ(cross.first_cross(1), "CROSS.2");  // one value: the last two floats
+  cross.carry(as.program().values("x", 1), on, on, "one");
+  EXPECT_EQ(cross.build().size(), 4u);
+  EXPECT_THROW(cross.build(), Error);
+  EXPECT_THROW(cross.carry(as.program().values("y", 1), on, on, "late"), Error);
 }
 
 }  // namespace

@@ -51,6 +51,7 @@ AttentionGeometry geometry(const reference::Llama2Config& cfg, const AttentionOp
   ag.wave_heads = o.wave_heads;
   ag.max_side_by_side_blocks = o.max_side_by_side_blocks;
   ag.exp_heads = o.exp_heads;
+  ag.slow_segment_blocks = o.slow_segment_blocks;
   ag.row_floats = row_floats;
   ag.v_low_binade = o.ram_low_binade;
   return ag;

@@ -45,6 +45,9 @@ struct AttentionOptions {
   // the width of a long cache's machine).
   int max_side_by_side_blocks = 32;
   int exp_heads = 2;   // heads one EXP cycle exponentiates
+  // Blocks of 8 positions one SLOW cycle adds up: SLOW's depth, and the segments whose carry
+  // crosses up between cycles (AttentionGeometry::slow_segment_blocks).
+  int slow_segment_blocks = 4;
   // true: ATTO(l).0 writes x + wo xb into the X1 RAM (AttentionHalf::x1) in one cycle, for
   // a reader ordered below this part (the FFN half); false: ATTO(l).i sends element i up
   // (4 cycles each), for a reader above or outside the host. Needs `attention`.

@@ -28,7 +28,7 @@ std::string name(const char* prefix, int i) { return std::string(prefix) + "." +
 std::string layer_name(const char* prefix, int l) { return std::string(prefix) + "(" + std::to_string(l) + ")"; }
 std::string block_name(const char* prefix, int l, int b) { return layer_name(prefix, l) + "." + std::to_string(b); }
 
-std::string slow_name(int l, int h) { return block_name("SLOW", l, h); }
+std::string slow_name(int l, int h, int s) { return block_name("SLOW", l, h) + "." + std::to_string(s); }
 
 size_t at(int i) { return static_cast<size_t>(i); }
 
@@ -107,12 +107,12 @@ std::vector<ValueId> rows_past(compiler::Program& p, const std::vector<ValueId>&
   return past;
 }
 
-// The block loops' branch condition: [pos >= 8 b + 8] (a block after b holds a position
-// up to POS) AND the stage runs, with 8 b = the linear form `base` of the token's flags.
-// Built outside the stage's enable range: its constants must stay 1, and `on` makes it 0
-// on every other cycle.
-ValueId more_blocks(compiler::Program& p, const Lin& base, ValueId on, ValueId pos) {
-  Lin d{{{pos, 1.0f}, {kOne, -7.0f}}};
+// The block loops' branch condition: [pos >= 8 b + span] (a block after b holds a position
+// up to POS) AND the stage runs, with 8 b = the linear form `base` of the token's flags
+// (span: the positions the token covers, 8 for a block). Built outside the stage's enable
+// range: its constants must stay 1, and `on` makes it 0 on every other cycle.
+ValueId more_blocks(compiler::Program& p, const Lin& base, ValueId on, ValueId pos, int span = 8) {
+  Lin d{{{pos, 1.0f}, {kOne, 1.0f - static_cast<float>(span)}}};
   for (const auto& t : base.terms) d.terms.push_back({t.value, -t.weight});
   const ValueId more = npu::attn_int_positive(p, d, "attn.more");
   return npu::attn_int_positive(p, Lin{{{more, 1.0f}, {on, 1.0f}, {kOne, -1.0f}}}, "attn.more_on");
@@ -205,7 +205,10 @@ std::vector<std::string> AttentionStages::names(const AttentionGeometry& g) {
   for (int l = 0; l < g.layers; ++l)
     for (int h = 0; h < g.heads; ++h) n.push_back(block_name("WSUM", l, h));
   for (int l = 0; l < g.layers; ++l)
-    for (int h = 0; h < g.heads; ++h) n.push_back(slow_name(l, h));
+    for (int h = 0; h < g.heads; ++h)
+      for (int seg = 0; seg < g.slow_segments(); ++seg) n.push_back(slow_name(l, h, seg));
+  if (g.slow_segments() > 1)
+    for (const std::string& c : CrossingRoutine::names(2 * g.head_size)) n.push_back(c);
   for (const char* r : {"RS", "RM", "RE", "RX", "RSUM", "RP", "RPX"})
     for (int h = 0; h < g.heads; ++h) n.push_back(name(r, h));
   for (int h = 0; h < g.heads; ++h)
@@ -253,6 +256,10 @@ AttentionStages::AttentionStages(Assembler& as, const AttentionGeometry& g) : as
   slow_k_ = as.inputs("slow.k", g.exp_heads);
   slow_kv_ = as.inputs("slow.kv", g.kv_heads);
   slow_head_ = as.inputs("slow.head", g.heads);
+  if (g.slow_segment_blocks < 1) fail("attention stages: SLOW segments of {} blocks", g.slow_segment_blocks);
+  slow_segment_ = as.inputs("slow.segment", g.slow_segments());
+  // SLOW's carry: hi and lo of every lane (npu::TwoTier; big is recovered from hi).
+  if (g.slow_segments() > 1) cross_.emplace(as, 2 * g.head_size, g.carry_register);
   if (g.row_floats < g.head_size) fail("attention stages: a RAM row holds {} floats, a head {}", g.row_floats, g.head_size);
   sum_k_ = as.inputs("sum.k", g.exp_heads);
   max_on_ = as.input("max.on");
@@ -799,22 +806,32 @@ void AttentionStages::build(const std::vector<ValueId>& q, const std::vector<std
   as_.branch(xb_data.back());
 
   SlowInputs slow_in{probs, prob_neg, v_data, v_neg, vaddr.bank, qkv_on, pos};
-  const std::vector<ValueId> slow_xb = build_slow(slow_in, compiler::OpRange{first_wsum, end_wsum});
+  const SlowResult slow = build_slow(slow_in, compiler::OpRange{first_wsum, end_wsum});
 
   // The xb RAM: one one-row head per nested head (xb and the unsafe bit), wiped and
-  // written by that head's WSUM or SLOW (the slow path's xb after its last block, the bit 1),
-  // read all at once by ATTO and by RXB.
+  // written by that head's WSUM or by the SLOW segment that holds POS (the slow path's xb,
+  // the bit 1: SLOW's flag and not `more`), read all at once by ATTO and by RXB.
   std::vector<std::vector<ValueId>> xb_out;
   {
     const ValueId xb_on = either(as_, {wsum_on_}, {slow_on_}, "xb.on")[0];
-    const std::vector<ValueId> xb_write = either(as_, wsum_head_, slow_head_, "xb.write");
+    std::vector<ValueId> slow_write = p.values("xb.slow_write", H);
+    {
+      // silu(128 (head - more)) head / 128: 1 for the head when more is 0, else +-0.
+      std::vector<Neuron> ns;
+      for (int h = 0; h < H; ++h)
+        ns.push_back(Neuron{Lin{{{slow_head_[at(h)], 128.0f}, {slow.more, -128.0f}}},
+                            Lin{{{slow_head_[at(h)], 1.0f / 128.0f}}}, {{slow_write[at(h)], 1.0f}}});
+      p.mlp("xb.slow_write", std::move(ns));
+      as_.gate_own_clears(slow_write);
+    }
+    const std::vector<ValueId> xb_write = either(as_, wsum_head_, slow_write, "xb.write");
     const std::vector<ValueId> data = p.values("xb.data", hs + 1);
     std::vector<Neuron> ns;
     for (int i = 0; i <= hs; ++i) {
       ns.push_back(Neuron{Lin{{{wsum_on_, 128.0f}}}, Lin{{{xb_data[at(i)], 1.0f / 128.0f}}}, {{data[at(i)], 1.0f}}});
-      // SLOW's xb, and the bit 1 (the slow path ran).
-      ns.push_back(Neuron{Lin{{{slow_on_, 128.0f}}}, Lin{{{i < hs ? slow_xb[at(i)] : kOne, 1.0f / 128.0f}}},
-                          {{data[at(i)], 1.0f}}});
+      // SLOW's xb, and the bit 1 (the slow path ran), on POS's segment.
+      ns.push_back(Neuron{Lin{{{slow_on_, 128.0f}, {slow.more, -128.0f}}},
+                          Lin{{{i < hs ? slow.xb[at(i)] : kOne, 1.0f / 128.0f}}}, {{data[at(i)], 1.0f}}});
     }
     p.mlp("xb.data", std::move(ns));
     std::vector<npu::FloatRamHead> one(1);
@@ -853,116 +870,118 @@ void AttentionStages::build(const std::vector<ValueId>& q, const std::vector<std
     lanes_.push_back(pr[at(3 * k + 2)]);
   }
   for (const auto& x : xb_out) lanes_.insert(lanes_.end(), x.begin(), x.end());
+  if (cross_) {  // the crossing routine's lanes (its parked floats) last
+    cross_lane_ = static_cast<int>(lanes_.size());
+    const std::vector<ValueId> c = cross_->build();
+    lanes_.insert(lanes_.end(), c.begin(), c.end());
+  }
 }
 
-std::vector<ValueId> AttentionStages::build_slow(const SlowInputs& in, compiler::OpRange previous) {
+AttentionStages::SlowResult AttentionStages::build_slow(const SlowInputs& in, compiler::OpRange previous) {
   compiler::Program& p = as_.program();
-  const int hs = g_.head_size, E = g_.exp_heads, B = g_.blocks(), P = g_.positions;
+  const int hs = g_.head_size, E = g_.exp_heads, P = g_.positions;
+  const int W = g_.slow_positions(), S = g_.slow_segments();
   const ValueId on = slow_on_;
   const ValueId pos = as_.gated(std::vector<ValueId>{in.pos}, {on}, "slow.pos")[0];  // as sum.pos in build()
   // The slow prob RAM's query bits: exp.query, which WSUM, SUM and PROB set too, woke its
   // heads on their cycles.
   const std::vector<ValueId> slow_query = as_.gated(exp_query_, {on}, "slow.query");
-  const int per = g_.row_floats / hs, chunks = static_cast<int>(in.v_data.size());
+  const int per = g_.row_floats / hs;
+  const size_t chunks = in.v_data.size();
+  // The segment's first position s W, from its one-hot flag.
+  Lin base;
+  for (int seg = 1; seg < S; ++seg) base.terms.push_back({slow_segment_[at(seg)], static_cast<float>(seg * W)});
+  // The branch: [POS >= s W + W] (POS lies past the segment: its carry crosses to the next
+  // one) AND SLOW runs. Outside the enable range (its constants stay 1).
+  SlowResult r;
+  r.more = more_blocks(p, base, on, pos, W);
+  as_.branch(r.more);
+
   const size_t first = p.ops().size();
-  const ValueId zero = p.value("slow.zero");  // never written: +0 (block 0 starts from C's xb = 0)
-  // Block b's chain continues block b - 1's two-tier xb in the same pass. Block b's rows
-  // past POS get p = 0, so the chain adds C's products fl(0 v) = +-0 there, which leave C's
-  // xb as it is: C's xb starts at +0 and is never -0 (+0 + -0 = +0, and an exact
+  // The chain's state: the carry from the previous segment (hi and lo of every lane, big
+  // recovered from hi; +0 for segment 0, which reads no register: C's xb = 0).
+  std::vector<npu::TwoTier> xb;
+  if (cross_) {
+    const std::vector<ValueId> carry = cross_->join(2 * static_cast<size_t>(hs), on, "slow.carry");
+    for (int i = 0; i < hs; ++i) xb.push_back(npu::attn_two_tier_rejoin(p, carry[at(2 * i)], carry[at(2 * i + 1)]));
+  } else {
+    const ValueId zero = p.value("slow.zero");  // never written: +0
+    xb.assign(at(hs), npu::TwoTier{zero, zero, zero});
+  }
+  // Rows past POS get p = 0, so the chain adds C's products fl(0 v) = +-0 there, which
+  // leave C's xb as it is: C's xb starts at +0 and is never -0 (+0 + -0 = +0, and an exact
   // cancellation x + (-x) rounds to +0), x + (+-0) = x for x != 0 and +0 + (+-0) = +0;
   // attn_two_tier_add is C's addition for every pair of its window, these included.
   //
-  // The row stops at POS's block, as WSUM's does (build()): the blocks wholly past it would
-  // only add such +-0 products, so C's xb is the state after POS's block. Each block reads
-  // its own copies of SLOW's controls (go = [8 b <= POS], POS, the prob and v RAMs' query
-  // bits, the head's place and its kv head), each copy gated by go from the previous
-  // block's, made beside that block's work; a block's constants and clears read its go, and
-  // the chain it starts from is the previous block's gated by its go. Past POS's block
-  // every read is +-0 and the blocks are skipped as idle (before, a SLOW cycle ran all
-  // the machine's blocks: ~2,000 sublayers on the 256-position machine). The state after
-  // POS's block (go_b - go_b+1 = 1) is added into `fin`. The handoff values lie in the
-  // value window (hi and lo in [2^-78, 2^35], big 0 or 1), so the gated copies are exact.
-  struct SlowControl {
-    ValueId go = 0, pos = 0;
-    std::vector<ValueId> qbits, vbits, k, kv;
-  };
-  std::vector<SlowControl> ctl(at(B));
-  ctl[0] = SlowControl{on, pos, slow_query, slow_vrow_, slow_k_, slow_kv_};
-  struct BlockRange {
-    size_t begin, end;
-    ValueId go;
-  };
-  std::vector<BlockRange> block_ranges;  // block b's ops (b >= 1) and its go
-  // The head's xb after POS's block: hi alone is read (below).
-  const std::vector<ValueId> fin = p.values("slow.fin_hi", hs);
-  std::vector<npu::TwoTier> xb(at(hs), npu::TwoTier{zero, zero, zero});
+  // Place o of the segment (position t = s W + o) reads the heads of the positions
+  // s' W + o, each with its segment's flag (one head is read on a cycle), straight into
+  // the picks: gate 128 (segment + place k - past - 1) for the probability of head h (k:
+  // h's place in its head group; past = [t > POS]), 128 (segment + kv head - 1) for its
+  // kv head's v: one live term per value.
+  //
   // Depth: block b's products read nothing of the chain, so they run beside block b - 1's
-  // chain (products 34 sublayers, a chain 8 x 7): ordered after block b - 1's products
-  // and after the first kProductsLead rows of block b - 1's chain (not earlier: the
-  // product values would stay live until their chain starts), the slow path is
-  // 34 + 57 per block MLP sublayers deep (the chain's and the handoff's).
+  // chain (products 34 sublayers, a chain 8 x 7): ordered after block b - 1's products and
+  // after the first kProductsLead rows of block b - 1's chain (not earlier: the product
+  // values would stay live until their chain starts).
   compiler::OpRange products_before = previous, chain_lead;
-  for (int b = 0; b < B; ++b) {
+  struct HeadOps {
+    size_t begin, end;
+    ValueId read;
+  };
+  std::vector<HeadOps> head_ops;  // the RAM heads' ops and their read flag
+  for (int b = 0; b < g_.slow_blocks(); ++b) {
     const size_t first_products = p.ops().size();
-    const SlowControl& c = ctl[at(b)];
-    if (b + 1 < B) {
-      // go_b+1 = [POS - 8 (b + 1) + 1 > 0]; its constants read go_b (below), so it is 0 past POS.
-      SlowControl& n = ctl[at(b + 1)];
-      NextControls next =
-          next_controls(as_, c.pos, at(8 * (b + 1)), {&c.qbits, &c.vbits, &c.k, &c.kv}, "slow.go", "slow.control");
-      n.go = next.go;
-      n.pos = next.pos;
-      n.qbits = std::move(next.parts[0]);
-      n.vbits = std::move(next.parts[1]);
-      n.k = std::move(next.parts[2]);
-      n.kv = std::move(next.parts[3]);
-    }
-    // The block's rows: head h's probability (rows past POS: 0) and v.
     std::vector<ValueId> pm, ex;
     std::vector<std::vector<ValueId>> v;
-    for (int t = 8 * b; t < std::min(P, 8 * b + 8); ++t) {
-      // SLOW's own copies of the prob RAM's and v RAM's heads of position t (written with
-      // them by PROB and QKV, read here): a head is read at its own depth, and the WSUM
-      // heads' out values would otherwise stay live down to the slow blocks.
-      const std::vector<ValueId> pr =
-          position_head(p, "slow prob", at(t), in.probs, in.prob_neg, prob_, c.qbits, c.go, g_.prob_low_binade);
-      std::vector<ValueId> vt_all;
-      {
+    for (int o = 8 * b; o < std::min(W, 8 * b + 8); ++o) {
+      Lin t_minus_pos = base;
+      t_minus_pos.terms.push_back({kOne, static_cast<float>(o)});
+      t_minus_pos.terms.push_back({pos, -1.0f});
+      const ValueId past = npu::attn_int_positive(p, t_minus_pos, "slow.past");
+      pm.push_back(p.value("slow.pm"));
+      ex.push_back(p.value("slow.exponent"));
+      v.push_back(p.values("slow.v", hs));
+      for (int seg = 0; seg < S && seg * W + o < P; ++seg) {
+        const size_t t = at(seg * W + o);
+        const ValueId read = slow_segment_[at(seg)];
+        const size_t first_head = p.ops().size();
+        const std::vector<ValueId> pr =
+            position_head(p, "slow prob", t, in.probs, in.prob_neg, prob_, slow_query, read, g_.prob_low_binade);
+        head_ops.push_back({first_head, p.ops().size(), read});
+        std::vector<Neuron> ns;
+        for (int k = 0; k < E; ++k) {
+          const Lin gate{{{read, kGateOn}, {slow_k_[at(k)], kGateOn}, {past, -kGateOn}, {kOne, -kGateOn}}};
+          ns.push_back(Neuron{gate, Lin{{{pr[at(3 * k)], 1.0f / kGateOn}}}, {{pm.back(), 1.0f}}});
+          ns.push_back(Neuron{gate, Lin{{{pr[at(3 * k + 1)], 1.0f / (kGateOn * kProbSmallScale)}}}, {{pm.back(), 1.0f}}});
+          ns.push_back(Neuron{gate, Lin{{{pr[at(3 * k + 2)], 1.0f / kGateOn}}}, {{ex.back(), 1.0f}}});
+        }
+        p.mlp("slow.pick", std::move(ns));
+        std::vector<ValueId> vt_all;
         std::vector<npu::FloatRamHead> vh;
-        for (int ch = 0; ch < chunks; ++ch) {
+        for (size_t ch = 0; ch < chunks; ++ch) {
           npu::FloatRamHead h;
-          h.data = in.v_data[at(ch)];
-          h.negated = in.v_neg[at(ch)];
+          h.data = in.v_data[ch];
+          h.negated = in.v_neg[ch];
           h.key_bits = vram_row_;
-          h.query_bits = c.vbits;
-          h.write_flag = in.v_write[at(t)];
+          h.query_bits = slow_vrow_;
+          h.write_flag = in.v_write[t];
           h.write_enable = v_write_enable_;
-          h.read_flag = c.go;
+          h.read_flag = read;
           h.out = p.values("slow.v_out" + std::to_string(t), static_cast<int>(h.data.size()));
           vt_all.insert(vt_all.end(), h.out.begin(), h.out.end());
           vh.push_back(std::move(h));
         }
+        const size_t first_v = p.ops().size();
         npu::float_ram(p, npu::FloatRamWindow{g_.v_low_binade}, vh, in.qkv_on, "slow v RAM " + std::to_string(t));
+        head_ops.push_back({first_v, p.ops().size(), read});
+        std::vector<Neuron> vn;
+        for (int j = 0; j < g_.kv_heads; ++j)
+          for (int i = 0; i < hs; ++i)
+            vn.push_back(Neuron{Lin{{{read, kGateOn}, {slow_kv_[at(j)], kGateOn}, {kOne, -kGateOn}}},
+                                Lin{{{vt_all[at((j / per) * per * hs + (j % per) * hs + i)], 1.0f / kGateOn}}},
+                                {{v.back()[at(i)], 1.0f}}});
+        p.mlp("slow.v", std::move(vn));
       }
-      const ValueId after = npu::attn_int_positive(p, Lin{{{kOne, static_cast<float>(t)}, {c.pos, -1.0f}}}, "slow.past");
-      pm.push_back(p.value("slow.pm"));
-      ex.push_back(p.value("slow.exponent"));
-      std::vector<Neuron> ns;
-      for (int k = 0; k < E; ++k) {
-        const Lin gate{{{c.k[at(k)], kGateOn}, {after, -kGateOn}}};
-        ns.push_back(Neuron{gate, Lin{{{pr[at(3 * k)], 1.0f / kGateOn}}}, {{pm.back(), 1.0f}}});
-        ns.push_back(Neuron{gate, Lin{{{pr[at(3 * k + 1)], 1.0f / (kGateOn * kProbSmallScale)}}}, {{pm.back(), 1.0f}}});
-        ns.push_back(Neuron{gate, Lin{{{pr[at(3 * k + 2)], 1.0f / kGateOn}}}, {{ex.back(), 1.0f}}});
-      }
-      p.mlp("slow.pick", std::move(ns));
-      v.push_back(p.values("slow.v", hs));
-      std::vector<Neuron> vn;
-      for (int j = 0; j < g_.kv_heads; ++j)
-        for (int i = 0; i < hs; ++i)
-          vn.push_back(Neuron{Lin{{{c.kv[at(j)], kGateOn}}},  // kv head j: chunk j / per, place j % per
-                              Lin{{{vt_all[at((j / per) * per * hs + (j % per) * hs + i)], 1.0f / kGateOn}}},
-                              {{v.back()[at(i)], 1.0f}}});
-      p.mlp("slow.v", std::move(vn));
     }
     const auto products = npu::attn_wsum_slow_products(p, pm, ex, v);
     const compiler::OpRange products_range{first_products, p.ops().size()};
@@ -976,51 +995,25 @@ std::vector<ValueId> AttentionStages::build_slow(const SlowInputs& in, compiler:
       xb = npu::attn_wsum_slow_chain(p, {products[t]}, xb);
       if (t + 1 == std::min(products.size(), kProductsLead)) chain_lead = compiler::OpRange{first_chain, p.ops().size()};
     }
-    // Block b's ops (its controls for b + 1, heads, picks, products and chain) run on go_b:
-    // their constants read it, so the block is all +-0 past POS's. Block 0 runs on every
-    // SLOW cycle: the stage's enable below.
-    if (b >= 1) {
-      compiler::enable_constants(p, first_products, c.go);
-      block_ranges.push_back({first_products, p.ops().size(), c.go});
-    }
-    // The handoff: the state block b + 1 starts from (gated by go_b+1) and, when b is POS's
-    // block (go_b - go_b+1 = 1), the head's state into `fin` (one live writer).
-    const bool last = b + 1 == B;
-    Lin is_last{{{c.go, kGateOn}}};
-    if (!last) is_last.terms.push_back({ctl[at(b + 1)].go, -kGateOn});
-    std::vector<Neuron> ns;
-    std::vector<npu::TwoTier> next(at(hs));
-    auto pass = [&](ValueId from, ValueId& to, const char* label) {
-      if (last) return;
-      to = p.value(label);
-      ns.push_back(Neuron{Lin{{{ctl[at(b + 1)].go, kGateOn}}}, Lin{{{from, 1.0f / kGateOn}}}, {{to, 1.0f}}});
-    };
-    for (int i = 0; i < hs; ++i) {
-      pass(xb[at(i)].hi, next[at(i)].hi, "slow.next_hi");
-      pass(xb[at(i)].lo, next[at(i)].lo, "slow.next_lo");
-      pass(xb[at(i)].big, next[at(i)].big, "slow.next_big");
-      ns.push_back(Neuron{is_last, Lin{{{xb[at(i)].hi, 1.0f / kGateOn}}}, {{fin[at(i)], 1.0f}}});
-    }
-    p.mlp("slow.handoff", std::move(ns));
-    if (!last) {
-      std::vector<ValueId> passed;
-      for (const npu::TwoTier& x : next) passed.insert(passed.end(), {x.hi, x.lo, x.big});
-      as_.gate_clears_of(passed, ctl[at(b + 1)].go);
-      xb = std::move(next);
-    }
   }
   // xb = hi 2^-26 (the xb RAM's window lies far above 2^-104, where hi = 0 and xb would be
   // lo 2^-71).
-  std::vector<ValueId> out;
   for (int i = 0; i < hs; ++i) {
-    out.push_back(p.value("slow.xb"));
-    npu::scale_acc(p, out.back(), fin[at(i)], 1.0f / npu::kWsumScale, "slow.xb");
+    r.xb.push_back(p.value("slow.xb"));
+    npu::scale_acc(p, r.xb.back(), xb[at(i)].hi, 1.0f / npu::kWsumScale, "slow.xb");
   }
   compiler::enable_constants(p, first, on);
   as_.gate_clears(first, p.ops().size(), on);
-  // Registered after the stage's: a block's values are +0 whenever its go is.
-  for (const BlockRange& r : block_ranges) as_.gate_clears(r.begin, r.end, r.go);
-  return out;
+  // Registered after the stage's: a head's out values are +0 whenever its segment's flag is.
+  for (const HeadOps& h : head_ops) as_.gate_clears(h.begin, h.end, h.read);
+  // The carry, parked when POS lies past the segment (hi and lo of every lane: values of the
+  // window, 0 or in [2^-78, 2^35]).
+  if (cross_) {
+    std::vector<ValueId> carry;
+    for (const npu::TwoTier& x : xb) carry.insert(carry.end(), {x.hi, x.lo});
+    cross_->carry(carry, on, r.more, "slow.carry_out");
+  }
+  return r;
 }
 
 std::vector<std::pair<ValueId, float>> AttentionStages::qkv_sets(int layer) const {
@@ -1107,18 +1100,25 @@ void AttentionStages::define(int first_lane, ValueId send, ValueId q_read, Value
     for (int h = 0; h < H; ++h) {
       // WSUM(l).h and its slow path go on to the next head (after the last: ATTO, or DONE).
       const std::string next = h + 1 < H ? block_name("WSUM", l, h + 1) : chained ? block_name("ATTO", l, 0) : std::string("DONE");
-      {
-        MicroOp s = as_.step(next);
+      // SLOW(l).h.s: while POS lies past the segment, the carry crosses (the routine returns
+      // to segment s + 1); POS's segment goes on to `next`.
+      const int S = g_.slow_segments();
+      for (int seg = 0; seg < S; ++seg) {
+        MicroOp s = seg + 1 < S ? as_.branch_step(cross_->first_cross(2 * static_cast<size_t>(g_.head_size)), next)
+                                : as_.step(next);
+        if (seg + 1 < S) s.call = as_.control_index(slow_name(l, h, seg + 1));
+        if (seg >= 1) s.read_register = g_.carry_register;
         s.sets = {{slow_on_, 1.0f},
-                  {pos_read, 1.0f},  // the rows past POS
+                  {pos_read, 1.0f},  // the rows past POS, the branch
                   {slow_k_[at(h % g_.exp_heads)], 1.0f},
                   {slow_kv_[at(h / (H / g_.kv_heads))], 1.0f},
-                  {slow_head_[at(h)], 1.0f}};
+                  {slow_head_[at(h)], 1.0f},
+                  {slow_segment_[at(seg)], 1.0f}};
         with_bits(s, exp_query_, h / g_.exp_heads);
         with_bits(s, slow_vrow_, l);
-        as_.define(slow_name(l, h), std::move(s));
+        as_.define(slow_name(l, h, seg), std::move(s));
       }
-      MicroOp op = as_.branch_step(slow_name(l, h), next);  // on the unsafe bit
+      MicroOp op = as_.branch_step(slow_name(l, h, 0), next);  // on the unsafe bit
       op.sets = {{wsum_on_, 1.0f},
                  {pos_read, 1.0f},
                  {wsum_k_[at(h % g_.exp_heads)], 1.0f},
@@ -1158,6 +1158,7 @@ void AttentionStages::define(int first_lane, ValueId send, ValueId q_read, Value
       op.timing = SuccessorTiming::Delayed;
       as_.define(name(kinds[k], h), std::move(op));
     }
+  if (cross_) cross_->define(first_lane + cross_lane_, send);
   // RXB(h).i: element i of head h's xb (i < head_size), then its unsafe bit (i = head_size).
   const int xb_lane = 2 * H + 5 * E;
   for (int h = 0; h < H; ++h)

@@ -22,15 +22,18 @@
 //               in C's order, the fast path with its unsafe bit (npu::attn_wsum_row,
 //               stopping at POS's block: the blocks past it read only +-0 and stay idle)
 //               -> the xb RAM (xb and the bit); a Branch on that bit: when it is set (the
-//               fast xb may differ from C's) it goes on to SLOW(l).h, else on;
-//   SLOW(l).h   the exact slow path of head h, 1 cycle (C's chain with no flush, xb in
-//               two-tier form; docs/npu-attention.md 6.4): one unit per block of 8
-//               positions (npu::attn_wsum_slow_products and _chain), all enabled at once
-//               and chained in the same pass (block b's two-tier xb feeds block b + 1's;
-//               block 0 starts from C's 0; rows past POS have p = 0, which leaves C's xb
-//               as it is), each block's products beside the previous block's chain; the
-//               last block's xb and the bit 1 -> head h's row of the xb RAM; then on to
-//               what WSUM(l).h names;
+//               fast xb may differ from C's) it goes on to SLOW(l).h.0, else on;
+//   SLOW(l).h.s the exact slow path of head h (C's chain with no flush, xb in two-tier
+//               form; docs/npu-attention.md 6.4), one cycle per segment s of
+//               slow_segment_blocks blocks: the segment's products
+//               (npu::attn_wsum_slow_products, block by block, each beside the previous
+//               block's chain) and C's chain of additions (npu::attn_wsum_slow_chain) from
+//               the carry (segment 0 from C's 0); rows past POS have p = 0, which leaves
+//               C's xb as it is. While POS lies past the segment it calls the crossing
+//               routine (CROSS.j ... : every lane's hi and lo into the carry register)
+//               with SLOW(l).h.(s + 1) as the continuation; POS's segment writes its xb
+//               and the bit 1 into head h's row of the xb RAM and goes on to what
+//               WSUM(l).h names;
 // and on the QKV machine, ATTO(l).i: x + wo xb (run.c's x after the attention), lane i.
 //
 // RAM layouts: the score RAM uses the cache's banks (position t in bank t mod banks, row
@@ -42,19 +45,22 @@
 // (v again, written by QKV) one head per (position, chunk of kv heads), a row per layer.
 // The block-max RAM has one head (one row) per block, the max RAM one row, the sum RAM
 // one head per place in a head group (a row per group), the xb RAM one one-row head per
-// nested head; each SLOW block unit has its own copies of its block's prob RAM and v RAM
-// heads. Rows are write-once: a group of banks is wiped at its row 0, a head at the write of its row 0.
+// nested head; SLOW has its own copies of the prob RAM's and v RAM's position heads, each
+// read by the unit of its place in a segment on the cycles of its segment. Rows are write-once: a group of banks is wiped at its row 0, a head at the write of its row 0.
 //
 // Read-backs (4 cycles each, for tests and tools): RS.h the score of head h at POS, RM.h
 // the max of head h, RE.h / RX.h the mant / exponent of head h's exp at POS, RSUM.h the
 // sum of head h, RP.h / RPX.h the pm / exponent of head h's probability at POS, RXB(h).i
 // element i of head h's xb (i = head_size: its unsafe bit; 1 also after the slow path,
 // whose xb is then C's).
+#include <algorithm>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "compiler/ir.h"
 #include "machine/assembler.h"
+#include "machine/crossing_routine.h"
 
 namespace qpu::machine {
 
@@ -70,9 +76,16 @@ struct AttentionGeometry {
   int prob_low_binade = -29;    // pm in [2^-22, 4) or pm 2^30 in [2^-24, 2^8), exponents >= -151
   int v_low_binade = -31;       // v (binades -23..1)
   int row_floats = 31;          // floats one RAM row holds (npu::floats_per_row)
+  // SLOW's segments: blocks of 8 positions one SLOW cycle adds up (the chain's depth), and
+  // the register row its carry crosses into between segments (machine/crossing_routine.h).
+  int slow_segment_blocks = 4;
+  int64_t carry_register = 1;
 
   int groups() const { return banks / 8; }
   int blocks() const { return (positions + 7) / 8; }
+  int slow_blocks() const { return std::max(1, std::min(slow_segment_blocks, blocks())); }
+  int slow_positions() const { return 8 * slow_blocks(); }
+  int slow_segments() const { return (blocks() + slow_blocks() - 1) / slow_blocks(); }
   int exp_groups() const { return heads / exp_heads; }
   static int bits_for(int n) {  // address bits for n rows
     int b = 0;
@@ -135,9 +148,10 @@ class AttentionStages {
                                                const Inputs& stage, const std::vector<compiler::ValueId>& query_bits,
                                                compiler::ValueId read, int low_binade);
 
-  // The SLOW units, one per block (after WSUM: each with its own copies of its block's
-  // prob RAM and v RAM heads), chained in one pass, block 0's products after `previous`.
-  // Returns C's xb after the last block (head_size values, +0 when idle).
+  // SLOW's unit for one segment (after WSUM, its products after `previous`; its own copies
+  // of the prob RAM's and v RAM's position heads). Returns C's xb after the segment
+  // (head_size values, +0 when idle) and `more` (the segment's branch: 1 when POS lies
+  // past it; the carry is then parked for the crossing routine).
   struct SlowInputs {
     const std::vector<std::vector<compiler::ValueId>>& probs;     // PROB's data per slot, and negated
     const std::vector<std::vector<compiler::ValueId>>& prob_neg;
@@ -146,7 +160,11 @@ class AttentionStages {
     const std::vector<compiler::ValueId>& v_write;                // the v RAM's write flag per position
     compiler::ValueId qkv_on, pos;
   };
-  std::vector<compiler::ValueId> build_slow(const SlowInputs& in, compiler::OpRange previous);
+  struct SlowResult {
+    std::vector<compiler::ValueId> xb;
+    compiler::ValueId more = compiler::kNever;
+  };
+  SlowResult build_slow(const SlowInputs& in, compiler::OpRange previous);
 
   Assembler& as_;
   AttentionGeometry g_;
@@ -173,10 +191,15 @@ class AttentionStages {
   std::vector<compiler::ValueId> xb_;                // the xb RAM's out values, heads * head_size
   std::vector<compiler::ValueId> vram_row_;          // the v RAM row (a layer) QKV writes
   std::vector<compiler::ValueId> wsum_vrow_, slow_vrow_;  // ... and the row WSUM / SLOW read
-  // SLOW(l).h: its enable, head h as its place in its group, its kv head and its xb RAM
+  // SLOW(l).h.s: its enable, head h as its place in its group, its kv head and its xb RAM
   // head.
   compiler::ValueId slow_on_ = 0;
   std::vector<compiler::ValueId> slow_k_, slow_kv_, slow_head_;
+  std::vector<compiler::ValueId> slow_segment_;  // SLOW(l).h.s: the segment s (one-hot)
+  // The carry crossing between SLOW's segments (only when there are several) and where its
+  // lanes start among lanes().
+  std::optional<CrossingRoutine> cross_;
+  int cross_lane_ = 0;
   // What the write sides of the v RAMs read instead of the rail: 1 on the cycles of the
   // stages that set their row bits (the position heads read their stage's flag).
   compiler::ValueId v_write_enable_ = 0;

@@ -698,6 +698,15 @@ void attn_two_tier_encode(float x, float* hi, float* lo, float* big) {
   *big = m > kWsumLowMax ? 1.0f : 0.0f;
 }
 
+TwoTier attn_two_tier_rejoin(Program& p, ValueId hi, ValueId lo) {
+  // d = |hi| - 2^-10: hi is an exact float (x 2^26), so near the bound (|hi| >= 2^-11) its
+  // ulp is >= 2^-34 and d is 0 or |d| >= 2^-34; below 2^-11 |d| > 2^-11 (abs_value's
+  // inexact range, |hi| < 2^-57, is far below); |hi| <= 2^35.
+  const ValueId big = greater(p, abs_value(p, hi, "wsl.rejoin_abs"),
+                              constant_value(p, kWsumLowMax * kWsumScale, "wsl.rejoin_bound"), {-34, 36});
+  return TwoTier{hi, lo, big};
+}
+
 TwoTier attn_two_tier_add(Program& p, const TwoTier& a, const TwoTier& b) {
   // Both candidates at once. Low: both operands are at most 2^-36, so both lo are exact,
   // the sum is at most 2^-35 (2^36 scaled), C's subnormal sums are exact and so are the

@@ -207,6 +207,13 @@ struct TwoTier {
 };
 void attn_two_tier_encode(float x, float* hi, float* lo, float* big);
 
+// The two-tier form again from its hi and lo alone (a running value that crossed up to the
+// next segment's cycle without its big bit, docs/npu-machine.md "Chains in segments"):
+// big = [|hi| > 2^-10], which holds for every value attn_two_tier_encode and
+// attn_two_tier_add give (big = [|x| > 2^-36], and hi = x 2^26 whenever |x| >= 2^-104).
+// 5 MLP sublayers.
+TwoTier attn_two_tier_rejoin(Program& p, ValueId hi, ValueId lo);
+
 // fl(a + b), C's float addition, for any a, b in two-tier form with |a|, |b| <= 2^9 (C's
 // subnormal results included): in the low tier when both operands are there, else in the
 // high tier, then re-encoded. 7 MLP sublayers, 76 neurons.

@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <tuple>
 
+#include "machine/carry_crossing.h"
 #include "machine/testing/qkv_machine.h"
 #include "machine_runner.h"
 #include "npu/tests/unit_harness.h"
@@ -246,16 +247,51 @@ bool fast_path_unsafe(int pos, int layer, int h) {
   return unsafe;
 }
 
-// The exact slow path (SLOW(l).h) on the machine. The cache of layer 1 is filled by
+// What the slow path of head h at (pos, layer) generates from SLOW(l).h.0 on, with segments
+// of `width` positions: per segment before POS's, the crossing of C's xb after it (every
+// lane's hi and lo in two-tier form, each as its two crossing floats, CROSS.k and its value
+// tokens) and the next segment's SLOW token; then `next`. C's xb is run.c's chain
+// xb[i] += a * v[i] over the positions in order.
+std::vector<int64_t> expected_slow_path(const QkvMachine& m, int pos, int layer, int h, int width, const std::string& next) {
+  const auto& cfg = stories260k().config();
+  const int head_size = cfg.dim / cfg.n_heads, kv_mul = cfg.n_heads / cfg.n_kv_heads;
+  const std::vector<float>& prob = golden().head(K::att_prob, pos, layer, h);
+  const std::string slow = "SLOW(" + std::to_string(layer) + ")." + std::to_string(h) + ".";
+  std::vector<int64_t> s;
+  std::vector<float> xb(static_cast<size_t>(head_size), 0.0f);
+  for (int seg = 0; seg < pos / width; ++seg) {
+    for (int t = seg * width; t < (seg + 1) * width; ++t) {
+      const std::vector<float>& vt = golden().at(K::v, t, layer);
+      for (int i = 0; i < head_size; ++i)
+        xb[static_cast<size_t>(i)] += prob[static_cast<size_t>(t)] * vt[static_cast<size_t>((h / kv_mul) * head_size + i)];
+    }
+    int k = 0;
+    for (float x : xb) {
+      float tiers[3];
+      npu::attn_two_tier_encode(x, &tiers[0], &tiers[1], &tiers[2]);
+      for (int tier = 0; tier < 2; ++tier)
+        for (float f : {carry_high_reference(tiers[tier]), carry_low_reference(tiers[tier])}) {
+          s.push_back(m.id("CROSS." + std::to_string(k++)));
+          for (int64_t v : m.value_tokens(f)) s.push_back(v);
+        }
+    }
+    s.push_back(m.id(slow + std::to_string(seg + 1)));
+  }
+  s.push_back(m.id(next));
+  return s;
+}
+
+// The exact slow path (SLOW(l).h.s) on the machine. The cache of layer 1 is filled by
 // QKV(1) at positions 0..25 (golden x_in); at positions 25 and then 24 (QKV(1) at 24 run
 // again for its q; row 25 is then a stale row inside the block) the greedy story's first
 // heads whose fast weighted sum is unsafe occur (derived here from the fast path's C
 // model, not assumed). At POS = pos, SCORE(1).0 runs the scores and MAX, EXP(1).0.0 the
-// rest: WSUM(1).h branches on its own unsafe bit to SLOW(1).h for exactly the unsafe
-// heads (the generated control stream says which), one cycle per head that runs every
-// block's unit, each block's chain continuing the one before in the same pass. The cache
-// holds 40 positions (5 blocks): block 3 has rows past POS and block 4 lies wholly past
-// it, so the chain adds C's +-0 products of p = 0 rows, which must leave xb as it is. Then
+// rest: WSUM(1).h branches on its own unsafe bit to SLOW(1).h.0 for exactly the unsafe
+// heads (the generated control stream says which). SLOW runs in segments of one block
+// here: segments 0 to 2 each send C's xb after them up through the crossing routine (every
+// crossing float as C's chain gives it) and return to the next segment, which reads it
+// back; segment 3 holds POS. The cache holds 40 positions (5 blocks): block 3 has rows
+// past POS, so the chain adds C's +-0 products of p = 0 rows, which must leave xb as it is. Then
 // RXB sends every head's xb: run.c's att_out bit for bit (the slow path's for the unsafe
 // heads, with the bit 1), and ATTO(1) (X loaded with x_in of pos) run.c's x_att_res.
 // (The fast xb equals C's for these heads too: over the whole 256-step greedy story no
@@ -264,6 +300,7 @@ TEST(QkvMachine, SlowPathOfUnsafeHeadsBitExactOnTheEngine) {
   QkvMachineOptions o;
   o.attention = true;
   o.max_positions = 40;  // 5 blocks: the last one wholly past POS
+  o.slow_segment_blocks = 1;
   const QkvMachine m = build_qkv_machine(stories260k(), o);
   testing::print_shape("qkv machine with the attention stages and the slow path", m);
   EXPECT_LE(m.compiled.weights.config.intermediate_size, 1024);
@@ -292,7 +329,7 @@ TEST(QkvMachine, SlowPathOfUnsafeHeadsBitExactOnTheEngine) {
     std::vector<int64_t> loop(scores.begin() + 1, scores.end());
     for (int64_t tok : m.expected_max(per_head(K::att_max, pos, l, heads, 0))) loop.push_back(tok);
     expect_run(m, prompt, host, loop, t);
-    // EXP(1).0.0 alone; WSUM(1).h reruns exactly the unsafe heads, SLOW(1).h once each.
+    // EXP(1).0.0 alone; WSUM(1).h reruns exactly the unsafe heads on the slow path.
     std::vector<int64_t> stages = m.exps(l, pos);
     for (int64_t tok : m.sums(l)) stages.push_back(tok);
     for (int64_t tok : m.probs(l, pos)) stages.push_back(tok);
@@ -302,8 +339,11 @@ TEST(QkvMachine, SlowPathOfUnsafeHeadsBitExactOnTheEngine) {
       stages.push_back(m.id("WSUM(" + std::to_string(l) + ")." + std::to_string(h)));
       if (!unsafe.back()) continue;
       ++unsafe_total;
-      stages.push_back(m.id("SLOW(" + std::to_string(l) + ")." + std::to_string(h)));
-      ++slow_cycles;
+      stages.push_back(m.id("SLOW(" + std::to_string(l) + ")." + std::to_string(h) + ".0"));
+      const std::string next = h + 1 < heads ? "WSUM(" + std::to_string(l) + ")." + std::to_string(h + 1) : "DONE";
+      const std::vector<int64_t> slow = expected_slow_path(m, pos, l, h, 8, next);
+      stages.insert(stages.end(), slow.begin(), slow.end() - 1);  // the next token comes from the loop
+      slow_cycles += pos / 8 + 1;
     }
     stages.push_back(m.done());
     const testing::Run r = testing::run_greedy(m, {stages[0]}, host, static_cast<int64_t>(stages.size()) + 4);
@@ -322,7 +362,7 @@ TEST(QkvMachine, SlowPathOfUnsafeHeadsBitExactOnTheEngine) {
     atto.push_back(m.id("ATTO(" + std::to_string(l) + ").0"));
     expect_run(m, atto, host, m.expected_atto(l, gold.at(K::x_att_res, pos, l)), t);
   }
-  std::printf("slow path: %d unsafe heads rerun exactly in %d SLOW cycles (1 cycle per head, every block); %lld floats "
+  std::printf("slow path: %d unsafe heads rerun exactly in %d SLOW cycles (segments of one block); %lld floats "
               "bit-exact over %lld generated cycles, %.3f ms per cycle\n",
               unsafe_total, slow_cycles, static_cast<long long>(t.floats), static_cast<long long>(t.cycles),
               t.cycles ? 1e3 * t.seconds / static_cast<double>(t.cycles) : 0.0);

@@ -1090,6 +1090,52 @@ float random_wsum_value(std::mt19937_64& rng) {
   }
 }
 
+// Inputs: x's hi and lo. Output: x in two-tier form (big recovered from hi).
+PrimitiveSpec two_tier_rejoin_spec() {
+  PrimitiveSpec s;
+  s.name = "attn_two_tier_rejoin";
+  s.inputs = 2;
+  s.outputs = 3;
+  s.build = [](Program& p, const std::vector<ValueId>& in) {
+    const TwoTier r = attn_two_tier_rejoin(p, in[0], in[1]);
+    return std::vector<ValueId>{r.hi, r.lo, r.big};
+  };
+  s.reference = [](const float* in, float* out) {
+    out[0] = in[0];
+    out[1] = in[1];
+    out[2] = in[0] != 0.0f && std::fabs(in[0]) > kWsumLowMax * kWsumScale ? 1.0f : 0.0f;
+  };
+  auto encoded = [](float x) {
+    std::vector<float> c(3);
+    attn_two_tier_encode(x, &c[0], &c[1], &c[2]);
+    return std::vector<float>{c[0], c[1]};
+  };
+  s.random_case = [encoded](std::mt19937_64& rng, float* in) {
+    const std::vector<float> c = encoded(random_wsum_value(rng));
+    in[0] = c[0];
+    in[1] = c[1];
+  };
+  // The tier edges: 2^-36 (big from the next float up), its neighbours, 2^-104, both signs.
+  s.edge_cases = {encoded(0.0f), encoded(0x1p-36f), encoded(0x1.000002p-36f), encoded(-0x1.000002p-36f),
+                  encoded(0x1.fffffep-37f), encoded(0x1p-104f), encoded(0x1.fffffep-105f), encoded(0x1p9f),
+                  encoded(-0x1p-149f)};
+  return s;
+}
+
+// The rejoined form is the encoding's, big included, for every value of the chain's range.
+TEST(AttnTwoTierRejoin, EngineMatchesTheEncoding) {
+  const PrimitiveSpec s = two_tier_rejoin_spec();
+  expect_spec_exact(s, 4 * kCases);
+  std::mt19937_64 rng(5);
+  for (int i = 0; i < 100000; ++i) {
+    const float x = random_wsum_value(rng);
+    float c[3], r[3];
+    attn_two_tier_encode(x, &c[0], &c[1], &c[2]);
+    s.reference(c, r);
+    ASSERT_EQ(r[2], c[2]) << x;  // the reference's rule is the encoding's big
+  }
+}
+
 // Inputs: a (hi, lo, big), b (hi, lo, big). Output: fl(a + b) in two-tier form.
 PrimitiveSpec two_tier_add_spec() {
   PrimitiveSpec s;

@@ -39,7 +39,7 @@ void add_heads(std::vector<npu::FloatRamHead>& heads, const std::vector<ValueId>
   }
 }
 
-AttentionGeometry geometry(const reference::Llama2Config& cfg, const AttentionOptions& o, int row_bits, int row_floats) {
+AttentionGeometry geometry_of(const reference::Llama2Config& cfg, const AttentionOptions& o, int row_bits, int row_floats) {
   AttentionGeometry ag;
   ag.layers = cfg.n_layers;
   ag.heads = cfg.n_heads;
@@ -52,6 +52,7 @@ AttentionGeometry geometry(const reference::Llama2Config& cfg, const AttentionOp
   ag.max_side_by_side_blocks = o.max_side_by_side_blocks;
   ag.exp_heads = o.exp_heads;
   ag.slow_segment_blocks = o.slow_segment_blocks;
+  ag.wsum_segment_blocks = o.wsum_segment_blocks;
   ag.row_floats = row_floats;
   ag.v_low_binade = o.ram_low_binade;
   return ag;
@@ -67,7 +68,7 @@ std::vector<std::string> AttentionHalf::names(const reference::Llama2Config& cfg
     for (const char* r : {"RK", "RV"})
       for (int i = 0; i < cfg.kv_dim(); ++i) n.push_back(layer_name(r, l, i));
   if (o.attention) {
-    for (const std::string& s : AttentionStages::names(geometry(cfg, o, 0, 0))) n.push_back(s);
+    for (const std::string& s : AttentionStages::names(geometry_of(cfg, o, 0, 0))) n.push_back(s);
     for (int l = 0; l < cfg.n_layers; ++l) {
       if (o.atto_writes_down) {  // one micro-op; named .0 as the stages' last WSUM names it
         n.push_back(layer_name("ATTO", l, 0));
@@ -105,7 +106,7 @@ AttentionHalf::AttentionHalf(Assembler& as, const reference::Llama2Checkpoint& c
   if (head_size > npu::floats_per_row(layout))
     fail("attention half: k of a kv head ({} floats) does not fit one row of {}", head_size,
          npu::floats_per_row(layout));
-  geometry_ = geometry(cfg, o, row_bits, static_cast<int>(npu::floats_per_row(layout)));
+  geometry_ = geometry_of(cfg, o, row_bits, static_cast<int>(npu::floats_per_row(layout)));
   if (o.atto_writes_down && !o.attention) fail("attention half: ATTO writes down only with the attention stages");
   atto_writes_down_ = o.atto_writes_down;
   if (o.attention && 2 * geometry_.heads > npu::floats_per_row(layout))

@@ -48,6 +48,7 @@ struct AttentionOptions {
   // Blocks of 8 positions one SLOW cycle adds up: SLOW's depth, and the segments whose carry
   // crosses up between cycles (AttentionGeometry::slow_segment_blocks).
   int slow_segment_blocks = 4;
+  int wsum_segment_blocks = 8;  // the same for WSUM
   // true: ATTO(l).0 writes x + wo xb into the X1 RAM (AttentionHalf::x1) in one cycle, for
   // a reader ordered below this part (the FFN half); false: ATTO(l).i sends element i up
   // (4 cycles each), for a reader above or outside the host. Needs `attention`.
@@ -95,6 +96,7 @@ class AttentionHalf {
   compiler::ValueId x1_read() const { return x1_read_; }
   int heads() const { return stages_ ? geometry_.heads : 0; }
   int exp_groups() const { return geometry_.exp_groups(); }
+  const AttentionGeometry& geometry() const { return geometry_; }
 
   // Defines its micro-ops; its lanes start at `first_lane` of the machine's send(), whose
   // enable is `send`.

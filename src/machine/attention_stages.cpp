@@ -203,11 +203,14 @@ std::vector<std::string> AttentionStages::names(const AttentionGeometry& g) {
     for (int b = 0; b < g.blocks(); ++b)
       for (int hg = 0; hg < g.exp_groups(); ++hg) n.push_back(block_name("PROB", l, b) + "." + std::to_string(hg));
   for (int l = 0; l < g.layers; ++l)
-    for (int h = 0; h < g.heads; ++h) n.push_back(block_name("WSUM", l, h));
+    for (int h = 0; h < g.heads; ++h) {
+      for (int seg = 0; seg < g.wsum_segments(); ++seg) n.push_back(block_name("WSUM", l, h) + "." + std::to_string(seg));
+      n.push_back(block_name("WSUMX", l, h));
+    }
   for (int l = 0; l < g.layers; ++l)
     for (int h = 0; h < g.heads; ++h)
       for (int seg = 0; seg < g.slow_segments(); ++seg) n.push_back(slow_name(l, h, seg));
-  if (g.slow_segments() > 1)
+  if (g.slow_segments() > 1 || g.wsum_segments() > 1)
     for (const std::string& c : CrossingRoutine::names(2 * g.head_size)) n.push_back(c);
   for (const char* r : {"RS", "RM", "RE", "RX", "RSUM", "RP", "RPX"})
     for (int h = 0; h < g.heads; ++h) n.push_back(name(r, h));
@@ -256,10 +259,14 @@ AttentionStages::AttentionStages(Assembler& as, const AttentionGeometry& g) : as
   slow_k_ = as.inputs("slow.k", g.exp_heads);
   slow_kv_ = as.inputs("slow.kv", g.kv_heads);
   slow_head_ = as.inputs("slow.head", g.heads);
-  if (g.slow_segment_blocks < 1) fail("attention stages: SLOW segments of {} blocks", g.slow_segment_blocks);
+  if (g.slow_segment_blocks < 1 || g.wsum_segment_blocks < 1)
+    fail("attention stages: SLOW segments of {} blocks, WSUM segments of {}", g.slow_segment_blocks, g.wsum_segment_blocks);
   slow_segment_ = as.inputs("slow.segment", g.slow_segments());
-  // SLOW's carry: hi and lo of every lane (npu::TwoTier; big is recovered from hi).
-  if (g.slow_segments() > 1) cross_.emplace(as, 2 * g.head_size, g.carry_register);
+  wsum_segment_ = as.inputs("wsum.segment", g.wsum_segments());
+  wsumx_head_ = as.inputs("wsumx.head", g.heads);
+  // The carries: SLOW's, hi and lo of every lane (npu::TwoTier; big is recovered from hi);
+  // WSUM's, one value per lane.
+  if (g.slow_segments() > 1 || g.wsum_segments() > 1) cross_.emplace(as, 2 * g.head_size, g.carry_register);
   if (g.row_floats < g.head_size) fail("attention stages: a RAM row holds {} floats, a head {}", g.row_floats, g.head_size);
   sum_k_ = as.inputs("sum.k", g.exp_heads);
   max_on_ = as.input("max.on");
@@ -644,8 +651,10 @@ void AttentionStages::build(const std::vector<ValueId>& q, const std::vector<std
   // layer, written by QKV at POS and read by WSUM at every position (each head where the
   // chain needs it).
   const int per = g_.row_floats / hs, chunks = (g_.kv_heads + per - 1) / per;
-  const npu::KvAddress vaddr = npu::kv_address(p, pos, qkv_on, 1 << AttentionGeometry::bits_for(P), 0);
-  as_.gate_clears(vaddr.first_op, p.ops().size(), qkv_on);  // idle, the address unit's values are +-0
+  // The v RAMs' write flags: [POS == t] on QKV's cycles, made beside each head from QKV's
+  // copy of POS (v_write_flag): a one-hot over the positions made at the top would live
+  // down to the last head (1,454 dims of the 512-position machine).
+  v_pos_ = as_.gated(std::vector<ValueId>{pos}, {qkv_on}, "vram.pos")[0];
   std::vector<std::vector<ValueId>> v_data(at(chunks));
   for (int c = 0; c < chunks; ++c)
     for (int j = c * per; j < std::min(g_.kv_heads, (c + 1) * per); ++j)
@@ -657,178 +666,163 @@ void AttentionStages::build(const std::vector<ValueId>& q, const std::vector<std
   // WSUM: head h's weighted sum of v over the positions up to POS in run.c's order, the
   // fast path with its unsafe bit (npu::attn_wsum_row); rows past POS get pm = 0.
   //
-  // The row stops at POS's block. Every block past it reads only +-0 and is skipped as
-  // idle: its RAM heads, picks and unit read the block's own copies of WSUM's controls
-  // (go = [8 b <= POS], POS, the row bits of the prob and v RAMs, the head's place and kv
-  // head), each copy gated by go from the previous block's (so a block past POS's gets
-  // zeros, and so do the blocks after it), the unit's constants read go, and the state it
-  // starts from is the previous block's gated by go. Before, every WSUM cycle ran the
-  // whole row (1,846 sublayers a cycle over a 256-step story on the 256-position
-  // machine). The controls of block b + 1 are made beside block b's work (no extra depth).
-  // The head's state after POS's block (go_b - go_b+1 = 1) is added into `fin`.
-  struct WsumControl {
-    ValueId go = 0, pos = 0;
-    std::vector<ValueId> qbits, vbits, k, kv;
-  };
+  // In segments of wsum_segment_blocks blocks, one per cycle (WSUM(l).h.s), so that the
+  // chain's depth does not grow with the positions. Place o of the segment (position
+  // t = s W + o) reads the heads of the positions s' W + o, each on its segment's flag,
+  // straight into the picks (gate 128 (segment + place k - past - 1) for head h's
+  // probability, past = [t > POS]; 128 (segment + kv head - 1) for its v): one live term
+  // per value. While POS lies past the segment and no lane is unsafe, the lanes' state
+  // crosses to segment s + 1 (the crossing routine): one value per lane,
+  // npu::attn_wsum_carry (unsafe is sticky, so an unsafe lane ends the head's fast path at
+  // once). Otherwise the segment
+  // writes the xb RAM (xb and the head's unsafe bit) and goes on to WSUMX(l).h, which
+  // branches on that bit to the slow path.
+  const int Ww = g_.wsum_positions(), Sw = g_.wsum_segments(), B = g_.wsum_blocks();
+  Lin wbase;  // s W from the segment's one-hot flag
+  for (int seg = 1; seg < Sw; ++seg) wbase.terms.push_back({wsum_segment_[at(seg)], static_cast<float>(seg * Ww)});
+  const ValueId w_more = more_blocks(p, wbase, wsum_on_, wsum_pos, Ww);
+  // The prob RAM's query bits (a head group), for WSUM and RP / RPX only: exp.query, which
+  // PROB, SUM and SLOW set too, would wake every position's head on their cycles.
+  const std::vector<ValueId> wsum_query = as_.gated(exp_query_, {wsum_on_, prob_back_}, "wsum.query");
   const size_t first_wsum = p.ops().size();
-  const int B = g_.blocks();
-  std::vector<WsumControl> ctl(at(B));
-  ctl[0] = WsumControl{wsum_on_, wsum_pos, exp_query_, wsum_vrow_, wsum_k_, wsum_kv_};
-  std::vector<size_t> block_begin(at(B));
-  struct BlockRange {
-    size_t begin, end;
-    ValueId go;
-  };
-  std::vector<BlockRange> block_ranges;  // block b's ops (b >= 1) and its go
-  auto block_at = [&](size_t b) {
-    block_begin[b] = p.ops().size();
-    const WsumControl& c = ctl[b];
-    if (b + 1 < at(B)) {
-      // go_b+1 = [POS - 8 (b + 1) + 1 > 0]; its constants read go_b (below), so it is 0 past POS.
-      WsumControl& n = ctl[b + 1];
-      NextControls next = next_controls(as_, c.pos, 8 * (b + 1), {&c.vbits, &c.k, &c.kv}, "wsum.go", "wsum.control");
-      n.go = next.go;
-      n.pos = next.pos;
-      n.vbits = std::move(next.parts[0]);
-      n.k = std::move(next.parts[1]);
-      n.kv = std::move(next.parts[2]);
-      // The prob RAM's query bits serve RP / RPX too (at POS's head): gated by go or RP's flag.
-      n.qbits = as_.gated(c.qbits, {n.go, prob_back_}, "wsum.qbits");
+  npu::WsumChecked start;
+  if (Sw > 1) {
+    // The lanes' state back from the carry (npu::attn_wsum_uncarry).
+    const std::vector<ValueId> c = cross_->join(at(hs), wsum_on_, "wsum.carry");
+    for (int i = 0; i < hs; ++i) {
+      const npu::WsumCarried lane = npu::attn_wsum_uncarry(p, c[at(i)], wsum_on_);
+      start.xb.push_back(lane.xb);
+      start.pending.push_back(lane.pending);
     }
+  }
+  std::vector<size_t> prob_op_end(at(P));
+  const std::vector<ValueId> prob_read = p.values("prob.read", 3 * E);  // RP / RPX: the floats of POS's head
+  struct HeadOps {
+    size_t begin, end;
+    ValueId read;
+  };
+  std::vector<HeadOps> v_head_ops;
+  auto block_at = [&](size_t b) {
     npu::WsumRowBlock in;
-    const size_t first_t = b * 8, end_t = std::min(at(P), b * 8 + 8);
-    const std::vector<ValueId> read_flag =
-        either(as_, std::vector<ValueId>(paddr.bank.begin() + static_cast<std::ptrdiff_t>(first_t), paddr.bank.begin() + static_cast<std::ptrdiff_t>(end_t)),
-               std::vector<ValueId>(end_t - first_t, c.go), "prob.read_flag");
-    for (size_t t = first_t; t < end_t; ++t) {
-      prob_read_flag[t] = read_flag[t - first_t];
-      prob_op[t] = p.ops().size();
-      prob_out[t] = position_head(p, "prob", t, probs, prob_neg, prob_, c.qbits, prob_read_flag[t], g_.prob_low_binade);
-      std::vector<std::vector<ValueId>> vout;
-      std::vector<npu::FloatRamHead> vh;
-      for (int ch = 0; ch < chunks; ++ch) {
-        vout.push_back(p.values("v.out" + std::to_string(t), static_cast<int>(v_data[at(ch)].size())));
-        npu::FloatRamHead h;
-        h.data = v_data[at(ch)];
-        h.negated = v_neg[at(ch)];
-        h.key_bits = vram_row_;
-        h.query_bits = c.vbits;
-        h.write_flag = vaddr.bank[t];
-        h.write_enable = v_write_enable_;
-        h.read_flag = c.go;
-        h.out = vout.back();
-        vh.push_back(std::move(h));
+    for (int o = static_cast<int>(8 * b); o < std::min(Ww, static_cast<int>(8 * b + 8)); ++o) {
+      Lin t_minus_pos = wbase;
+      t_minus_pos.terms.push_back({kOne, static_cast<float>(o)});
+      t_minus_pos.terms.push_back({wsum_pos, -1.0f});
+      const ValueId row_past = npu::attn_int_positive(p, t_minus_pos, "wsum.past");
+      in.pm.push_back(p.value("wsum.pm"));
+      in.exponent.push_back(p.value("wsum.exponent"));
+      in.v.push_back(p.values("wsum.v", hs));
+      for (int seg = 0; seg < Sw && seg * Ww + o < P; ++seg) {
+        const size_t t = at(seg * Ww + o);
+        const ValueId read = wsum_segment_[at(seg)];
+        // The prob RAM's heads serve RP / RPX too (at POS's head).
+        prob_read_flag[t] = either(as_, {paddr.bank[t]}, {read}, "prob.read_flag")[0];
+        prob_op[t] = p.ops().size();
+        prob_out[t] = position_head(p, "prob", t, probs, prob_neg, prob_, wsum_query, prob_read_flag[t], g_.prob_low_binade);
+        prob_op_end[t] = p.ops().size();
+        // RP / RPX read the head of POS's position: its floats into prob_read in the same op,
+        // so that no head's out values stay live past it.
+        std::vector<Neuron> ns;
+        for (size_t f = 0; f < prob_read.size(); ++f)
+          ns.push_back(Neuron{Lin{{{prob_back_, 128.0f}}}, Lin{{{prob_out[t][f], 1.0f / 128.0f}}}, {{prob_read[f], 1.0f}}});
+        for (int k = 0; k < E; ++k) {
+          const Lin gate{{{read, 128.0f}, {wsum_k_[at(k)], 128.0f}, {row_past, -128.0f}, {kOne, -128.0f}}};
+          ns.push_back(Neuron{gate, Lin{{{prob_out[t][at(3 * k)], 1.0f / 128.0f}}}, {{in.pm.back(), 1.0f}}});
+          ns.push_back(Neuron{gate, Lin{{{prob_out[t][at(3 * k + 1)], 1.0f / (128.0f * kProbSmallScale)}}}, {{in.pm.back(), 1.0f}}});
+          ns.push_back(Neuron{gate, Lin{{{prob_out[t][at(3 * k + 2)], 1.0f / 128.0f}}}, {{in.exponent.back(), 1.0f}}});
+        }
+        p.mlp("wsum.pick", std::move(ns));
+        std::vector<std::vector<ValueId>> vout;
+        std::vector<npu::FloatRamHead> vh;
+        for (int ch = 0; ch < chunks; ++ch) {
+          vout.push_back(p.values("v.out" + std::to_string(t), static_cast<int>(v_data[at(ch)].size())));
+          npu::FloatRamHead h;
+          h.data = v_data[at(ch)];
+          h.negated = v_neg[at(ch)];
+          h.key_bits = vram_row_;
+          h.query_bits = wsum_vrow_;
+          h.write_flag = v_write_flag(t, qkv_on);
+          h.write_enable = v_write_enable_;
+          h.read_flag = read;
+          h.out = vout.back();
+          vh.push_back(std::move(h));
+        }
+        const size_t first_v = p.ops().size();
+        npu::float_ram(p, npu::FloatRamWindow{g_.v_low_binade}, vh, qkv_on, "v RAM " + std::to_string(t));
+        v_head_ops.push_back({first_v, p.ops().size(), read});
+        std::vector<Neuron> vn;
+        for (int j = 0; j < g_.kv_heads; ++j)
+          for (int i = 0; i < hs; ++i)
+            vn.push_back(Neuron{Lin{{{read, 128.0f}, {wsum_kv_[at(j)], 128.0f}, {kOne, -128.0f}}},
+                                Lin{{{vout[at(j / per)][at((j % per) * hs + i)], 1.0f / 128.0f}}}, {{in.v.back()[at(i)], 1.0f}}});
+        p.mlp("wsum.v", std::move(vn));
       }
-      npu::float_ram(p, npu::FloatRamWindow{g_.v_low_binade}, vh, qkv_on, "v RAM " + std::to_string(t));
-      const ValueId after = npu::attn_int_positive(p, Lin{{{kOne, static_cast<float>(t)}, {c.pos, -1.0f}}}, "wsum.past");
-      const ValueId pm = p.value("wsum.pm"), ex = p.value("wsum.exponent");
-      std::vector<Neuron> ns;
-      for (int k = 0; k < E; ++k) {
-        const Lin gate{{{c.k[at(k)], 128.0f}, {after, -128.0f}}};
-        ns.push_back(Neuron{gate, Lin{{{prob_out[t][at(3 * k)], 1.0f / 128.0f}}}, {{pm, 1.0f}}});
-        ns.push_back(Neuron{gate, Lin{{{prob_out[t][at(3 * k + 1)], 1.0f / (128.0f * kProbSmallScale)}}}, {{pm, 1.0f}}});
-        ns.push_back(Neuron{gate, Lin{{{prob_out[t][at(3 * k + 2)], 1.0f / 128.0f}}}, {{ex, 1.0f}}});
-      }
-      p.mlp("wsum.pick", std::move(ns));
-      std::vector<ValueId> vt = p.values("wsum.v", hs);
-      std::vector<Neuron> vn;
-      for (int j = 0; j < g_.kv_heads; ++j)
-        for (int i = 0; i < hs; ++i)
-          vn.push_back(Neuron{Lin{{{c.kv[at(j)], 128.0f}}},
-                              Lin{{{vout[at(j / per)][at((j % per) * hs + i)], 1.0f / 128.0f}}}, {{vt[at(i)], 1.0f}}});
-      p.mlp("wsum.v", std::move(vn));
-      in.pm.push_back(pm);
-      in.exponent.push_back(ex);
-      in.v.push_back(vt);
     }
     return in;
   };
-  npu::WsumChecked fin;
-  fin.xb = p.values("wsum.fin_xb", hs);
-  fin.unsafe = p.values("wsum.fin_unsafe", hs);
-  fin.pending = p.values("wsum.fin_pending", hs);
-  // Block b's ops (its controls for b + 1, heads, picks and unit) run on go_b: their
-  // constants read it, so the block is all +-0 past POS's.
-  auto close_block = [&](size_t b) {
-    if (b == 0) return;  // block 0 runs on every WSUM cycle: the stage's enable below
-    compiler::enable_constants(p, block_begin[b], ctl[b].go);
-    block_ranges.push_back({block_begin[b], p.ops().size(), ctl[b].go});
-  };
-  // After block b's unit: the state block b + 1 starts from (gated by go_b+1) and, when b is
-  // POS's block (go_b - go_b+1 = 1), the head's state into `fin` (one live writer).
-  auto handoff = [&](size_t b, const npu::WsumChecked& st) {
-    close_block(b);
-    const bool last = b + 1 == at(B);
-    npu::WsumChecked next;
-    std::vector<Neuron> ns;
-    Lin is_last{{{ctl[b].go, 128.0f}}};
-    if (!last) is_last.terms.push_back({ctl[b + 1].go, -128.0f});
-    auto pass = [&](const std::vector<ValueId>& from, std::vector<ValueId>& to, const std::vector<ValueId>& into,
-                    const std::string& label) {
-      if (!last) to = p.values(label, static_cast<int>(from.size()));
-      for (size_t i = 0; i < from.size(); ++i) {
-        if (!last) ns.push_back(Neuron{Lin{{{ctl[b + 1].go, 128.0f}}}, Lin{{{from[i], 1.0f / 128.0f}}}, {{to[i], 1.0f}}});
-        ns.push_back(Neuron{is_last, Lin{{{from[i], 1.0f / 128.0f}}}, {{into[i], 1.0f}}});
-      }
-    };
-    pass(st.xb, next.xb, fin.xb, "wsum.next_xb");
-    pass(st.unsafe, next.unsafe, fin.unsafe, "wsum.next_unsafe");
-    pass(st.pending, next.pending, fin.pending, "wsum.next_pending");
-    p.mlp("wsum.handoff", std::move(ns));
-    if (!last)
-      for (const auto* part : {&next.xb, &next.unsafe, &next.pending}) as_.gate_clears_of(*part, ctl[b + 1].go);
-    return next;
-  };
-  handoff(at(B) - 1, npu::attn_wsum_row(p, at(B), at(hs), block_at, handoff));
-  const npu::WsumChecked& w = fin;
-  // xb = the chain's value / 2^26 (exact), and one unsafe bit for the head: any lane
-  // unsafe or pending (then the fast xb may differ from C's).
+  const npu::WsumChecked w = npu::attn_wsum_row(p, at(B), at(hs), block_at, start);
+  // xb = the chain's value / 2^26 (exact); the head's unsafe bit: any lane unsafe or
+  // pending (then the fast xb may differ from C's); and whether the state crosses on:
+  // cross = more AND no lane unsafe.
   std::vector<ValueId> xb_data;
   for (int i = 0; i < hs; ++i) {
     xb_data.push_back(p.value("wsum.xb"));
     npu::scale_acc(p, xb_data.back(), w.xb[at(i)], 1.0f / npu::kWsumScale, "wsum.xb");
   }
-  {
-    Lin any;
-    for (int i = 0; i < hs; ++i) {
-      any.terms.push_back({w.unsafe[at(i)], 1.0f});
-      any.terms.push_back({w.pending[at(i)], 1.0f});
-    }
-    xb_data.push_back(npu::attn_int_positive(p, any, "wsum.unsafe"));
+  Lin any;
+  for (int i = 0; i < hs; ++i) {
+    any.terms.push_back({w.unsafe[at(i)], 1.0f});
+    any.terms.push_back({w.pending[at(i)], 1.0f});
+  }
+  xb_data.push_back(npu::attn_int_positive(p, any, "wsum.unsafe"));
+  wsum_cross_ = w_more;  // 0 with one segment: POS never lies past it
+  std::vector<ValueId> carry;
+  if (Sw > 1) {
+    Lin cross{{{w_more, 1.0f}}};  // more - the unsafe lanes > 0
+    for (int i = 0; i < hs; ++i) cross.terms.push_back({w.unsafe[at(i)], -1.0f});
+    wsum_cross_ = npu::attn_int_positive(p, cross, "wsum.cross");
+    for (int i = 0; i < hs; ++i) carry.push_back(npu::attn_wsum_carry(p, w.xb[at(i)], w.pending[at(i)], wsum_on_));
   }
   compiler::enable_constants(p, first_wsum, wsum_on_);
   const size_t end_wsum = p.ops().size();
   as_.gate_clears(first_wsum, end_wsum, wsum_on_);
-  // Registered after the stage's: a block's values are +0 whenever its go is.
-  for (const BlockRange& r : block_ranges) as_.gate_clears(r.begin, r.end, r.go);
-  for (int t = 0; t < P; ++t) as_.gate_clears(prob_op[at(t)], prob_op[at(t)] + 1, prob_read_flag[at(t)]);
-  // WSUM branches on its unsafe bit (0 whenever WSUM is idle): 1 -> SLOW(l).h.
-  as_.branch(xb_data.back());
+  // Registered after the stage's: a head's out values are +0 whenever its read flag is.
+  for (int t = 0; t < P; ++t) as_.gate_clears(prob_op[at(t)], prob_op_end[at(t)], prob_read_flag[at(t)]);
+  for (const HeadOps& h : v_head_ops) as_.gate_clears(h.begin, h.end, h.read);
+  as_.gate_clears_of(prob_read, prob_back_);
+  if (Sw > 1) {
+    cross_->carry(carry, wsum_on_, wsum_cross_, "wsum.carry_out");
+    as_.branch(wsum_cross_);
+  }
 
-  SlowInputs slow_in{probs, prob_neg, v_data, v_neg, vaddr.bank, qkv_on, pos};
+  SlowInputs slow_in{probs, prob_neg, v_data, v_neg, qkv_on, pos};
   const SlowResult slow = build_slow(slow_in, compiler::OpRange{first_wsum, end_wsum});
 
   // The xb RAM: one one-row head per nested head (xb and the unsafe bit), wiped and
-  // written by that head's WSUM or by the SLOW segment that holds POS (the slow path's xb,
-  // the bit 1: SLOW's flag and not `more`), read all at once by ATTO and by RXB.
+  // written by the WSUM segment that ends that head's fast path (not `cross`) or by the
+  // SLOW segment that holds POS (the slow path's xb, the bit 1: not `more`), read all at
+  // once by ATTO, RXB and WSUMX.
   std::vector<std::vector<ValueId>> xb_out;
   {
     const ValueId xb_on = either(as_, {wsum_on_}, {slow_on_}, "xb.on")[0];
-    std::vector<ValueId> slow_write = p.values("xb.slow_write", H);
-    {
-      // silu(128 (head - more)) head / 128: 1 for the head when more is 0, else +-0.
+    // silu(128 (head - go on)) head / 128: 1 for the head when the chain stops, else +-0.
+    auto writes = [&](const std::vector<ValueId>& head, ValueId go_on, const std::string& label) {
+      std::vector<ValueId> flags = p.values(label, H);
       std::vector<Neuron> ns;
       for (int h = 0; h < H; ++h)
-        ns.push_back(Neuron{Lin{{{slow_head_[at(h)], 128.0f}, {slow.more, -128.0f}}},
-                            Lin{{{slow_head_[at(h)], 1.0f / 128.0f}}}, {{slow_write[at(h)], 1.0f}}});
-      p.mlp("xb.slow_write", std::move(ns));
-      as_.gate_own_clears(slow_write);
-    }
-    const std::vector<ValueId> xb_write = either(as_, wsum_head_, slow_write, "xb.write");
+        ns.push_back(Neuron{Lin{{{head[at(h)], 128.0f}, {go_on, -128.0f}}}, Lin{{{head[at(h)], 1.0f / 128.0f}}},
+                            {{flags[at(h)], 1.0f}}});
+      p.mlp(label, std::move(ns));
+      as_.gate_own_clears(flags);
+      return flags;
+    };
+    const std::vector<ValueId> xb_write =
+        either(as_, writes(wsum_head_, wsum_cross_, "xb.wsum_write"), writes(slow_head_, slow.more, "xb.slow_write"), "xb.write");
     const std::vector<ValueId> data = p.values("xb.data", hs + 1);
     std::vector<Neuron> ns;
     for (int i = 0; i <= hs; ++i) {
-      ns.push_back(Neuron{Lin{{{wsum_on_, 128.0f}}}, Lin{{{xb_data[at(i)], 1.0f / 128.0f}}}, {{data[at(i)], 1.0f}}});
+      ns.push_back(Neuron{Lin{{{wsum_on_, 128.0f}, {wsum_cross_, -128.0f}}}, Lin{{{xb_data[at(i)], 1.0f / 128.0f}}},
+                          {{data[at(i)], 1.0f}}});
       // SLOW's xb, and the bit 1 (the slow path ran), on POS's segment.
       ns.push_back(Neuron{Lin{{{slow_on_, 128.0f}, {slow.more, -128.0f}}},
                           Lin{{{i < hs ? slow.xb[at(i)] : kOne, 1.0f / 128.0f}}}, {{data[at(i)], 1.0f}}});
@@ -851,6 +845,17 @@ void AttentionStages::build(const std::vector<ValueId>& q, const std::vector<std
     }
     npu::float_ram(p, npu::FloatRamWindow{g_.score_low_binade}, xh, xb_on, "xb RAM");
   }
+  // WSUMX(l).h: head h's unsafe bit, read back from the xb RAM, is the branch to the slow
+  // path (one live term: the token names one head).
+  {
+    const ValueId unsafe = p.value("wsumx.unsafe");
+    std::vector<Neuron> ns;
+    for (int h = 0; h < H; ++h)
+      ns.push_back(Neuron{Lin{{{wsumx_head_[at(h)], 128.0f}}}, Lin{{{xb_out[at(h)][at(hs)], 1.0f / 128.0f}}}, {{unsafe, 1.0f}}});
+    p.mlp("wsumx.unsafe", std::move(ns));
+    as_.gate_own_clears({unsafe});  // exactly 0 or 1
+    as_.branch(unsafe);
+  }
 
   // Read-back lanes: RS, RM, RE / RX (mant / exponent of head k of the group read), RSUM
   // (sum of head k), RP / RPX (pm / exponent of head k).
@@ -859,8 +864,7 @@ void AttentionStages::build(const std::vector<ValueId>& q, const std::vector<std
   const std::vector<ValueId> e = slot_sum(p, exp_slots, exp_back_, "exp.read");
   lanes_.insert(lanes_.end(), e.begin(), e.end());
   lanes_.insert(lanes_.end(), sum_out.begin(), sum_out.end());
-  const std::vector<ValueId> pr = slot_sum(p, gather(p, prob_out, [&](size_t) { return Lin{{{prob_back_, 1.0f}}}; }, "prob.slot"), prob_back_,
-                                           "prob.read");
+  const std::vector<ValueId>& pr = prob_read;
   for (int k = 0; k < E; ++k) {  // pm = big + small 2^-30 (one of them +-0), then the exponent
     const ValueId pm = p.value("prob.read_pm");
     p.mlp("prob.read_pm", {Neuron{Lin{{{prob_back_, 128.0f}}}, Lin{{{pr[at(3 * k)], 1.0f / 128.0f}}}, {{pm, 1.0f}}},
@@ -964,7 +968,7 @@ AttentionStages::SlowResult AttentionStages::build_slow(const SlowInputs& in, co
           h.negated = in.v_neg[ch];
           h.key_bits = vram_row_;
           h.query_bits = slow_vrow_;
-          h.write_flag = in.v_write[t];
+          h.write_flag = v_write_flag(t, in.qkv_on);
           h.write_enable = v_write_enable_;
           h.read_flag = read;
           h.out = p.values("slow.v_out" + std::to_string(t), static_cast<int>(h.data.size()));
@@ -1014,6 +1018,21 @@ AttentionStages::SlowResult AttentionStages::build_slow(const SlowInputs& in, co
     cross_->carry(carry, on, r.more, "slow.carry_out");
   }
   return r;
+}
+
+ValueId AttentionStages::v_write_flag(size_t t, ValueId qkv_on) {
+  // d = POS - t + 1 on QKV's cycles, 0 on all others (QKV's copy of POS is 0 there, and the
+  // constant reads QKV's flag): max(d, 0) - 2 max(d - 1, 0) + max(d - 2, 0) = [d == 1],
+  // each max(x, 0) = silu(128 x) / 128 exact on integers. One op of 3 neurons, no rail.
+  compiler::Program& p = as_.program();
+  const ValueId flag = p.value("vram.write");
+  std::vector<Neuron> ns;
+  for (auto [k, w] : {std::pair{0, 1.0f}, std::pair{1, -2.0f}, std::pair{2, 1.0f}})
+    ns.push_back(Neuron{Lin{{{v_pos_, 128.0f}, {qkv_on, 128.0f * (1.0f - static_cast<float>(t) - static_cast<float>(k))}}},
+                        Lin{{{qkv_on, w / 128.0f}}}, {{flag, 1.0f}}});
+  p.mlp("vram.write", std::move(ns));
+  as_.gate_own_clears({flag});
+  return flag;
 }
 
 std::vector<std::pair<ValueId, float>> AttentionStages::qkv_sets(int layer) const {
@@ -1089,8 +1108,8 @@ void AttentionStages::define(int first_lane, ValueId send, ValueId q_read, Value
     for (int b = 0; b < g_.blocks(); ++b)
       for (int hg = 0; hg < g_.exp_groups(); ++hg) {
         MicroOp op = hg + 1 < g_.exp_groups() ? as_.step(block_name("PROB", l, b) + "." + std::to_string(hg + 1))
-                     : b + 1 < g_.blocks()    ? as_.branch_step(block_name("PROB", l, b + 1) + ".0", block_name("WSUM", l, 0))
-                                              : as_.step(block_name("WSUM", l, 0));
+                     : b + 1 < g_.blocks()    ? as_.branch_step(block_name("PROB", l, b + 1) + ".0", block_name("WSUM", l, 0) + ".0")
+                                              : as_.step(block_name("WSUM", l, 0) + ".0");
         op.sets = {{prob_.on, 1.0f}, {prob_.block[at(b)], 1.0f}, {sum_back_, 1.0f}, {pos_read, 1.0f}};  // POS: the loop's branch
         if (hg == 0) op.sets.push_back({prob_.wipe[at(b)], 1.0f});
         with_bits(op, exp_query_, hg);
@@ -1099,7 +1118,7 @@ void AttentionStages::define(int first_lane, ValueId send, ValueId q_read, Value
       }
     for (int h = 0; h < H; ++h) {
       // WSUM(l).h and its slow path go on to the next head (after the last: ATTO, or DONE).
-      const std::string next = h + 1 < H ? block_name("WSUM", l, h + 1) : chained ? block_name("ATTO", l, 0) : std::string("DONE");
+      const std::string next = h + 1 < H ? block_name("WSUM", l, h + 1) + ".0" : chained ? block_name("ATTO", l, 0) : std::string("DONE");
       // SLOW(l).h.s: while POS lies past the segment, the carry crosses (the routine returns
       // to segment s + 1); POS's segment goes on to `next`.
       const int S = g_.slow_segments();
@@ -1118,15 +1137,28 @@ void AttentionStages::define(int first_lane, ValueId send, ValueId q_read, Value
         with_bits(s, slow_vrow_, l);
         as_.define(slow_name(l, h, seg), std::move(s));
       }
-      MicroOp op = as_.branch_step(slow_name(l, h, 0), next);  // on the unsafe bit
-      op.sets = {{wsum_on_, 1.0f},
-                 {pos_read, 1.0f},
-                 {wsum_k_[at(h % g_.exp_heads)], 1.0f},
-                 {wsum_kv_[at(h / (H / g_.kv_heads))], 1.0f}};
-      op.sets.push_back({wsum_head_[at(h)], 1.0f});
-      with_bits(op, exp_query_, h / g_.exp_heads);
-      with_bits(op, wsum_vrow_, l);
-      as_.define(block_name("WSUM", l, h), std::move(op));
+      // WSUM(l).h.s: while POS lies past the segment and no lane is unsafe, the state crosses
+      // (the routine returns to segment s + 1); else WSUMX(l).h branches on the unsafe bit.
+      const std::string wsumx = block_name("WSUMX", l, h);
+      const int Sw = g_.wsum_segments();
+      for (int seg = 0; seg < Sw; ++seg) {
+        MicroOp op = seg + 1 < Sw ? as_.branch_step(cross_->first_cross(static_cast<size_t>(g_.head_size)), wsumx)
+                                  : as_.step(wsumx);
+        if (seg + 1 < Sw) op.call = as_.control_index(block_name("WSUM", l, h) + "." + std::to_string(seg + 1));
+        if (seg >= 1) op.read_register = g_.carry_register;
+        op.sets = {{wsum_on_, 1.0f},
+                   {pos_read, 1.0f},
+                   {wsum_k_[at(h % g_.exp_heads)], 1.0f},
+                   {wsum_kv_[at(h / (H / g_.kv_heads))], 1.0f},
+                   {wsum_head_[at(h)], 1.0f},
+                   {wsum_segment_[at(seg)], 1.0f}};
+        with_bits(op, exp_query_, h / g_.exp_heads);
+        with_bits(op, wsum_vrow_, l);
+        as_.define(block_name("WSUM", l, h) + "." + std::to_string(seg), std::move(op));
+      }
+      MicroOp x = as_.branch_step(slow_name(l, h, 0), next);  // on the unsafe bit
+      x.sets = {{xb_back_, 1.0f}, {wsumx_head_[at(h)], 1.0f}};
+      as_.define(wsumx, std::move(x));
     }
     // Chained, MAX goes on to the stages that read its result; else to its read-back.
     MicroOp op = as_.step(chained ? block_name("EXP", l, 0) + ".0" : name("RM", 0));

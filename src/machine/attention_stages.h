@@ -18,11 +18,15 @@
 //               tiers) -> the sum RAM;
 //   PROB(l).b.g the block's exps and the sums of head group g: run.c's att[t] / sum as
 //               (pm, exponent) (npu::attn_probability) -> the prob RAM;
-//   WSUM(l).h   head h's probabilities and v at every position: run.c's xb = sum_t p_t v_t
-//               in C's order, the fast path with its unsafe bit (npu::attn_wsum_row,
-//               stopping at POS's block: the blocks past it read only +-0 and stay idle)
-//               -> the xb RAM (xb and the bit); a Branch on that bit: when it is set (the
-//               fast xb may differ from C's) it goes on to SLOW(l).h.0, else on;
+//   WSUM(l).h.s head h's probabilities and v at the positions of segment s
+//               (wsum_segment_blocks blocks): run.c's xb = sum_t p_t v_t in C's order, the
+//               fast path with its unsafe bit (npu::attn_wsum_row), from the carry
+//               (segment 0 from C's 0). While POS lies past the segment and no lane is
+//               unsafe, the lanes' state (xb, and the pending mark) crosses to WSUM(l).h.(s+1)
+//               through the crossing routine; else -> the xb RAM (xb and the bit) and
+//               WSUMX(l).h;
+//   WSUMX(l).h  a Branch on head h's bit, read back from the xb RAM: when it is set (the
+//               fast xb may differ from C's) on to SLOW(l).h.0, else on;
 //   SLOW(l).h.s the exact slow path of head h (C's chain with no flush, xb in two-tier
 //               form; docs/npu-attention.md 6.4), one cycle per segment s of
 //               slow_segment_blocks blocks: the segment's products
@@ -33,7 +37,7 @@
 //               routine (CROSS.j ... : every lane's hi and lo into the carry register)
 //               with SLOW(l).h.(s + 1) as the continuation; POS's segment writes its xb
 //               and the bit 1 into head h's row of the xb RAM and goes on to what
-//               WSUM(l).h names;
+//               WSUMX(l).h names;
 // and on the QKV machine, ATTO(l).i: x + wo xb (run.c's x after the attention), lane i.
 //
 // RAM layouts: the score RAM uses the cache's banks (position t in bank t mod banks, row
@@ -79,6 +83,7 @@ struct AttentionGeometry {
   // SLOW's segments: blocks of 8 positions one SLOW cycle adds up (the chain's depth), and
   // the register row its carry crosses into between segments (machine/crossing_routine.h).
   int slow_segment_blocks = 4;
+  int wsum_segment_blocks = 8;  // the same for WSUM's fast path
   int64_t carry_register = 1;
 
   int groups() const { return banks / 8; }
@@ -86,6 +91,9 @@ struct AttentionGeometry {
   int slow_blocks() const { return std::max(1, std::min(slow_segment_blocks, blocks())); }
   int slow_positions() const { return 8 * slow_blocks(); }
   int slow_segments() const { return (blocks() + slow_blocks() - 1) / slow_blocks(); }
+  int wsum_blocks() const { return std::max(1, std::min(wsum_segment_blocks, blocks())); }
+  int wsum_positions() const { return 8 * wsum_blocks(); }
+  int wsum_segments() const { return (blocks() + wsum_blocks() - 1) / wsum_blocks(); }
   int exp_groups() const { return heads / exp_heads; }
   static int bits_for(int n) {  // address bits for n rows
     int b = 0;
@@ -157,7 +165,6 @@ class AttentionStages {
     const std::vector<std::vector<compiler::ValueId>>& prob_neg;
     const std::vector<std::vector<compiler::ValueId>>& v_data;    // QKV's v per chunk, and negated
     const std::vector<std::vector<compiler::ValueId>>& v_neg;
-    const std::vector<compiler::ValueId>& v_write;                // the v RAM's write flag per position
     compiler::ValueId qkv_on, pos;
   };
   struct SlowResult {
@@ -165,6 +172,10 @@ class AttentionStages {
     compiler::ValueId more = compiler::kNever;
   };
   SlowResult build_slow(const SlowInputs& in, compiler::OpRange previous);
+  // The write flag of a v RAM head of position t: [POS == t] on QKV's cycles (qkv_on), else
+  // +-0, made where it is called (from v_pos_, QKV's copy of POS).
+  compiler::ValueId v_write_flag(size_t t, compiler::ValueId qkv_on);
+  compiler::ValueId v_pos_ = 0;
 
   Assembler& as_;
   AttentionGeometry g_;
@@ -186,6 +197,9 @@ class AttentionStages {
   std::vector<compiler::ValueId> sum_wipe_;        // per sum RAM (place k in a head group)
   Inputs prob_;                                    // block / wipe: the prob RAM heads written
   compiler::ValueId wsum_on_ = 0, xb_back_ = 0;
+  std::vector<compiler::ValueId> wsum_segment_;  // WSUM(l).h.s: the segment s (one-hot)
+  std::vector<compiler::ValueId> wsumx_head_;    // WSUMX(l).h: the head whose unsafe bit it reads
+  compiler::ValueId wsum_cross_ = 0;             // 1 when WSUM's state crosses to its next segment
   std::vector<compiler::ValueId> wsum_k_, wsum_kv_;  // WSUM's head: its place in its group, its kv head
   std::vector<compiler::ValueId> wsum_head_;         // ... and the head itself (its xb RAM head)
   std::vector<compiler::ValueId> xb_;                // the xb RAM's out values, heads * head_size

@@ -228,6 +228,7 @@ TokenMachine build_token_machine(const reference::Llama2Checkpoint& ck, const To
   m.heads = attention.heads();
   m.exp_groups = attention.exp_groups();
   m.max_positions = o.positions(cfg);
+  m.wsum_positions = attention.geometry().wsum_positions();
   m.sample_blocks = sample ? sample->blocks() : 0;
   m.sample_topp = o.sampling && o.sample.topp_on();
   m.topp = m.sample_topp ? o.sample.topp : 1.0f;
@@ -271,6 +272,8 @@ std::vector<int64_t> TokenMachine::expected_position(const PositionRecord& r) co
       emit(i + 1 < v.size() ? layer_name(kind, l, static_cast<int>(i + 1)) : after);
     }
   };
+  if (r.pos >= wsum_positions)
+    fail("token machine: position {} lies past WSUM's first segment of {} positions", r.pos, wsum_positions);
   const int blocks = r.pos / 8 + 1;
   emit("QKV.0");  // each layer's last FFN names the next QKV
   for (int l = 0; l < layers; ++l) {
@@ -281,7 +284,10 @@ std::vector<int64_t> TokenMachine::expected_position(const PositionRecord& r) co
     for (int h = 0; h < heads; ++h) emit(layer_name("SUM", l, h));
     for (int b = 0; b < blocks; ++b)
       for (int g = 0; g < exp_groups; ++g) emit(layer_name("PROB", l, b) + "." + std::to_string(g));
-    for (int h = 0; h < heads; ++h) emit(layer_name("WSUM", l, h));
+    for (int h = 0; h < heads; ++h) {  // no head unsafe at the positions a test checks this way
+      emit(layer_name("WSUM", l, h) + ".0");
+      emit(layer_name("WSUMX", l, h));
+    }
     emit(layer_name("ATTO", l, 0));  // one micro-op: x_att_res goes down into the X1 RAM, no float
     for (int c = 0; c < chunks; ++c) emit(swiglu_name(l, c));
     emit(ffn_name(l, 0));

@@ -560,13 +560,15 @@ std::vector<ValueId> attn_wsum_block(Program& p, const std::vector<ValueId>& pm,
 }
 
 WsumChecked attn_wsum_row(Program& p, size_t blocks, size_t dims, const std::function<WsumRowBlock(size_t)>& block_at,
-                          const std::function<WsumChecked(size_t, const WsumChecked&)>& between) {
+                          const WsumChecked& start) {
   if (blocks == 0 || dims == 0) fail("attn_wsum_row: {} blocks of {} dims", blocks, dims);
   constexpr size_t kLookahead = 1;
-  WsumChecked state;
-  state.xb = p.values("attn.wxb0", static_cast<int>(dims));  // never written: +0
-  state.unsafe = p.values("attn.wunsafe0", static_cast<int>(dims));
-  state.pending = p.values("attn.wpending0", static_cast<int>(dims));
+  WsumChecked state = start;
+  for (auto [part, label] : {std::pair{&state.xb, "attn.wxb0"}, std::pair{&state.unsafe, "attn.wunsafe0"},
+                             std::pair{&state.pending, "attn.wpending0"}}) {
+    if (part->empty()) *part = p.values(label, static_cast<int>(dims));  // never written: +0
+    if (part->size() != dims) fail("attn_wsum_row: a start of {} values for {} dims", part->size(), dims);
+  }
   std::vector<compiler::OpRange> units;
   for (size_t b = 0; b < blocks; ++b) {
     const size_t begin = p.ops().size();
@@ -576,7 +578,6 @@ WsumChecked attn_wsum_row(Program& p, size_t blocks, size_t dims, const std::fun
     const size_t unit_begin = p.ops().size();
     state = attn_wsum_block_checked(p, in.pm, in.exponent, in.v, state.xb, state.unsafe, state.pending);
     units.push_back({unit_begin, p.ops().size()});
-    if (between && b + 1 < blocks) state = between(b, state);
   }
   return state;
 }
@@ -696,6 +697,23 @@ void attn_two_tier_encode(float x, float* hi, float* lo, float* big) {
   *hi = m >= kWsumTiny ? x * kWsumScale : 0.0f;
   *lo = m <= kWsumLowMax ? x * kWsumLowScale : 0.0f;
   *big = m > kWsumLowMax ? 1.0f : 0.0f;
+}
+
+ValueId attn_wsum_carry(Program& p, ValueId xb, ValueId pending, ValueId enable) {
+  const ValueId c = p.value("attn.wcarry");
+  p.mlp("attn.wcarry", {Neuron{lin({{enable, kOn}}), lin({{xb, 1.0f / kOn}}), {{c, 1.0f}}},
+                        Neuron{lin({{pending, kOn}}), lin({{pending, kWsumPendingMark / kOn}}), {{c, 1.0f}}}});
+  return c;
+}
+
+WsumCarried attn_wsum_uncarry(Program& p, ValueId c, ValueId enable) {
+  // d = c - 2^32: the mark gives 2^32, every other c (|c| < 2^31) |d| in (2^31, 2^33).
+  WsumCarried r;
+  r.pending = greater(p, c, constant_value(p, kWsumPendingMark / 2, "attn.whalf_mark"), {30, 34});
+  r.xb = p.value("attn.wxb");
+  p.mlp("attn.wuncarry", {Neuron{lin({{enable, kOn}}), lin({{c, 1.0f / kOn}}), {{r.xb, 1.0f}}},
+                          Neuron{lin({{r.pending, kOn}}), lin({{r.pending, -kWsumPendingMark / kOn}}), {{r.xb, 1.0f}}}});
+  return r;
 }
 
 TwoTier attn_two_tier_rejoin(Program& p, ValueId hi, ValueId lo) {

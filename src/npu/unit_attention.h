@@ -180,19 +180,31 @@ WsumChecked attn_wsum_block_checked(Program& p, const std::vector<ValueId>& pm, 
 
 // The checked weighted sum over a row of blocks made on demand: block_at(b) appends the
 // ops that produce block b's rows (pm and exponent per row, v[row][dim]) and returns them;
-// each block's unit continues the previous one's xb, unsafe and pending (the first block
-// from +0). A block's own ops are ordered behind the unit two blocks earlier, so a long
-// row keeps only a few blocks' working values live at a time. Returns the last block's
-// state (xb at kWsumScale).
-// between (optional): called with (b, the state after block b's unit) for every block but
-// the last; what it returns is the state block b + 1's unit starts from (e.g. the state
-// gated off past a block, so that the rest of the row reads only +-0 and stays idle).
+// each block's unit continues the previous one's xb, unsafe and pending, the first block
+// `start` (empty vectors: +0, C's xb = 0 with no bit set; e.g. a carry that crossed up from
+// the row's previous segment). A block's own ops are ordered behind the unit two blocks
+// earlier, so a long row keeps only a few blocks' working values live at a time. Returns
+// the last block's state (xb at kWsumScale).
 struct WsumRowBlock {
   std::vector<ValueId> pm, exponent;
   std::vector<std::vector<ValueId>> v;
 };
 WsumChecked attn_wsum_row(Program& p, size_t blocks, size_t dims, const std::function<WsumRowBlock(size_t)>& block_at,
-                          const std::function<WsumChecked(size_t, const WsumChecked&)>& between = {});
+                          const WsumChecked& start = {});
+
+// A lane's state as one value for a crossing between the row's segments (docs/npu-machine.md,
+// "Chains in segments"): c = xb + kWsumPendingMark pending. A pending lane's xb is 0, and
+// every other xb at kWsumScale has |xb| < 2^31 (probabilities sum to at most 1, |v| < 2^5),
+// so c is xb or the mark; both lie in the crossing's window. `enable`: 1 on the cycles
+// that compute the lane (then +-0 inputs give +0). One MLP sublayer.
+inline constexpr float kWsumPendingMark = 0x1p33f;
+ValueId attn_wsum_carry(Program& p, ValueId xb, ValueId pending, ValueId enable);
+// The lane back: pending = [c > 2^32], xb = c - kWsumPendingMark pending (exact: the mark
+// minus itself is +0). 5 MLP sublayers.
+struct WsumCarried {
+  ValueId xb, pending;
+};
+WsumCarried attn_wsum_uncarry(Program& p, ValueId c, ValueId enable);
 
 // ---- (d) the exact slow path (docs/npu-attention.md 6.4): C's chain with no flush, for the
 // heads whose lanes the unsafe bit sends there. Two-tier values, C's products, the block.

@@ -145,7 +145,15 @@ std::vector<int64_t> QkvMachine::score_and_max(int layer, int pos) const {
 std::vector<int64_t> QkvMachine::exps(int layer, int pos) const { return stage_tokens("EXP", layer, pos / 8 + 1, true); }
 std::vector<int64_t> QkvMachine::sums(int layer) const { return stage_tokens("SUM", layer, heads, false); }
 std::vector<int64_t> QkvMachine::probs(int layer, int pos) const { return stage_tokens("PROB", layer, pos / 8 + 1, true); }
-std::vector<int64_t> QkvMachine::wsums(int layer) const { return stage_tokens("WSUM", layer, heads, false); }
+std::vector<int64_t> QkvMachine::wsums(int layer) const {
+  std::vector<int64_t> t;
+  for (int64_t w : stage_tokens("WSUMX", layer, heads, false)) {
+    const std::string x = control_names[static_cast<size_t>(control.index(w))];  // WSUMX(l).h
+    t.push_back(id("WSUM" + x.substr(5) + ".0"));
+    t.push_back(w);
+  }
+  return t;
+}
 
 std::vector<int64_t> QkvMachine::expected_max(const std::vector<float>& max) const {
   std::vector<int64_t> s = {id(name("RM", 0))};  // MAX's successor

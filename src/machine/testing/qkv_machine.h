@@ -74,7 +74,8 @@ struct QkvMachine : AssembledMachine {
   // generates: every head's pm, then every head's exponent, at POS; DONE last.
   std::vector<int64_t> probs(int layer, int pos) const;
   std::vector<int64_t> expected_probs(const std::vector<float>& pm, const std::vector<float>& exponent) const;
-  // WSUM(l).0 .. WSUM(l).(heads - 1) (after probs), and what RXB(h).0 generates: head h's
+  // WSUM(l).h.0 and WSUMX(l).h for every head h (after probs; POS in WSUM's first segment,
+  // no head unsafe), and what RXB(h).0 generates: head h's
   // xb (run.c's att_out for the head), then its unsafe bit (1: the fast path's xb may
   // differ from C's), DONE last.
   std::vector<int64_t> wsums(int layer) const;

@@ -247,6 +247,57 @@ bool fast_path_unsafe(int pos, int layer, int h) {
   return unsafe;
 }
 
+// What WSUM of head h at (pos, layer) generates after WSUM(l).h.0, with segments of `width`
+// positions, through WSUMX(l).h: per segment before POS's, while no lane is unsafe, the
+// crossing of the fast path's lane states after it (xb at 2^26, plus 2^33 for a pending
+// lane: CROSS.k from the last 2 head_size floats) and the next segment's WSUM token.
+// `unsafe`: the head's bit (a lane unsafe or pending where the fast path stops). The lanes
+// are the fast path's C model (npu::attn_wsum_lane_step) on run.c's probabilities and v.
+struct WsumPath {
+  std::vector<int64_t> tokens;
+  bool unsafe = false;
+  int crossings = 0, pending_lanes = 0;  // pending lanes among the crossings' lanes
+  bool early = false;  // an unsafe lane ended the fast path before POS's segment
+};
+WsumPath expected_wsum_path(const QkvMachine& m, int pos, int layer, int h, int width) {
+  const auto& cfg = stories260k().config();
+  const int head_size = cfg.dim / cfg.n_heads, kv_mul = cfg.n_heads / cfg.n_kv_heads;
+  const std::vector<float>& prob = golden().head(K::att_prob, pos, layer, h);
+  const std::string wsum = "WSUM(" + std::to_string(layer) + ")." + std::to_string(h);
+  std::vector<npu::WsumLane> lanes(static_cast<size_t>(head_size));
+  WsumPath w;
+  for (int seg = 0;; ++seg) {
+    for (int t = seg * width; t < std::min(pos + 1, (seg + 1) * width); ++t) {
+      const std::vector<float>& vt = golden().at(K::v, t, layer);
+      for (int i = 0; i < head_size; ++i)
+        npu::attn_wsum_lane_step(lanes[static_cast<size_t>(i)], prob[static_cast<size_t>(t)],
+                                 vt[static_cast<size_t>((h / kv_mul) * head_size + i)]);
+    }
+    bool unsafe = false, pending = false;
+    for (const npu::WsumLane& lane : lanes) {
+      unsafe |= lane.unsafe;
+      pending |= lane.pending;
+    }
+    if ((seg + 1) * width > pos || unsafe) {
+      w.unsafe = unsafe || pending;
+      w.early = (seg + 1) * width <= pos;
+      w.tokens.push_back(m.id("WSUMX" + wsum.substr(4)));
+      return w;
+    }
+    int k = 2 * head_size;  // the routine holds SLOW's 4 head_size floats; WSUM's are the last
+    for (const npu::WsumLane& lane : lanes) {
+      const float c = lane.xb * npu::kWsumScale + (lane.pending ? 0x1p33f : 0.0f);
+      w.pending_lanes += lane.pending;
+      for (float f : {carry_high_reference(c), carry_low_reference(c)}) {
+        w.tokens.push_back(m.id("CROSS." + std::to_string(k++)));
+        for (int64_t v : m.value_tokens(f)) w.tokens.push_back(v);
+      }
+    }
+    w.tokens.push_back(m.id(wsum + "." + std::to_string(seg + 1)));
+    ++w.crossings;
+  }
+}
+
 // What the slow path of head h at (pos, layer) generates from SLOW(l).h.0 on, with segments
 // of `width` positions: per segment before POS's, the crossing of C's xb after it (every
 // lane's hi and lo in two-tier form, each as its two crossing floats, CROSS.k and its value
@@ -290,7 +341,9 @@ std::vector<int64_t> expected_slow_path(const QkvMachine& m, int pos, int layer,
 // heads (the generated control stream says which). SLOW runs in segments of one block
 // here: segments 0 to 2 each send C's xb after them up through the crossing routine (every
 // crossing float as C's chain gives it) and return to the next segment, which reads it
-// back; segment 3 holds POS. The cache holds 40 positions (5 blocks): block 3 has rows
+// back; segment 3 holds POS. WSUM runs in segments of one block too: its lanes' states
+// cross the same way until POS's segment or the first unsafe lane, and WSUMX(1).h branches
+// on the head's bit. The cache holds 40 positions (5 blocks): block 3 has rows
 // past POS, so the chain adds C's +-0 products of p = 0 rows, which must leave xb as it is. Then
 // RXB sends every head's xb: run.c's att_out bit for bit (the slow path's for the unsafe
 // heads, with the bit 1), and ATTO(1) (X loaded with x_in of pos) run.c's x_att_res.
@@ -301,6 +354,7 @@ TEST(QkvMachine, SlowPathOfUnsafeHeadsBitExactOnTheEngine) {
   o.attention = true;
   o.max_positions = 40;  // 5 blocks: the last one wholly past POS
   o.slow_segment_blocks = 1;
+  o.wsum_segment_blocks = 1;
   const QkvMachine m = build_qkv_machine(stories260k(), o);
   testing::print_shape("qkv machine with the attention stages and the slow path", m);
   EXPECT_LE(m.compiled.weights.config.intermediate_size, 1024);
@@ -314,7 +368,7 @@ TEST(QkvMachine, SlowPathOfUnsafeHeadsBitExactOnTheEngine) {
   for (int p = 0; p <= last; ++p)
     for (int64_t tok : m.load_and_run(gold.at(K::x_in, p, l), p, l)) prompt.push_back(tok);
   bool first = true;
-  int unsafe_total = 0, slow_cycles = 0;
+  int unsafe_total = 0, slow_cycles = 0, wsum_crossings = 0, early_exits = 0, pending_lanes = 0;
   for (const int pos : {last, 24}) {
     SCOPED_TRACE("position " + std::to_string(pos));
     if (!first) prompt.clear();
@@ -335,12 +389,18 @@ TEST(QkvMachine, SlowPathOfUnsafeHeadsBitExactOnTheEngine) {
     for (int64_t tok : m.probs(l, pos)) stages.push_back(tok);
     std::vector<bool> unsafe;
     for (int h = 0; h < heads; ++h) {
-      unsafe.push_back(fast_path_unsafe(pos, l, h));
-      stages.push_back(m.id("WSUM(" + std::to_string(l) + ")." + std::to_string(h)));
+      const WsumPath w = expected_wsum_path(m, pos, l, h, 8);
+      wsum_crossings += w.crossings;
+      pending_lanes += w.pending_lanes;
+      early_exits += w.early;
+      unsafe.push_back(w.unsafe);
+      EXPECT_EQ(w.unsafe, fast_path_unsafe(pos, l, h));
+      stages.push_back(m.id("WSUM(" + std::to_string(l) + ")." + std::to_string(h) + ".0"));
+      stages.insert(stages.end(), w.tokens.begin(), w.tokens.end());
       if (!unsafe.back()) continue;
       ++unsafe_total;
       stages.push_back(m.id("SLOW(" + std::to_string(l) + ")." + std::to_string(h) + ".0"));
-      const std::string next = h + 1 < heads ? "WSUM(" + std::to_string(l) + ")." + std::to_string(h + 1) : "DONE";
+      const std::string next = h + 1 < heads ? "WSUM(" + std::to_string(l) + ")." + std::to_string(h + 1) + ".0" : "DONE";
       const std::vector<int64_t> slow = expected_slow_path(m, pos, l, h, 8, next);
       stages.insert(stages.end(), slow.begin(), slow.end() - 1);  // the next token comes from the loop
       slow_cycles += pos / 8 + 1;
@@ -362,6 +422,9 @@ TEST(QkvMachine, SlowPathOfUnsafeHeadsBitExactOnTheEngine) {
     atto.push_back(m.id("ATTO(" + std::to_string(l) + ").0"));
     expect_run(m, atto, host, m.expected_atto(l, gold.at(K::x_att_res, pos, l)), t);
   }
+  std::printf("WSUM: %d crossings (%d pending lanes), %d heads ended early by an unsafe lane\n", wsum_crossings,
+              pending_lanes, early_exits);
+  EXPECT_GT(wsum_crossings, 0);
   std::printf("slow path: %d unsafe heads rerun exactly in %d SLOW cycles (segments of one block); %lld floats "
               "bit-exact over %lld generated cycles, %.3f ms per cycle\n",
               unsafe_total, slow_cycles, static_cast<long long>(t.floats), static_cast<long long>(t.cycles),

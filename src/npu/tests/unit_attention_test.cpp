@@ -1090,6 +1090,38 @@ float random_wsum_value(std::mt19937_64& rng) {
   }
 }
 
+// Inputs: a lane's xb (at kWsumScale) and pending bit (pending: xb = 0). Outputs: the carry
+// and the lane back from it.
+PrimitiveSpec wsum_carry_spec() {
+  PrimitiveSpec s;
+  s.name = "attn_wsum_carry + attn_wsum_uncarry";
+  s.inputs = 3;  // xb, pending, enable
+  s.outputs = 3;
+  s.build = [](Program& p, const std::vector<ValueId>& in) {
+    const ValueId c = attn_wsum_carry(p, in[0], in[1], in[2]);
+    const WsumCarried back = attn_wsum_uncarry(p, c, in[2]);
+    return std::vector<ValueId>{c, back.xb, back.pending};
+  };
+  s.reference = [](const float* in, float* out) {
+    out[0] = 0.0f + in[0] + (in[1] != 0.0f ? kWsumPendingMark : 0.0f);
+    out[1] = 0.0f + in[0];
+    out[2] = in[1];
+  };
+  s.random_case = [](std::mt19937_64& rng, float* in) {
+    in[1] = rng() % 4 == 0 ? 1.0f : 0.0f;
+    in[0] = in[1] != 0.0f ? 0.0f : random_wsum_value(rng) * kWsumScale;
+    if (std::fabs(in[0]) >= 0x1p31f || (in[0] != 0.0f && std::fabs(in[0]) < 0x1p-78f)) in[0] = 0.0f;
+    in[2] = 1.0f;
+  };
+  // Idle; pending; the largest xb either side; the smallest.
+  s.edge_cases = {{0.0f, 0.0f, 0.0f}, {0.0f, 1.0f, 1.0f},  {0x1.fffffep30f, 0.0f, 1.0f},
+                  {-0x1.fffffep30f, 0.0f, 1.0f}, {0x1p-78f, 0.0f, 1.0f}, {-0x1p-78f, 0.0f, 1.0f}};
+  return s;
+}
+
+// A lane's state crosses as one value and comes back bit for bit, pending lanes included.
+TEST(AttnWsumCarry, LaneStateComesBack) { expect_spec_exact(wsum_carry_spec(), 4 * kCases); }
+
 // Inputs: x's hi and lo. Output: x in two-tier form (big recovered from hi).
 PrimitiveSpec two_tier_rejoin_spec() {
   PrimitiveSpec s;

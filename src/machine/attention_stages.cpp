@@ -57,23 +57,6 @@ std::vector<ValueId> either(Assembler& as, const std::vector<ValueId>& a, const 
   return any_of(as, {a, b}, label);
 }
 
-// Adds out[t] (per position, read somewhere down the stack) into slot t mod 8 when
-// flag(t) (so that no two adds into one slot value share a sublayer); returns the slots.
-std::vector<std::vector<ValueId>> gather(compiler::Program& p, const std::vector<std::vector<ValueId>>& out,
-                                         const std::function<Lin(size_t)>& flag, const std::string& label) {
-  std::vector<std::vector<ValueId>> slots;
-  for (int s = 0; s < 8; ++s) slots.push_back(p.values(label + std::to_string(s), static_cast<int>(out[0].size())));
-  for (size_t t = 0; t < out.size(); ++t) {
-    Lin gate = flag(t);
-    for (auto& term : gate.terms) term.weight *= 128.0f;
-    std::vector<Neuron> ns;
-    for (size_t v = 0; v < out[t].size(); ++v)
-      ns.push_back(Neuron{gate, Lin{{{out[t][v], 1.0f / 128.0f}}}, {{slots[t % 8][v], 1.0f}}});
-    p.mlp(label, std::move(ns));
-  }
-  return slots;
-}
-
 // Sum over the slots (one of them was read, the others are +0) for each value, when `flag`.
 std::vector<ValueId> slot_sum(compiler::Program& p, const std::vector<std::vector<ValueId>>& slots, ValueId flag,
                               const std::string& label) {
@@ -118,6 +101,19 @@ ValueId more_blocks(compiler::Program& p, const Lin& base, ValueId on, ValueId p
   return npu::attn_int_positive(p, Lin{{{more, 1.0f}, {on, 1.0f}, {kOne, -1.0f}}}, "attn.more_on");
 }
 
+// For a chain in segments: flags[i] when the chain stops this cycle (`more` 0), else +-0:
+// silu(128 (flag - more)) flag / 128, one op, each output exactly 0 or 1.
+std::vector<ValueId> stop_flags(Assembler& as, const std::vector<ValueId>& flags, ValueId more, const std::string& label) {
+  compiler::Program& p = as.program();
+  std::vector<ValueId> out = p.values(label, static_cast<int>(flags.size()));
+  std::vector<Neuron> ns;
+  for (size_t i = 0; i < flags.size(); ++i)
+    ns.push_back(Neuron{Lin{{{flags[i], 128.0f}, {more, -128.0f}}}, Lin{{{flags[i], 1.0f / 128.0f}}}, {{out[i], 1.0f}}});
+  p.mlp(label, std::move(ns));
+  as.gate_own_clears(out);
+  return out;
+}
+
 // A banked float RAM (the cache's layout): group g's 8 heads (banks 8 g + s) store
 // data[s] at row `key_bits` when write[g] is set (wiped first when wipe[g] is), and read
 // row `query_bits` when read[8 g + s] is set into slot s (one bank reads at a time).
@@ -160,32 +156,12 @@ void order_waves(compiler::Program& p, const std::vector<compiler::OpRange>& wav
   for (size_t w = 1; w < waves.size(); ++w) p.order(waves[w - 1], waves[w]);
 }
 
-// A row that stops at POS's block (WSUM, SLOW) or segment (SUM) hands its controls on
-// from block to block. next_controls makes the next block's beside the current one's
-// work: go = [POS >= first] (first: the next block's first position; the op's constant
-// term reads the current block's go once the caller enables the block's range, so go is
-// 0 past POS), and copies of POS and of each group of `parts`, gated by go (one
-// Assembler::gated op), returned in the order of `parts`.
-struct NextControls {
-  ValueId go = 0, pos = 0;
-  std::vector<std::vector<ValueId>> parts;
+// The ops of a RAM head (its memories) and the flag it is read with: its out values are +0
+// whenever that flag is, so their dead-value clears read it.
+struct HeadOps {
+  size_t begin, end;
+  ValueId read;
 };
-NextControls next_controls(Assembler& as, ValueId pos, size_t first, const std::vector<const std::vector<ValueId>*>& parts,
-                           const char* go_label, const std::string& copy_label) {
-  compiler::Program& p = as.program();
-  NextControls n;
-  n.go = npu::attn_int_positive(p, Lin{{{pos, 1.0f}, {kOne, 1.0f - static_cast<float>(first)}}}, go_label);
-  std::vector<ValueId> src = {pos};
-  for (const auto* part : parts) src.insert(src.end(), part->begin(), part->end());
-  const std::vector<ValueId> copy = as.gated(src, {n.go}, copy_label);
-  n.pos = copy[0];
-  size_t i = 1;
-  for (const auto* part : parts) {
-    n.parts.emplace_back(copy.begin() + static_cast<std::ptrdiff_t>(i), copy.begin() + static_cast<std::ptrdiff_t>(i + part->size()));
-    i += part->size();
-  }
-  return n;
-}
 
 }  // namespace
 
@@ -198,7 +174,8 @@ std::vector<std::string> AttentionStages::names(const AttentionGeometry& g) {
       for (int hg = 0; hg < g.exp_groups(); ++hg) n.push_back(block_name("EXP", l, b) + "." + std::to_string(hg));
   }
   for (int l = 0; l < g.layers; ++l)
-    for (int h = 0; h < g.heads; ++h) n.push_back(block_name("SUM", l, h));
+    for (int h = 0; h < g.heads; ++h)
+      for (int seg = 0; seg < g.sum_segments(); ++seg) n.push_back(block_name("SUM", l, h) + "." + std::to_string(seg));
   for (int l = 0; l < g.layers; ++l)
     for (int b = 0; b < g.blocks(); ++b)
       for (int hg = 0; hg < g.exp_groups(); ++hg) n.push_back(block_name("PROB", l, b) + "." + std::to_string(hg));
@@ -210,7 +187,7 @@ std::vector<std::string> AttentionStages::names(const AttentionGeometry& g) {
   for (int l = 0; l < g.layers; ++l)
     for (int h = 0; h < g.heads; ++h)
       for (int seg = 0; seg < g.slow_segments(); ++seg) n.push_back(slow_name(l, h, seg));
-  if (g.slow_segments() > 1 || g.wsum_segments() > 1)
+  if (g.crosses())
     for (const std::string& c : CrossingRoutine::names(2 * g.head_size)) n.push_back(c);
   for (const char* r : {"RS", "RM", "RE", "RX", "RSUM", "RP", "RPX"})
     for (int h = 0; h < g.heads; ++h) n.push_back(name(r, h));
@@ -259,14 +236,16 @@ AttentionStages::AttentionStages(Assembler& as, const AttentionGeometry& g) : as
   slow_k_ = as.inputs("slow.k", g.exp_heads);
   slow_kv_ = as.inputs("slow.kv", g.kv_heads);
   slow_head_ = as.inputs("slow.head", g.heads);
-  if (g.slow_segment_blocks < 1 || g.wsum_segment_blocks < 1)
-    fail("attention stages: SLOW segments of {} blocks, WSUM segments of {}", g.slow_segment_blocks, g.wsum_segment_blocks);
+  if (g.slow_segment_blocks < 1 || g.wsum_segment_blocks < 1 || g.sum_segment_blocks < 1)
+    fail("attention stages: SLOW segments of {} blocks, WSUM segments of {}, SUM segments of {}", g.slow_segment_blocks,
+         g.wsum_segment_blocks, g.sum_segment_blocks);
   slow_segment_ = as.inputs("slow.segment", g.slow_segments());
+  sum_segment_ = as.inputs("sum.segment", g.sum_segments());
   wsum_segment_ = as.inputs("wsum.segment", g.wsum_segments());
   wsumx_head_ = as.inputs("wsumx.head", g.heads);
   // The carries: SLOW's, hi and lo of every lane (npu::TwoTier; big is recovered from hi);
-  // WSUM's, one value per lane.
-  if (g.slow_segments() > 1 || g.wsum_segments() > 1) cross_.emplace(as, 2 * g.head_size, g.carry_register);
+  // WSUM's, one value per lane; SUM's, its acc.
+  if (g.crosses()) cross_.emplace(as, 2 * g.head_size, g.carry_register);
   if (g.row_floats < g.head_size) fail("attention stages: a RAM row holds {} floats, a head {}", g.row_floats, g.head_size);
   sum_k_ = as.inputs("sum.k", g.exp_heads);
   max_on_ = as.input("max.on");
@@ -442,33 +421,17 @@ void AttentionStages::build(const std::vector<ValueId>& q, const std::vector<std
   compiler::enable_constants(p, first_exp, exp_.on);
   as_.gate_clears(first_exp, p.ops().size(), exp_.on);
   // The exp RAM: one head per position t (written by EXP of t's block), one row per head
-  // group; SUM reads every position (its own out values), RE / RX the position POS holds.
-  // Each head is emitted where SUM's chain needs its position (npu::attn_sum_row asks
-  // for it), so its read lands there, far down the stack for late positions.
+  // group; read by SUM (its segment's positions), by PROB (its block's) and by RE / RX
+  // (the position POS holds). Each head is emitted where SUM's chain needs its place in a
+  // segment, and its out values go into SUM's pick and into PROB's slot t mod 8 in the same
+  // op, so that none stays live past it.
   const int P = g_.positions;
-  const npu::KvAddress eaddr = npu::kv_address(p, pos, exp_back_, 1 << AttentionGeometry::bits_for(P), 0);
-  as_.gate_clears(eaddr.first_op, p.ops().size(), exp_back_);  // idle, the address unit's values are +-0
-  // SUM reads the heads of the blocks up to POS's only: sum_block_go[b] = [8 b <= POS] on
-  // SUM cycles, 0 on all others (its constants read SUM's flag), in one sublayer at the
-  // top, read at once by the heads' read flags and query bits below. With SUM's flag
-  // itself every SUM cycle read every position's head.
-  std::vector<ValueId> sum_block_go = {sum_on_};
-  {
-    const size_t first_go = p.ops().size();
-    for (int b = 1; b < g_.blocks(); ++b)
-      sum_block_go.push_back(
-          npu::attn_int_positive(p, Lin{{{sum_pos, 1.0f}, {kOne, 1.0f - 8.0f * static_cast<float>(b)}}}, "sum.block_go"));
-    compiler::enable_constants(p, first_go, sum_on_);
-    as_.gate_clears(first_go, p.ops().size(), sum_on_);
-  }
-  std::vector<ValueId> read_at_pos(eaddr.bank.begin(), eaddr.bank.begin() + P), sum_reads, prob_reads;
-  for (int t = 0; t < P; ++t) {
-    sum_reads.push_back(sum_block_go[at(t / 8)]);
-    prob_reads.push_back(prob_.block[at(t / 8)]);
-  }
-  const std::vector<ValueId> exp_read_flag = any_of(as_, {read_at_pos, sum_reads, prob_reads}, "exp.read_flag");
+  // RE / RX's read flag of head t, [POS == t] on their cycles, is made beside the head from
+  // their copy of POS (position_flag): a one-hot over the positions made at the top would
+  // live down to the last head.
+  const ValueId exp_pos = as_.gated(std::vector<ValueId>{pos}, {exp_back_}, "exp.pos")[0];
   // The heads' query bits (a head group), per block: exp.query gated by the block's PROB
-  // flag, SUM's (up to POS's block) or RE / RX's (the stages that read the heads). PROB sets exp.query, so
+  // flag, SUM's or RE / RX's (the stages that read the heads). PROB sets exp.query, so
   // with the bits themselves every PROB cycle woke every position's head (82 GDN
   // sublayers of the 256-position machine) to read one block's.
   // One op for every block (one sublayer reads exp.query): the copies' own ops, placed
@@ -479,7 +442,7 @@ void AttentionStages::build(const std::vector<ValueId>& q, const std::vector<std
   {
     std::vector<Neuron> ns;
     for (int b = 0; b < g_.blocks(); ++b) {
-      exp_query.push_back(as_.gated_neurons({exp_query_}, {prob_.block[at(b)], sum_block_go[at(b)], exp_back_}, "exp.query_bits",
+      exp_query.push_back(as_.gated_neurons({exp_query_}, {prob_.block[at(b)], sum_on_, exp_back_}, "exp.query_bits",
                                             "exp.query_on", ns));
     }
     p.mlp("exp.query_bits", std::move(ns));
@@ -487,126 +450,90 @@ void AttentionStages::build(const std::vector<ValueId>& q, const std::vector<std
   std::vector<npu::FloatRamHead> by_slot(8);
   for (size_t s = 0; s < 8; ++s) by_slot[s].data = exps[s];
   const auto negated = npu::float_ram_negations(p, by_slot, exp_.on, "exp RAM");
-  std::vector<std::vector<ValueId>> exp_out(at(P));  // [t][k mant, k exponent, ...]
-  std::vector<size_t> exp_op(at(P));
+  // PROB's operands and RE / RX's: slot t mod 8 of the block read ([k mant, k exponent, ...]).
+  std::vector<std::vector<ValueId>> exp_slots;
+  for (int s8 = 0; s8 < 8; ++s8) exp_slots.push_back(p.values("exp.slot" + std::to_string(s8), 2 * E));
 
-  // SUM: head h's exps at every position t <= pos (k = h's place in its group picks its
-  // two values; positions past POS give (0, 0), a +0 term) added in run.c's order.
-  //
-  // The row stops at POS's segment of nine positions (three chain steps), as WSUM's stops
-  // at POS's block: past it the chain would only add +0 terms, which leave C's sum as it
-  // is, but every step, pick and tier test read the live acc, POS or the head's place, so
-  // a SUM cycle ran the whole row (289 sublayers a cycle over the 256-step story). Each
-  // segment reads its own copies of SUM's controls (go = [9 s <= POS], POS, the head's
-  // place), each copy gated by go from the previous segment's, made beside that segment's
-  // first group; a segment's constants and clears read its go, and the acc and upto bit
-  // it starts from are the previous segment's gated by its go (npu::attn_sum_row's
-  // `between`): acc is +0 or tier-encoded in [2^-78, 2^35] (docs/npu-attention.md), upto
-  // 0 or 1, so the gated copies are exact. The acc after POS's segment (go_s - go_s+1 = 1)
-  // is added into `sum.fin`, from which the sum comes. The heads past POS's block are not read
-  // (sum_block_go above).
-  constexpr size_t kSumSegment = 9;  // positions: three chain steps of three
-  struct SumControl {
-    ValueId go = 0, pos = 0;
-    std::vector<ValueId> k;
-  };
+  // SUM: head h's exps at every position t <= POS (k = h's place in its group picks its two
+  // values; positions past POS give (0, 0), a +0 term) added in run.c's order, in segments
+  // of sum_segment_blocks blocks, one per cycle (SUM(l).h.s), from the carry (segment 0
+  // from +0). Place o of the segment (t = s W + o) reads the heads of the positions
+  // s' W + o, each on its segment's flag. While POS lies past the segment the acc crosses
+  // to segment s + 1 (one value: +0 or tier-encoded in [2^-78, 2^36); attn_sum_row gets
+  // the tier bit back from its sign); POS's segment writes the sum RAM.
+  const int Ws = g_.sum_positions(), Ss = g_.sum_segments();
+  Lin sbase;  // s W from the segment's one-hot flag
+  for (int seg = 1; seg < Ss; ++seg) sbase.terms.push_back({sum_segment_[at(seg)], static_cast<float>(seg * Ws)});
+  const ValueId s_more = more_blocks(p, sbase, sum_on_, sum_pos, Ws);
   const size_t first_sum = p.ops().size();
-  const size_t segments = (at(P) + kSumSegment - 1) / kSumSegment;
-  std::vector<SumControl> sctl(segments);
-  sctl[0] = SumControl{sum_on_, sum_pos, sum_k_};
-  std::vector<size_t> segment_begin(segments, first_sum);
-  struct SegmentRange {
-    size_t begin, end;
-    ValueId go;
-  };
-  std::vector<SegmentRange> segment_ranges;  // segment s's ops (s >= 1) and its go
-  const ValueId sum_fin = p.value("sum.fin");
-  auto exp_at = [&](size_t t) {
-    const size_t s = t / kSumSegment;
-    const SumControl& c = sctl[s];
-    if (t % kSumSegment == 0 && s + 1 < segments) {
-      // go_s+1 = [POS - 9 (s + 1) + 1 > 0]; its constants read go_s, so it is 0 past POS.
-      SumControl& n = sctl[s + 1];
-      NextControls next = next_controls(as_, c.pos, kSumSegment * (s + 1), {&c.k}, "sum.go", "sum.control");
-      n.go = next.go;
-      n.pos = next.pos;
-      n.k = std::move(next.parts[0]);
-    }
-    exp_op[t] = p.ops().size();
-    exp_out[t] = position_head(p, "exp", t, exps, negated, exp_, exp_query[t / 8], exp_read_flag[t], g_.exp_low_binade);
-    const ValueId after = npu::attn_int_positive(p, Lin{{{kOne, static_cast<float>(t)}, {c.pos, -1.0f}}}, "sum.past");
-    ValueId pair[2];
-    for (int part = 0; part < 2; ++part) {
-      pair[part] = p.value(part == 0 ? "sum.mant" : "sum.exponent");
+  const ValueId acc_in = Ss > 1 ? cross_->join(1, sum_on_, "sum.carry")[0] : p.value("sum.acc0");
+  std::vector<HeadOps> exp_heads;
+  auto exp_at = [&](size_t o) {
+    Lin t_minus_pos = sbase;
+    t_minus_pos.terms.push_back({kOne, static_cast<float>(o)});
+    t_minus_pos.terms.push_back({sum_pos, -1.0f});
+    const ValueId row_past = npu::attn_int_positive(p, t_minus_pos, "sum.past");
+    const ValueId mant = p.value("sum.mant"), exponent = p.value("sum.exponent");
+    for (int seg = 0; seg < Ss && seg * Ws + static_cast<int>(o) < P; ++seg) {
+      const size_t t = at(seg * Ws) + o;
+      const ValueId read = sum_segment_[at(seg)];
+      const ValueId re = position_flag(t, exp_pos, exp_back_, "exp.read_at_pos");
+      const ValueId flag = any_of(as_, {{read}, {prob_.block[t / 8]}, {re}}, "exp.read_flag")[0];
+      const size_t head_begin = p.ops().size();
+      const std::vector<ValueId> out =
+          position_head(p, "exp", t, exps, negated, exp_, exp_query[t / 8], flag, g_.exp_low_binade);
+      exp_heads.push_back({head_begin, p.ops().size(), flag});
       std::vector<Neuron> ns;
-      for (int k = 0; k < E; ++k)
-        ns.push_back(Neuron{Lin{{{c.k[at(k)], 128.0f}, {after, -128.0f}}},
-                            Lin{{{exp_out[t][at(2 * k + part)], 1.0f / 128.0f}}}, {{pair[part], 1.0f}}});
+      for (int k = 0; k < E; ++k) {
+        const Lin gate{{{read, 128.0f}, {sum_k_[at(k)], 128.0f}, {row_past, -128.0f}, {kOne, -128.0f}}};
+        ns.push_back(Neuron{gate, Lin{{{out[at(2 * k)], 1.0f / 128.0f}}}, {{mant, 1.0f}}});
+        ns.push_back(Neuron{gate, Lin{{{out[at(2 * k + 1)], 1.0f / 128.0f}}}, {{exponent, 1.0f}}});
+      }
+      // PROB's block or RE / RX's position: the head's floats into its slot.
+      const Lin to_slot{{{prob_.block[t / 8], 128.0f}, {re, 128.0f}}};
+      for (size_t f = 0; f < out.size(); ++f)
+        ns.push_back(Neuron{to_slot, Lin{{{out[f], 1.0f / 128.0f}}}, {{exp_slots[t % 8][f], 1.0f}}});
       p.mlp("sum.pick", std::move(ns));
     }
-    return std::pair{pair[0], pair[1]};
+    return std::pair{mant, exponent};
   };
-  // Segment s's ops run on go_s (segment 0 on the stage's enable, below); then the acc into
-  // sum.fin when s is POS's segment, and (but after the last) the acc and upto segment s + 1
-  // starts from, gated by go_s+1.
-  auto close_segment = [&](size_t s, ValueId acc, ValueId upto) {
-    if (s >= 1) {
-      compiler::enable_constants(p, segment_begin[s], sctl[s].go);
-      segment_ranges.push_back({segment_begin[s], p.ops().size(), sctl[s].go});
-    }
-    const bool last = s + 1 == segments;
-    Lin is_last{{{sctl[s].go, 128.0f}}};
-    if (!last) is_last.terms.push_back({sctl[s + 1].go, -128.0f});
-    std::vector<Neuron> ns{Neuron{is_last, Lin{{{acc, 1.0f / 128.0f}}}, {{sum_fin, 1.0f}}}};
-    std::pair<ValueId, ValueId> next{acc, upto};
-    if (!last) {
-      next = {p.value("sum.next_acc"), p.value("sum.next_upto")};
-      const Lin go{{{sctl[s + 1].go, 128.0f}}};
-      ns.push_back(Neuron{go, Lin{{{acc, 1.0f / 128.0f}}}, {{next.first, 1.0f}}});
-      ns.push_back(Neuron{go, Lin{{{upto, 1.0f / 128.0f}}}, {{next.second, 1.0f}}});
-    }
-    p.mlp("sum.handoff", std::move(ns));
-    if (!last) {
-      as_.gate_clears_of({next.first, next.second}, sctl[s + 1].go);
-      segment_begin[s + 1] = p.ops().size();
-    }
-    return next;
-  };
-  const auto between = [&](size_t group, ValueId acc, ValueId upto) {
-    const size_t end = 3 * (group + 1);  // the next group's first position
-    return end % kSumSegment == 0 ? close_segment(end / kSumSegment - 1, acc, upto) : std::pair{acc, upto};
-  };
-  close_segment(segments - 1, npu::attn_sum_row(p, at(P), exp_at, p.value("sum.acc0"), {}, between), compiler::kNever);
+  const ValueId acc = npu::attn_sum_row(p, at(Ws), exp_at, acc_in);
+  // The sum from POS's segment's acc (a segment that goes on may end in the low tier: its
+  // acc is left out), acc / 2^27 (npu::attn_sum_from_acc).
+  const ValueId sum_fin = p.value("sum.fin");
+  p.mlp("sum.fin", {Neuron{Lin{{{sum_on_, 128.0f}, {s_more, -128.0f}}}, Lin{{{acc, 1.0f / 128.0f}}}, {{sum_fin, 1.0f}}}});
   const ValueId sum = npu::attn_sum_from_acc(p, sum_fin);
   compiler::enable_constants(p, first_sum, sum_on_);
   as_.gate_clears(first_sum, p.ops().size(), sum_on_);
-  // Registered after the stage's: a segment's values are +0 whenever its go is.
-  for (const SegmentRange& r : segment_ranges) as_.gate_clears(r.begin, r.end, r.go);
-  // A head's out values are also read by RE / RX (SUM idle): their clears follow the
-  // head's own read flag.
-  for (int t = 0; t < P; ++t) as_.gate_clears(exp_op[at(t)], exp_op[at(t)] + 1, exp_read_flag[at(t)]);
-  // The sum RAMs: one per place k in a head group, row = the group; SUM of head h writes
-  // RAM h mod E (wiped by the group's first SUM), PROB and RSUM read a group's row.
+  // Registered after the stage's: a head's out values are +0 whenever its read flag is, and
+  // the slots are read (and nonzero) on PROB's and RE / RX's cycles.
+  for (const HeadOps& h : exp_heads) as_.gate_clears(h.begin, h.end, h.read);
+  {
+    const ValueId slot_on = either(as_, {prob_.on}, {exp_back_}, "exp.slot_on")[0];
+    for (const auto& slot : exp_slots) as_.gate_clears_of(slot, slot_on);
+  }
+  if (Ss > 1) {
+    cross_->carry({acc}, sum_on_, s_more, "sum.carry_out");
+    as_.branch(s_more);
+  }
+  // The sum RAMs: one per place k in a head group, row = the group; POS's SUM segment of
+  // head h writes RAM h mod E (wiped by the group's first SUM), PROB and RSUM read a group's
+  // row.
   const std::vector<ValueId> sum_out = p.values("sum.out", E);
   {
     std::vector<npu::FloatRamHead> sh(at(E));
+    const std::vector<ValueId> write = stop_flags(as_, sum_k_, s_more, "sum.write"),
+                                wipe = stop_flags(as_, sum_wipe_, s_more, "sum.wipe");
     for (int k = 0; k < E; ++k) {
       sh[at(k)].data = {sum};
       sh[at(k)].key_bits = sh[at(k)].query_bits = exp_query_;
-      sh[at(k)].write_flag = sum_k_[at(k)];
-      sh[at(k)].wipe_flag = sum_wipe_[at(k)];
+      sh[at(k)].write_flag = write[at(k)];
+      sh[at(k)].wipe_flag = wipe[at(k)];
       sh[at(k)].read_flag = sum_back_;
       sh[at(k)].out = {sum_out[at(k)]};
     }
     npu::float_ram(p, npu::FloatRamWindow{g_.score_low_binade}, sh, sum_on_, "sum RAM");
   }
-
-  // The exp RAM's out values are read where the SUM chain needs them, spread down the
-  // stack: PROB and the read-back gather them on the way.
-  // Each position's add reads its own block's PROB flag (and RE / RX's flag of the position
-  // POS holds), not PROB's enable: with that, every add ran on every PROB cycle.
-  const auto exp_slots = gather(
-      p, exp_out, [&](size_t t) { return Lin{{{prob_.block[t / 8], 1.0f}, {read_at_pos[t], 1.0f}}}; }, "exp.slot");
 
   // PROB: run.c's att[t] /= sum for the block's 8 positions and the token's head group
   // (npu::attn_probability: (pm, exponent) with pm 2^exponent == C's quotient, the
@@ -697,10 +624,6 @@ void AttentionStages::build(const std::vector<ValueId>& q, const std::vector<std
   }
   std::vector<size_t> prob_op_end(at(P));
   const std::vector<ValueId> prob_read = p.values("prob.read", 3 * E);  // RP / RPX: the floats of POS's head
-  struct HeadOps {
-    size_t begin, end;
-    ValueId read;
-  };
   std::vector<HeadOps> v_head_ops;
   auto block_at = [&](size_t b) {
     npu::WsumRowBlock in;
@@ -741,7 +664,7 @@ void AttentionStages::build(const std::vector<ValueId>& q, const std::vector<std
           h.negated = v_neg[at(ch)];
           h.key_bits = vram_row_;
           h.query_bits = wsum_vrow_;
-          h.write_flag = v_write_flag(t, qkv_on);
+          h.write_flag = position_flag(t, v_pos_, qkv_on, "vram.write");
           h.write_enable = v_write_enable_;
           h.read_flag = read;
           h.out = vout.back();
@@ -805,19 +728,8 @@ void AttentionStages::build(const std::vector<ValueId>& q, const std::vector<std
   std::vector<std::vector<ValueId>> xb_out;
   {
     const ValueId xb_on = either(as_, {wsum_on_}, {slow_on_}, "xb.on")[0];
-    // silu(128 (head - go on)) head / 128: 1 for the head when the chain stops, else +-0.
-    auto writes = [&](const std::vector<ValueId>& head, ValueId go_on, const std::string& label) {
-      std::vector<ValueId> flags = p.values(label, H);
-      std::vector<Neuron> ns;
-      for (int h = 0; h < H; ++h)
-        ns.push_back(Neuron{Lin{{{head[at(h)], 128.0f}, {go_on, -128.0f}}}, Lin{{{head[at(h)], 1.0f / 128.0f}}},
-                            {{flags[at(h)], 1.0f}}});
-      p.mlp(label, std::move(ns));
-      as_.gate_own_clears(flags);
-      return flags;
-    };
-    const std::vector<ValueId> xb_write =
-        either(as_, writes(wsum_head_, wsum_cross_, "xb.wsum_write"), writes(slow_head_, slow.more, "xb.slow_write"), "xb.write");
+    const std::vector<ValueId> xb_write = either(as_, stop_flags(as_, wsum_head_, wsum_cross_, "xb.wsum_write"),
+                                                 stop_flags(as_, slow_head_, slow.more, "xb.slow_write"), "xb.write");
     const std::vector<ValueId> data = p.values("xb.data", hs + 1);
     std::vector<Neuron> ns;
     for (int i = 0; i <= hs; ++i) {
@@ -928,10 +840,6 @@ AttentionStages::SlowResult AttentionStages::build_slow(const SlowInputs& in, co
   // after the first kProductsLead rows of block b - 1's chain (not earlier: the product
   // values would stay live until their chain starts).
   compiler::OpRange products_before = previous, chain_lead;
-  struct HeadOps {
-    size_t begin, end;
-    ValueId read;
-  };
   std::vector<HeadOps> head_ops;  // the RAM heads' ops and their read flag
   for (int b = 0; b < g_.slow_blocks(); ++b) {
     const size_t first_products = p.ops().size();
@@ -968,7 +876,7 @@ AttentionStages::SlowResult AttentionStages::build_slow(const SlowInputs& in, co
           h.negated = in.v_neg[ch];
           h.key_bits = vram_row_;
           h.query_bits = slow_vrow_;
-          h.write_flag = v_write_flag(t, in.qkv_on);
+          h.write_flag = position_flag(t, v_pos_, in.qkv_on, "vram.write");
           h.write_enable = v_write_enable_;
           h.read_flag = read;
           h.out = p.values("slow.v_out" + std::to_string(t), static_cast<int>(h.data.size()));
@@ -1020,17 +928,17 @@ AttentionStages::SlowResult AttentionStages::build_slow(const SlowInputs& in, co
   return r;
 }
 
-ValueId AttentionStages::v_write_flag(size_t t, ValueId qkv_on) {
-  // d = POS - t + 1 on QKV's cycles, 0 on all others (QKV's copy of POS is 0 there, and the
-  // constant reads QKV's flag): max(d, 0) - 2 max(d - 1, 0) + max(d - 2, 0) = [d == 1],
-  // each max(x, 0) = silu(128 x) / 128 exact on integers. One op of 3 neurons, no rail.
+ValueId AttentionStages::position_flag(size_t t, ValueId pos_copy, ValueId on, const std::string& label) {
+  // d = POS - t + 1 when `on`, 0 otherwise (the copy of POS is 0 there, and the constant
+  // reads `on`): max(d, 0) - 2 max(d - 1, 0) + max(d - 2, 0) = [d == 1], each max(x, 0) =
+  // silu(128 x) / 128, exact on integers. One op of 3 neurons, no rail.
   compiler::Program& p = as_.program();
-  const ValueId flag = p.value("vram.write");
+  const ValueId flag = p.value(label);
   std::vector<Neuron> ns;
   for (auto [k, w] : {std::pair{0, 1.0f}, std::pair{1, -2.0f}, std::pair{2, 1.0f}})
-    ns.push_back(Neuron{Lin{{{v_pos_, 128.0f}, {qkv_on, 128.0f * (1.0f - static_cast<float>(t) - static_cast<float>(k))}}},
-                        Lin{{{qkv_on, w / 128.0f}}}, {{flag, 1.0f}}});
-  p.mlp("vram.write", std::move(ns));
+    ns.push_back(Neuron{Lin{{{pos_copy, 128.0f}, {on, 128.0f * (1.0f - static_cast<float>(t) - static_cast<float>(k))}}},
+                        Lin{{{on, w / 128.0f}}}, {{flag, 1.0f}}});
+  p.mlp(label, std::move(ns));
   as_.gate_own_clears({flag});
   return flag;
 }
@@ -1087,8 +995,8 @@ void AttentionStages::define(int first_lane, ValueId send, ValueId q_read, Value
 
       for (int hg = 0; hg < g_.exp_groups(); ++hg) {
         MicroOp e = hg + 1 < g_.exp_groups() ? as_.step(block_name("EXP", l, b) + "." + std::to_string(hg + 1))
-                    : last                   ? as_.step(block_name("SUM", l, 0))
-                                             : as_.branch_step(block_name("EXP", l, b + 1) + ".0", block_name("SUM", l, 0));
+                    : last                   ? as_.step(block_name("SUM", l, 0) + ".0")
+                                             : as_.branch_step(block_name("EXP", l, b + 1) + ".0", block_name("SUM", l, 0) + ".0");
         e.sets = {{exp_.on, 1.0f},          {pos_read, 1.0f},
                   {max_back_, 1.0f},        {exp_.group[at(g)], 1.0f},
                   {exp_.block[at(b)], 1.0f}, {exp_head_group_[at(hg)], 1.0f}};
@@ -1098,12 +1006,20 @@ void AttentionStages::define(int first_lane, ValueId send, ValueId q_read, Value
         as_.define(block_name("EXP", l, b) + "." + std::to_string(hg), std::move(e));
       }
     }
+    // SUM(l).h.s: while POS lies past the segment, the acc crosses (the routine returns to
+    // segment s + 1); POS's segment writes the sum RAM and goes on.
     for (int h = 0; h < H; ++h) {
-      MicroOp op = as_.step(h + 1 < H ? block_name("SUM", l, h + 1) : block_name("PROB", l, 0) + ".0");
-      op.sets = {{sum_on_, 1.0f}, {pos_read, 1.0f}, {sum_k_[at(h % g_.exp_heads)], 1.0f}};
-      if (h < g_.exp_heads) op.sets.push_back({sum_wipe_[at(h)], 1.0f});
-      with_bits(op, exp_query_, h / g_.exp_heads);
-      as_.define(block_name("SUM", l, h), std::move(op));
+      const std::string next = h + 1 < H ? block_name("SUM", l, h + 1) + ".0" : block_name("PROB", l, 0) + ".0";
+      const int Ss = g_.sum_segments();
+      for (int seg = 0; seg < Ss; ++seg) {
+        MicroOp op = seg + 1 < Ss ? as_.branch_step(cross_->first_cross(1), next) : as_.step(next);
+        if (seg + 1 < Ss) op.call = as_.control_index(block_name("SUM", l, h) + "." + std::to_string(seg + 1));
+        if (seg >= 1) op.read_register = g_.carry_register;
+        op.sets = {{sum_on_, 1.0f}, {pos_read, 1.0f}, {sum_k_[at(h % g_.exp_heads)], 1.0f}, {sum_segment_[at(seg)], 1.0f}};
+        if (h < g_.exp_heads) op.sets.push_back({sum_wipe_[at(h)], 1.0f});
+        with_bits(op, exp_query_, h / g_.exp_heads);
+        as_.define(block_name("SUM", l, h) + "." + std::to_string(seg), std::move(op));
+      }
     }
     for (int b = 0; b < g_.blocks(); ++b)
       for (int hg = 0; hg < g_.exp_groups(); ++hg) {

@@ -13,9 +13,11 @@
 //   EXP(l).b.g  reads the block's scores and the max of head group g (exp_heads heads):
 //               expf(score - max) as expf_parts' (mant, exponent) -> the exp RAM
 //               (rows past POS get expf(0), a placeholder the later stages leave out);
-//   SUM(l).h    reads head h's exps at every position and adds those up to POS in
-//               run.c's order (npu::attn_sum_row, one chain of C additions in two
-//               tiers) -> the sum RAM;
+//   SUM(l).h.s  reads head h's exps at the positions of segment s (sum_segment_blocks
+//               blocks) and adds those up to POS in run.c's order (npu::attn_sum_row, one
+//               chain of C additions in two tiers) from the carry (segment 0 from +0);
+//               while POS lies past the segment the acc crosses to SUM(l).h.(s + 1)
+//               through the crossing routine, else -> the sum RAM;
 //   PROB(l).b.g the block's exps and the sums of head group g: run.c's att[t] / sum as
 //               (pm, exponent) (npu::attn_probability) -> the prob RAM;
 //   WSUM(l).h.s head h's probabilities and v at the positions of segment s
@@ -84,6 +86,7 @@ struct AttentionGeometry {
   // the register row its carry crosses into between segments (machine/crossing_routine.h).
   int slow_segment_blocks = 4;
   int wsum_segment_blocks = 8;  // the same for WSUM's fast path
+  int sum_segment_blocks = 16;  // and for SUM
   int64_t carry_register = 1;
 
   int groups() const { return banks / 8; }
@@ -94,6 +97,11 @@ struct AttentionGeometry {
   int wsum_blocks() const { return std::max(1, std::min(wsum_segment_blocks, blocks())); }
   int wsum_positions() const { return 8 * wsum_blocks(); }
   int wsum_segments() const { return (blocks() + wsum_blocks() - 1) / wsum_blocks(); }
+  int sum_blocks() const { return std::max(1, std::min(sum_segment_blocks, blocks())); }
+  int sum_positions() const { return 8 * sum_blocks(); }
+  int sum_segments() const { return (blocks() + sum_blocks() - 1) / sum_blocks(); }
+  // Whether any chain runs in more than one segment (then the machine has the crossing routine).
+  bool crosses() const { return slow_segments() > 1 || wsum_segments() > 1 || sum_segments() > 1; }
   int exp_groups() const { return heads / exp_heads; }
   static int bits_for(int n) {  // address bits for n rows
     int b = 0;
@@ -172,9 +180,9 @@ class AttentionStages {
     compiler::ValueId more = compiler::kNever;
   };
   SlowResult build_slow(const SlowInputs& in, compiler::OpRange previous);
-  // The write flag of a v RAM head of position t: [POS == t] on QKV's cycles (qkv_on), else
-  // +-0, made where it is called (from v_pos_, QKV's copy of POS).
-  compiler::ValueId v_write_flag(size_t t, compiler::ValueId qkv_on);
+  // [POS == t] on the cycles where `on` is 1, else +-0, made where it is called from
+  // `pos_copy`, a copy of POS gated by `on` (e.g. v_pos_, QKV's: a v RAM head's write flag).
+  compiler::ValueId position_flag(size_t t, compiler::ValueId pos_copy, compiler::ValueId on, const std::string& label);
   compiler::ValueId v_pos_ = 0;
 
   Assembler& as_;
@@ -195,6 +203,7 @@ class AttentionStages {
   compiler::ValueId max_on_ = 0, score_back_ = 0, max_back_ = 0, exp_back_ = 0;
   compiler::ValueId sum_on_ = 0, sum_back_ = 0, prob_back_ = 0;
   std::vector<compiler::ValueId> sum_wipe_;        // per sum RAM (place k in a head group)
+  std::vector<compiler::ValueId> sum_segment_;     // SUM(l).h.s: the segment s (one-hot)
   Inputs prob_;                                    // block / wipe: the prob RAM heads written
   compiler::ValueId wsum_on_ = 0, xb_back_ = 0;
   std::vector<compiler::ValueId> wsum_segment_;  // WSUM(l).h.s: the segment s (one-hot)

@@ -228,7 +228,7 @@ TokenMachine build_token_machine(const reference::Llama2Checkpoint& ck, const To
   m.heads = attention.heads();
   m.exp_groups = attention.exp_groups();
   m.max_positions = o.positions(cfg);
-  m.wsum_positions = attention.geometry().wsum_positions();
+  m.first_segment_positions = std::min(attention.geometry().wsum_positions(), attention.geometry().sum_positions());
   m.sample_blocks = sample ? sample->blocks() : 0;
   m.sample_topp = o.sampling && o.sample.topp_on();
   m.topp = m.sample_topp ? o.sample.topp : 1.0f;
@@ -272,8 +272,9 @@ std::vector<int64_t> TokenMachine::expected_position(const PositionRecord& r) co
       emit(i + 1 < v.size() ? layer_name(kind, l, static_cast<int>(i + 1)) : after);
     }
   };
-  if (r.pos >= wsum_positions)
-    fail("token machine: position {} lies past WSUM's first segment of {} positions", r.pos, wsum_positions);
+  if (r.pos >= first_segment_positions)
+    fail("token machine: position {} lies past the first segment of WSUM or SUM ({} positions)", r.pos,
+         first_segment_positions);
   const int blocks = r.pos / 8 + 1;
   emit("QKV.0");  // each layer's last FFN names the next QKV
   for (int l = 0; l < layers; ++l) {
@@ -281,7 +282,7 @@ std::vector<int64_t> TokenMachine::expected_position(const PositionRecord& r) co
     emit("MAX(" + std::to_string(l) + ")");
     for (int b = 0; b < blocks; ++b)
       for (int g = 0; g < exp_groups; ++g) emit(layer_name("EXP", l, b) + "." + std::to_string(g));
-    for (int h = 0; h < heads; ++h) emit(layer_name("SUM", l, h));
+    for (int h = 0; h < heads; ++h) emit(layer_name("SUM", l, h) + ".0");
     for (int b = 0; b < blocks; ++b)
       for (int g = 0; g < exp_groups; ++g) emit(layer_name("PROB", l, b) + "." + std::to_string(g));
     for (int h = 0; h < heads; ++h) {  // no head unsafe at the positions a test checks this way

@@ -77,7 +77,9 @@ struct TokenMachine : AssembledMachine {
   int dim = 0, layers = 0, vocab = 0, seq_len = 0, chunks = 0, heads = 0, exp_groups = 0;
 
   int max_positions = 0;
-  int wsum_positions = 0;  // positions in WSUM's first segment (AttentionGeometry::wsum_positions)
+  // Positions in the first segment of both WSUM and SUM (AttentionGeometry): a position up to
+  // there generates no crossing of theirs.
+  int first_segment_positions = 0;
   int sample_blocks = 0;  // the sampler's nb (TEMP.b, EXP.b, PROB.b); 0: a greedy machine
   bool sample_topp = false;  // run.c's top-p (0 < topp < 1) on the sampling machine
   float topp = 1.0f;         // ... and the p it holds
@@ -108,8 +110,9 @@ struct TokenMachine : AssembledMachine {
   // the attention stays below, record.x_att_res is only size-checked); a sampled record
   // (sampling machine only) has TEMP.0 ... CDF (with top-p TEMP.0 ... PICK.15,
   // SamplePart::stream of record.kept) between HEAD and TOK.k; a refused top-p position
-  // ends in REFUSE, DONE instead of TOK.k. Throws for a position past WSUM's first segment
-  // (its crossings carry the attention's lane states, which a record does not hold).
+  // ends in REFUSE, DONE instead of TOK.k. Throws for a position past WSUM's or SUM's first
+  // segment (their crossings carry the attention's running values, which a record does not
+  // hold).
   std::vector<int64_t> expected_position(const PositionRecord& record) const;
 };
 

@@ -143,7 +143,11 @@ std::vector<int64_t> QkvMachine::score_and_max(int layer, int pos) const {
   return t;
 }
 std::vector<int64_t> QkvMachine::exps(int layer, int pos) const { return stage_tokens("EXP", layer, pos / 8 + 1, true); }
-std::vector<int64_t> QkvMachine::sums(int layer) const { return stage_tokens("SUM", layer, heads, false); }
+std::vector<int64_t> QkvMachine::sums(int layer) const {
+  std::vector<int64_t> t;
+  for (int h = 0; h < heads; ++h) t.push_back(id("SUM(" + std::to_string(layer) + ")." + std::to_string(h) + ".0"));
+  return t;
+}
 std::vector<int64_t> QkvMachine::probs(int layer, int pos) const { return stage_tokens("PROB", layer, pos / 8 + 1, true); }
 std::vector<int64_t> QkvMachine::wsums(int layer) const {
   std::vector<int64_t> t;

@@ -247,6 +247,34 @@ bool fast_path_unsafe(int pos, int layer, int h) {
   return unsafe;
 }
 
+// What SUM of head h at (pos, layer) generates after SUM(l).h.0 with segments of `width`
+// positions: per segment before POS's, the crossing of C's running sum after it (its tier
+// encoding, the last two floats of the routine) and the next segment's SUM token.
+std::vector<int64_t> expected_sum_path(const QkvMachine& m, int pos, int layer, int h, int width) {
+  const auto& cfg = stories260k().config();
+  const int floats = 4 * (cfg.dim / cfg.n_heads);  // the routine holds SLOW's carry: 2 values per lane
+  const std::vector<float>& shifted = golden().head(K::att_shifted, pos, layer, h);
+  const std::string sum = "SUM(" + std::to_string(layer) + ")." + std::to_string(h) + ".";
+  std::vector<int64_t> s;
+  float acc = 0.0f;
+  for (int seg = 0; (seg + 1) * width <= pos; ++seg) {
+    std::vector<float> mant, exponent;
+    for (int t = seg * width; t < (seg + 1) * width; ++t) {
+      const npu::ExpfParts e = npu::expf_reference_parts(shifted[static_cast<size_t>(t)]);
+      mant.push_back(e.mant);
+      exponent.push_back(static_cast<float>(e.exponent));
+    }
+    acc = npu::attn_sum_block_reference(mant.data(), exponent.data(), width, acc);
+    int k = 0;
+    for (float f : {carry_high_reference(acc), carry_low_reference(acc)}) {
+      s.push_back(m.id("CROSS." + std::to_string(floats - 2 + k++)));
+      for (int64_t v : m.value_tokens(f)) s.push_back(v);
+    }
+    s.push_back(m.id(sum + std::to_string(seg + 1)));
+  }
+  return s;
+}
+
 // What WSUM of head h at (pos, layer) generates after WSUM(l).h.0, with segments of `width`
 // positions, through WSUMX(l).h: per segment before POS's, while no lane is unsafe, the
 // crossing of the fast path's lane states after it (xb at 2^26, plus 2^33 for a pending
@@ -341,8 +369,9 @@ std::vector<int64_t> expected_slow_path(const QkvMachine& m, int pos, int layer,
 // heads (the generated control stream says which). SLOW runs in segments of one block
 // here: segments 0 to 2 each send C's xb after them up through the crossing routine (every
 // crossing float as C's chain gives it) and return to the next segment, which reads it
-// back; segment 3 holds POS. WSUM runs in segments of one block too: its lanes' states
-// cross the same way until POS's segment or the first unsafe lane, and WSUMX(1).h branches
+// back; segment 3 holds POS. SUM and WSUM run in segments of one block too: SUM's running
+// sum crosses between them; WSUM's: its lanes' states
+// lanes' states cross the same way until POS's segment or the first unsafe lane, and WSUMX(1).h branches
 // on the head's bit. The cache holds 40 positions (5 blocks): block 3 has rows
 // past POS, so the chain adds C's +-0 products of p = 0 rows, which must leave xb as it is. Then
 // RXB sends every head's xb: run.c's att_out bit for bit (the slow path's for the unsafe
@@ -355,6 +384,7 @@ TEST(QkvMachine, SlowPathOfUnsafeHeadsBitExactOnTheEngine) {
   o.max_positions = 40;  // 5 blocks: the last one wholly past POS
   o.slow_segment_blocks = 1;
   o.wsum_segment_blocks = 1;
+  o.sum_segment_blocks = 1;
   const QkvMachine m = build_qkv_machine(stories260k(), o);
   testing::print_shape("qkv machine with the attention stages and the slow path", m);
   EXPECT_LE(m.compiled.weights.config.intermediate_size, 1024);
@@ -383,9 +413,14 @@ TEST(QkvMachine, SlowPathOfUnsafeHeadsBitExactOnTheEngine) {
     std::vector<int64_t> loop(scores.begin() + 1, scores.end());
     for (int64_t tok : m.expected_max(per_head(K::att_max, pos, l, heads, 0))) loop.push_back(tok);
     expect_run(m, prompt, host, loop, t);
-    // EXP(1).0.0 alone; WSUM(1).h reruns exactly the unsafe heads on the slow path.
+    // EXP(1).0.0 alone; SUM and WSUM in segments; WSUM(1).h reruns exactly the unsafe
+    // heads on the slow path.
     std::vector<int64_t> stages = m.exps(l, pos);
-    for (int64_t tok : m.sums(l)) stages.push_back(tok);
+    for (int h = 0; h < heads; ++h) {
+      stages.push_back(m.sums(l)[static_cast<size_t>(h)]);
+      const std::vector<int64_t> sum = expected_sum_path(m, pos, l, h, 8);
+      stages.insert(stages.end(), sum.begin(), sum.end());
+    }
     for (int64_t tok : m.probs(l, pos)) stages.push_back(tok);
     std::vector<bool> unsafe;
     for (int h = 0; h < heads; ++h) {

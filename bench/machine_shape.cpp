@@ -8,8 +8,10 @@
 //   machine_shape [positions=16] [bands=40]
 //
 // Environment: QPU_MODEL / QPU_RANDOM_MODEL pick another nested model (nested_model below);
-// QPU_KV_BANKS=n, QPU_LANES=n and QPU_MAX_NEURONS=n replace
-// runner::token_machine_options' KV banks, SWIGLU chunk lanes and neurons per MLP sublayer
+// QPU_KV_BANKS=n, QPU_LANES=n, QPU_MAX_NEURONS=n, QPU_MAX_MEMORIES=n and
+// QPU_SEGMENTS=sum,wsum,slow replace runner::token_machine_options' KV banks, SWIGLU chunk
+// lanes, neurons per MLP sublayer, GDN memories per mixer and the attention chains' blocks
+// per segment
 // (to see what a machine option costs before changing it).
 #include <algorithm>
 #include <cstdio>
@@ -55,6 +57,12 @@ int main(int argc, char** argv) {
   if (const char* e = std::getenv("QPU_KV_BANKS")) options.kv_banks = std::atoi(e);
   if (const char* e = std::getenv("QPU_LANES")) options.lanes = std::atoi(e);
   if (const char* e = std::getenv("QPU_MAX_NEURONS")) options.limits.max_neurons_per_mlp = std::atoi(e);
+  if (const char* e = std::getenv("QPU_MAX_MEMORIES")) options.limits.max_gdn_memories_per_mixer = std::atoi(e);
+  if (const char* e = std::getenv("QPU_SEGMENTS")) {  // SUM,WSUM,SLOW blocks per segment
+    if (std::sscanf(e, "%d,%d,%d", &options.sum_segment_blocks, &options.wsum_segment_blocks,
+                    &options.slow_segment_blocks) != 3)
+      fail("QPU_SEGMENTS: '{}' is not sum,wsum,slow blocks", e);
+  }
   const machine::TokenMachine m = machine::build_token_machine(nested_model(), options);
   const compiler::Program& program = m.program;
   const compiler::Schedule& schedule = m.compiled.schedule;

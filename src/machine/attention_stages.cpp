@@ -7,6 +7,7 @@
 
 #include "common/error.h"
 #include "compiler/enable.h"
+#include "machine/carry_crossing.h"
 #include "npu/expf.h"
 #include "npu/float_ram.h"
 #include "npu/kv_address.h"
@@ -599,11 +600,13 @@ void AttentionStages::build(const std::vector<ValueId>& q, const std::vector<std
   // straight into the picks (gate 128 (segment + place k - past - 1) for head h's
   // probability, past = [t > POS]; 128 (segment + kv head - 1) for its v): one live term
   // per value. While POS lies past the segment and no lane is unsafe, the lanes' state
-  // crosses to segment s + 1 (the crossing routine): one value per lane,
-  // npu::attn_wsum_carry (unsafe is sticky, so an unsafe lane ends the head's fast path at
-  // once). Otherwise the segment
-  // writes the xb RAM (xb and the head's unsafe bit) and goes on to WSUMX(l).h, which
-  // branches on that bit to the slow path.
+  // crosses to segment s + 1 (the crossing routine): one float per lane, the lane's carry
+  // value c (npu::attn_wsum_carry) as carry_split's high float c 2^-17, an uplink float
+  // whenever c is 0 or |c| >= 2^-30. A lane below that (0 < |xb| < 2^-56) counts as
+  // unsafe: the fast path stops there and the exact slow path runs, so every crossing is
+  // one float (unsafe is sticky, so an unsafe lane ends the head's fast path at once).
+  // Otherwise the segment writes the xb RAM (xb and the head's bit: a lane unsafe, pending
+  // or below) and goes on to WSUMX(l).h, which branches on that bit to the slow path.
   const int Ww = g_.wsum_positions(), Sw = g_.wsum_segments(), B = g_.wsum_blocks();
   Lin wbase;  // s W from the segment's one-hot flag
   for (int seg = 1; seg < Sw; ++seg) wbase.terms.push_back({wsum_segment_[at(seg)], static_cast<float>(seg * Ww)});
@@ -614,10 +617,12 @@ void AttentionStages::build(const std::vector<ValueId>& q, const std::vector<std
   const size_t first_wsum = p.ops().size();
   npu::WsumChecked start;
   if (Sw > 1) {
-    // The lanes' state back from the carry (npu::attn_wsum_uncarry).
-    const std::vector<ValueId> c = cross_->join(at(hs), wsum_on_, "wsum.carry");
+    // The lanes' state back from the carry (c = the float 2^17, npu::attn_wsum_uncarry).
+    const std::vector<ValueId> f = cross_->arrived_floats(at(hs));
+    const ValueId no_low = p.value("wsum.no_low");  // never written: +0
     for (int i = 0; i < hs; ++i) {
-      const npu::WsumCarried lane = npu::attn_wsum_uncarry(p, c[at(i)], wsum_on_);
+      const ValueId c = carry_join(p, f[at(i)], no_low, wsum_on_, "wsum.carry");
+      const npu::WsumCarried lane = npu::attn_wsum_uncarry(p, c, wsum_on_);
       start.xb.push_back(lane.xb);
       start.pending.push_back(lane.pending);
     }
@@ -692,20 +697,25 @@ void AttentionStages::build(const std::vector<ValueId>& q, const std::vector<std
     xb_data.push_back(p.value("wsum.xb"));
     npu::scale_acc(p, xb_data.back(), w.xb[at(i)], 1.0f / npu::kWsumScale, "wsum.xb");
   }
-  Lin any;
+  Lin any, cross{{{w_more, 1.0f}}};  // the head's bit; and cross: more - the lanes that stop it > 0
   for (int i = 0; i < hs; ++i) {
     any.terms.push_back({w.unsafe[at(i)], 1.0f});
     any.terms.push_back({w.pending[at(i)], 1.0f});
+    cross.terms.push_back({w.unsafe[at(i)], -1.0f});
   }
-  xb_data.push_back(npu::attn_int_positive(p, any, "wsum.unsafe"));
-  wsum_cross_ = w_more;  // 0 with one segment: POS never lies past it
   std::vector<ValueId> carry;
   if (Sw > 1) {
-    Lin cross{{{w_more, 1.0f}}};  // more - the unsafe lanes > 0
-    for (int i = 0; i < hs; ++i) cross.terms.push_back({w.unsafe[at(i)], -1.0f});
-    wsum_cross_ = npu::attn_int_positive(p, cross, "wsum.cross");
-    for (int i = 0; i < hs; ++i) carry.push_back(npu::attn_wsum_carry(p, w.xb[at(i)], w.pending[at(i)], wsum_on_));
+    for (int i = 0; i < hs; ++i) {
+      const OneFloatCarry c =
+          carry_split_one(p, npu::attn_wsum_carry(p, w.xb[at(i)], w.pending[at(i)], wsum_on_), wsum_on_, "wsum.carry_out");
+      carry.push_back(c.high);
+      any.terms.push_back({c.below, 1.0f});
+      cross.terms.push_back({c.below, -1.0f});
+    }
   }
+  xb_data.push_back(npu::attn_int_positive(p, any, "wsum.unsafe"));
+  // 0 with one segment: POS never lies past it.
+  wsum_cross_ = Sw > 1 ? npu::attn_int_positive(p, cross, "wsum.cross") : w_more;
   compiler::enable_constants(p, first_wsum, wsum_on_);
   const size_t end_wsum = p.ops().size();
   as_.gate_clears(first_wsum, end_wsum, wsum_on_);
@@ -714,7 +724,7 @@ void AttentionStages::build(const std::vector<ValueId>& q, const std::vector<std
   for (const HeadOps& h : v_head_ops) as_.gate_clears(h.begin, h.end, h.read);
   as_.gate_clears_of(prob_read, prob_back_);
   if (Sw > 1) {
-    cross_->carry(carry, wsum_on_, wsum_cross_, "wsum.carry_out");
+    cross_->carry_floats(carry, wsum_cross_, "wsum.carry_out");
     as_.branch(wsum_cross_);
   }
 
@@ -1058,7 +1068,7 @@ void AttentionStages::define(int first_lane, ValueId send, ValueId q_read, Value
       const std::string wsumx = block_name("WSUMX", l, h);
       const int Sw = g_.wsum_segments();
       for (int seg = 0; seg < Sw; ++seg) {
-        MicroOp op = seg + 1 < Sw ? as_.branch_step(cross_->first_cross(static_cast<size_t>(g_.head_size)), wsumx)
+        MicroOp op = seg + 1 < Sw ? as_.branch_step(cross_->first_cross_of_floats(static_cast<size_t>(g_.head_size)), wsumx)
                                   : as_.step(wsumx);
         if (seg + 1 < Sw) op.call = as_.control_index(block_name("WSUM", l, h) + "." + std::to_string(seg + 1));
         if (seg >= 1) op.read_register = g_.carry_register;

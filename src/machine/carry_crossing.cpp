@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "compiler/enable.h"
+#include "npu/primitives.h"
 
 namespace qpu::machine {
 
@@ -41,6 +42,17 @@ CarryParts carry_split(compiler::Program& p, ValueId x, ValueId enable, const st
   p.mlp(label + " tiers", {Neuron{Lin{{{low_tier, kOn}}}, Lin{{{x, kLowScale / kOn}}}, {{r.low, 1.0f}}},
                            Neuron{Lin{{{kOne, kOn}, {low_tier, -kOn}}}, Lin{{{x, kHighScale / kOn}}}, {{r.high, 1.0f}}}});
   compiler::enable_constants(p, r.first_op, enable);
+  return r;
+}
+
+OneFloatCarry carry_split_one(compiler::Program& p, ValueId x, ValueId enable, const std::string& label) {
+  const CarryParts parts = carry_split(p, x, enable, label);
+  // The low float is +-0 or |low| in [2^-47, 2): below = [low > 0] + [low < 0].
+  const ValueId zero = p.value(label + ".zero");  // never written: +0
+  const ValueId pos = npu::greater(p, parts.low, zero, {-47, 1}), neg = npu::greater(p, zero, parts.low, {-47, 1});
+  OneFloatCarry r{parts.high, p.value(label + ".below")};
+  p.mlp(label + ".below", {Neuron{Lin{{{pos, kOn}}}, Lin{{{pos, 1.0f / kOn}}}, {{r.below, 1.0f}}},
+                           Neuron{Lin{{{neg, kOn}}}, Lin{{{neg, 1.0f / kOn}}}, {{r.below, 1.0f}}}});
   return r;
 }
 

@@ -42,6 +42,14 @@ struct CarryParts {
 // The split of x (a value of the residual window) into the two floats that cross.
 CarryParts carry_split(compiler::Program& p, compiler::ValueId x, compiler::ValueId enable, const std::string& label);
 
+// For a chain that may cross one float only (a cheaper crossing) and stops where that
+// would not carry it exactly: the high float of carry_split, and below = [0 < |x| < 2^-30]
+// (exactly 0 or 1: x needs the low float). Seven MLP sublayers.
+struct OneFloatCarry {
+  compiler::ValueId high = 0, below = 0;
+};
+OneFloatCarry carry_split_one(compiler::Program& p, compiler::ValueId x, compiler::ValueId enable, const std::string& label);
+
 // x again from the two crossed floats (e.g. read from two registers): one MLP sublayer,
 // two neurons gated by `enable` (exactly 0 or 1; high and low +-0 when it is 0).
 compiler::ValueId carry_join(compiler::Program& p, compiler::ValueId high, compiler::ValueId low,

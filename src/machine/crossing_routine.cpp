@@ -54,6 +54,18 @@ void CrossingRoutine::carry(const std::vector<ValueId>& x, ValueId enable, Value
   parking_.push_back(park);
 }
 
+void CrossingRoutine::carry_floats(const std::vector<ValueId>& floats, ValueId park, const std::string& label) {
+  if (!lanes_.empty()) fail("crossing routine: carry '{}' after build()", label);
+  if (floats.empty() || floats.size() > park_.size())
+    fail("crossing routine: carry '{}' of {} floats, the routine takes 1 .. {}", label, floats.size(), park_.size());
+  const size_t first = park_.size() - floats.size();
+  std::vector<Neuron> ns;
+  for (size_t i = 0; i < floats.size(); ++i)
+    ns.push_back(Neuron{Lin{{{park, kOn}}}, Lin{{{floats[i], 1.0f / kOn}}}, {{park_[first + i], 1.0f}}});
+  as_.program().mlp(label + ".park", std::move(ns));
+  parking_.push_back(park);
+}
+
 std::vector<ValueId> CrossingRoutine::build() {
   if (parking_.empty()) fail("crossing routine: no chain carries through it");
   if (!lanes_.empty()) fail("crossing routine: built twice");
@@ -94,9 +106,15 @@ void CrossingRoutine::define(int first_lane, ValueId send) {
   }
 }
 
-std::string CrossingRoutine::first_cross(size_t count) const {
-  if (count < 1 || 2 * count > park_.size()) fail("crossing routine: a carry of {} values", count);
-  return cross_name(park_.size() - 2 * count);
+std::string CrossingRoutine::first_cross_of_floats(size_t count) const {
+  if (count < 1 || count > park_.size()) fail("crossing routine: a carry of {} floats", count);
+  return cross_name(park_.size() - count);
+}
+
+std::vector<ValueId> CrossingRoutine::arrived_floats(size_t count) const {
+  if (count < 1 || count > park_.size()) fail("crossing routine: a carry of {} floats", count);
+  const std::vector<ValueId>& r = as_.register_out();
+  return std::vector<ValueId>(r.begin() + static_cast<std::ptrdiff_t>(park_.size() - count), r.begin() + static_cast<std::ptrdiff_t>(park_.size()));
 }
 
 std::vector<ValueId> CrossingRoutine::join(size_t count, ValueId enable, const std::string& label) const {

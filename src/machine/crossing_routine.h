@@ -16,7 +16,8 @@
 //
 // A chain of c values parks its floats in the last 2 c places, so it calls CROSS.(n - 2 c)
 // (first_cross()) and its continuation reads elements n - 2 c .. n - 1. A carry of c
-// values costs 8 c cycles per crossing, whatever the chain.
+// values costs 8 c cycles per crossing, whatever the chain; a chain whose values fit the
+// uplink's window parks them as they are (carry_floats: 4 cycles each).
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -43,18 +44,26 @@ class CrossingRoutine {
   void carry(const std::vector<compiler::ValueId>& x, compiler::ValueId enable, compiler::ValueId park,
              const std::string& label);
 
+  // The same for floats that are uplink floats already (+-0 or |x| in [2^-47, 2^20), e.g. a
+  // chain's value scaled into the window): one place each, the last `floats.size()`.
+  void carry_floats(const std::vector<compiler::ValueId>& floats, compiler::ValueId park, const std::string& label);
+
   // The park RAM, after every carry(). Returns the lanes the machine appends to send()'s.
   std::vector<compiler::ValueId> build();
 
   // Defines CROSS.k: lane first_lane + k of the machine's send(), whose enable is `send`.
   void define(int first_lane, compiler::ValueId send);
 
-  // The CROSS token a segment micro-op of a chain of `count` values names as its successor.
-  std::string first_cross(size_t count) const;
+  // The CROSS token a segment micro-op of a chain of `count` values names as its successor
+  // (of `count` floats: first_cross_of_floats).
+  std::string first_cross(size_t count) const { return first_cross_of_floats(2 * count); }
+  std::string first_cross_of_floats(size_t count) const;
   // The carry of `count` values that the continuation reads: register_out()'s elements
   // n - 2 count .. n - 1 joined pairwise on cycles where `enable` is 1 (the continuation's
   // flag; it sets MicroOp::read_register = reg()). +-0 where the register is not read.
   std::vector<compiler::ValueId> join(size_t count, compiler::ValueId enable, const std::string& label) const;
+  // The last `count` floats as they arrive (register_out()'s elements n - count .. n - 1).
+  std::vector<compiler::ValueId> arrived_floats(size_t count) const;
 
   int64_t reg() const { return reg_; }
   int floats() const { return static_cast<int>(park_.size()); }

@@ -41,6 +41,32 @@ UnitProgram carry_program() {
   return u;
 }
 
+// The one-float form: the high float, and whether x needed the low one.
+TEST(CarryCrossing, OneFloatCarryAndItsBelowBitOnTheEngineAndHostSim) {
+  UnitProgram u;
+  compiler::Program& p = u.program;
+  const compiler::ValueId x = p.value("x"), enable = p.value("enable");
+  const OneFloatCarry c = carry_split_one(p, x, enable, "carry");
+  u.inputs = {x, enable};
+  u.outputs = {c.high, c.below};
+  const UnitHarness h(std::move(u), 512);
+  std::vector<float> in, expect;
+  int below = 0;
+  for (float v : carry_cases()) {
+    const bool b = v != 0.0f && std::fabs(v) < 0x1p-30f;
+    below += b;
+    in.insert(in.end(), {v, 1.0f});
+    expect.insert(expect.end(), {carry_high_reference(v), b ? 1.0f : 0.0f});
+  }
+  in.insert(in.end(), {0.0f, 0.0f});  // idle
+  expect.insert(expect.end(), {0.0f, 0.0f});
+  EXPECT_GT(below, 1000);
+  for (bool sim : {false, true}) {
+    const auto r = h.run(in, expect, sim, 7);
+    EXPECT_EQ(r.mismatches, 0) << (sim ? "HostSim: " : "engine: ") << r.first_mismatch;
+  }
+}
+
 TEST(CarryCrossing, ReferenceSplitsIntoTheUplinkWindow) {
   int high = 0, low = 0;
   for (float x : carry_cases()) {

@@ -276,11 +276,12 @@ std::vector<int64_t> expected_sum_path(const QkvMachine& m, int pos, int layer, 
 }
 
 // What WSUM of head h at (pos, layer) generates after WSUM(l).h.0, with segments of `width`
-// positions, through WSUMX(l).h: per segment before POS's, while no lane is unsafe, the
-// crossing of the fast path's lane states after it (xb at 2^26, plus 2^33 for a pending
-// lane: CROSS.k from the last 2 head_size floats) and the next segment's WSUM token.
-// `unsafe`: the head's bit (a lane unsafe or pending where the fast path stops). The lanes
-// are the fast path's C model (npu::attn_wsum_lane_step) on run.c's probabilities and v.
+// positions, through WSUMX(l).h: per segment before POS's, while no lane is unsafe or below
+// the crossing's float (0 < |xb| < 2^-56), the crossing of the fast path's lane states
+// after it (c = xb 2^26, plus 2^33 for a pending lane, sent as c 2^-17: CROSS.k from the
+// last head_size floats) and the next segment's WSUM token. `unsafe`: the head's bit (a
+// lane unsafe, pending or below where the fast path stops). The lanes are the fast path's
+// C model (npu::attn_wsum_lane_step) on run.c's probabilities and v.
 struct WsumPath {
   std::vector<int64_t> tokens;
   bool unsafe = false;
@@ -303,7 +304,7 @@ WsumPath expected_wsum_path(const QkvMachine& m, int pos, int layer, int h, int 
     }
     bool unsafe = false, pending = false;
     for (const npu::WsumLane& lane : lanes) {
-      unsafe |= lane.unsafe;
+      unsafe |= lane.unsafe || (lane.xb != 0.0f && std::fabs(lane.xb) < 0x1p-56f);
       pending |= lane.pending;
     }
     if ((seg + 1) * width > pos || unsafe) {
@@ -312,14 +313,12 @@ WsumPath expected_wsum_path(const QkvMachine& m, int pos, int layer, int h, int 
       w.tokens.push_back(m.id("WSUMX" + wsum.substr(4)));
       return w;
     }
-    int k = 2 * head_size;  // the routine holds SLOW's 4 head_size floats; WSUM's are the last
+    int k = 3 * head_size;  // the routine holds SLOW's 4 head_size floats; WSUM's are the last
     for (const npu::WsumLane& lane : lanes) {
       const float c = lane.xb * npu::kWsumScale + (lane.pending ? 0x1p33f : 0.0f);
       w.pending_lanes += lane.pending;
-      for (float f : {carry_high_reference(c), carry_low_reference(c)}) {
-        w.tokens.push_back(m.id("CROSS." + std::to_string(k++)));
-        for (int64_t v : m.value_tokens(f)) w.tokens.push_back(v);
-      }
+      w.tokens.push_back(m.id("CROSS." + std::to_string(k++)));
+      for (int64_t v : m.value_tokens(carry_high_reference(c))) w.tokens.push_back(v);
     }
     w.tokens.push_back(m.id(wsum + "." + std::to_string(seg + 1)));
     ++w.crossings;

@@ -987,6 +987,16 @@ void AttentionStages::define(int first_lane, ValueId send, ValueId q_read, Value
       if ((v >> j) & 1) op.sets.push_back({bits[j], 1.0f});
   };
   auto with_row = [&](MicroOp& op, int r) { with_bits(op, row_, r); };
+  // Segment seg of S of a chain: while POS lies past it, a call of the crossing routine
+  // (from `cross`) that returns to segment seg + 1 (`segment(seg + 1)`), else on to
+  // `stop`; a segment after the first reads the carry register.
+  auto segment_op = [&](int seg, int S, const std::string& cross, const std::string& stop,
+                        const std::function<std::string(int)>& segment) {
+    MicroOp op = seg + 1 < S ? as_.branch_step(cross, stop) : as_.step(stop);
+    if (seg + 1 < S) op.call = as_.control_index(segment(seg + 1));
+    if (seg >= 1) op.read_register = g_.carry_register;
+    return op;
+  };
   for (int l = 0; l < g_.layers; ++l) {
     for (int b = 0; b < g_.blocks(); ++b) {
       const int r = b / g_.groups(), g = b % g_.groups();
@@ -1022,9 +1032,8 @@ void AttentionStages::define(int first_lane, ValueId send, ValueId q_read, Value
       const std::string next = h + 1 < H ? block_name("SUM", l, h + 1) + ".0" : block_name("PROB", l, 0) + ".0";
       const int Ss = g_.sum_segments();
       for (int seg = 0; seg < Ss; ++seg) {
-        MicroOp op = seg + 1 < Ss ? as_.branch_step(cross_->first_cross(1), next) : as_.step(next);
-        if (seg + 1 < Ss) op.call = as_.control_index(block_name("SUM", l, h) + "." + std::to_string(seg + 1));
-        if (seg >= 1) op.read_register = g_.carry_register;
+        MicroOp op = segment_op(seg, Ss, Ss > 1 ? cross_->first_cross(1) : next, next,
+                                [&](int s) { return block_name("SUM", l, h) + "." + std::to_string(s); });
         op.sets = {{sum_on_, 1.0f}, {pos_read, 1.0f}, {sum_k_[at(h % g_.exp_heads)], 1.0f}, {sum_segment_[at(seg)], 1.0f}};
         if (h < g_.exp_heads) op.sets.push_back({sum_wipe_[at(h)], 1.0f});
         with_bits(op, exp_query_, h / g_.exp_heads);
@@ -1049,10 +1058,8 @@ void AttentionStages::define(int first_lane, ValueId send, ValueId q_read, Value
       // to segment s + 1); POS's segment goes on to `next`.
       const int S = g_.slow_segments();
       for (int seg = 0; seg < S; ++seg) {
-        MicroOp s = seg + 1 < S ? as_.branch_step(cross_->first_cross(2 * static_cast<size_t>(g_.head_size)), next)
-                                : as_.step(next);
-        if (seg + 1 < S) s.call = as_.control_index(slow_name(l, h, seg + 1));
-        if (seg >= 1) s.read_register = g_.carry_register;
+        MicroOp s = segment_op(seg, S, S > 1 ? cross_->first_cross(2 * static_cast<size_t>(g_.head_size)) : next, next,
+                               [&](int k) { return slow_name(l, h, k); });
         s.sets = {{slow_on_, 1.0f},
                   {pos_read, 1.0f},  // the rows past POS, the branch
                   {slow_k_[at(h % g_.exp_heads)], 1.0f},
@@ -1068,10 +1075,8 @@ void AttentionStages::define(int first_lane, ValueId send, ValueId q_read, Value
       const std::string wsumx = block_name("WSUMX", l, h);
       const int Sw = g_.wsum_segments();
       for (int seg = 0; seg < Sw; ++seg) {
-        MicroOp op = seg + 1 < Sw ? as_.branch_step(cross_->first_cross_of_floats(static_cast<size_t>(g_.head_size)), wsumx)
-                                  : as_.step(wsumx);
-        if (seg + 1 < Sw) op.call = as_.control_index(block_name("WSUM", l, h) + "." + std::to_string(seg + 1));
-        if (seg >= 1) op.read_register = g_.carry_register;
+        MicroOp op = segment_op(seg, Sw, Sw > 1 ? cross_->first_cross_of_floats(static_cast<size_t>(g_.head_size)) : wsumx,
+                                wsumx, [&](int s) { return block_name("WSUM", l, h) + "." + std::to_string(s); });
         op.sets = {{wsum_on_, 1.0f},
                    {pos_read, 1.0f},
                    {wsum_k_[at(h % g_.exp_heads)], 1.0f},

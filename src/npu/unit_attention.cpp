@@ -301,8 +301,7 @@ ValueId attn_sum_block(Program& p, const std::vector<ValueId>& mant, const std::
 }
 
 ValueId attn_sum_row(Program& p, size_t positions, const std::function<std::pair<ValueId, ValueId>(size_t)>& exp_at,
-                     ValueId acc_in, const std::function<void(size_t, ValueId)>& partial,
-                     const std::function<std::pair<ValueId, ValueId>(size_t, ValueId, ValueId)>& between) {
+                     ValueId acc_in, const std::function<void(size_t, ValueId)>& partial) {
   if (positions == 0) fail("attn_sum_row: no positions");
   // expf_parts' exponents E for results in [2^-149, 1] lie in [-151, 0]. The terms need
   // mant 2^E in a tier's scale; E + 152 = 8 a + b (a in [0, 19], b in [0, 7]) splits the
@@ -413,7 +412,6 @@ ValueId attn_sum_row(Program& p, size_t positions, const std::function<std::pair
     step_op.push_back(p.ops().size() - 1);
     for (size_t i = 0; i < partials.size(); ++i) partial(first + i, partials[i]);
     upto_before = upto.back();
-    if (between && end < positions) std::tie(acc, upto_before) = between(group, acc, upto_before);
   }
   return acc;
 }

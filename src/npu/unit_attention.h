@@ -104,13 +104,10 @@ ValueId attn_sum_block(Program& p, const std::vector<ValueId>& mant, const std::
 // the chain's own value; the others are side values written by extra down terms of the
 // step's neurons (the same roundings), so the depth stays the same. Without it the ops
 // are exactly those of the plain row.
-// between (optional): called after the chain step of every group but the last, with the
-// group's index, the acc after it and its upto bit ([t >= t*] after its last position:
-// 0 or 1); what it returns is the (acc, upto) the next group starts from (e.g. both gated
-// off past a position, so that the rest of the row reads only +-0 and stays idle).
+// acc_in: +0 or a running sum carried from an earlier part of the row (its tier from its
+// sign, as acc encodes it).
 ValueId attn_sum_row(Program& p, size_t positions, const std::function<std::pair<ValueId, ValueId>(size_t)>& exp_at,
-                     ValueId acc_in, const std::function<void(size_t, ValueId)>& partial = {},
-                     const std::function<std::pair<ValueId, ValueId>(size_t, ValueId, ValueId)>& between = {});
+                     ValueId acc_in, const std::function<void(size_t, ValueId)>& partial = {});
 // The softmax sum from a high-tier acc (every finished softmax is: it holds expf(0) = 1).
 ValueId attn_sum_from_acc(Program& p, ValueId acc);
 

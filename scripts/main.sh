@@ -10,9 +10,8 @@
 #      prints the whole 256-step story of step 1's prompt, every crossing float, every
 #      nested logits vector and every story token checked against run.c bit for bit, and
 #      the text compared with `qpu ref`'s (step 1's, the published story) byte for byte.
-#      About 6 to 7 minutes on a 2-core laptop-class CPU (the whole main job 6:08.6 and
-#      6:59.7 measured on two VMs with the build up to date, docs/story-cli.md);
-#      QPU_STORY_STEPS=8 runs a short one in seconds.
+#      About 11 to 12 minutes on a 2-core AVX-512 VM (the story alone 11:24 measured,
+#      docs/results.md); QPU_STORY_STEPS=8 runs a short one in seconds.
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 ensure_apt_packages
 ensure_venv

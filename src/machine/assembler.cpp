@@ -616,7 +616,7 @@ AssembledMachine Assembler::finish() {
   io.inputs.insert(io.inputs.end(), lane_member_.begin(), lane_member_.end());
   for (const auto& [v, flag] : immediate_data_) io.inputs.push_back(v);
   for (const auto* f : {&now_code_, &delayed_, &then_, &otherwise_, &return_}) {
-    if (f->group_bits.empty()) continue;  // a machine without branches makes no staging codes
+    if (f->group_bits.empty()) continue;  // codes a machine does not use (branches, returns) are not made
     const auto a = f->all();
     io.inputs.insert(io.inputs.end(), a.begin(), a.end());
   }
@@ -685,7 +685,7 @@ AssembledMachine Assembler::finish() {
     for (const auto& h : heads_) flags.push_back(h.write_flag);
     for (const auto* s : {&inputs_, &lane_group_, &lane_member_}) flags.insert(flags.end(), s->begin(), s->end());
     for (const auto* f : {&now_code_, &delayed_, &then_, &otherwise_, &return_}) {
-      if (f->group_bits.empty()) continue;  // a machine without branches makes no staging codes
+      if (f->group_bits.empty()) continue;  // codes a machine does not use (branches, returns) are not made
       const auto a = f->all();
       flags.insert(flags.end(), a.begin(), a.end());
     }

@@ -52,7 +52,8 @@
 // The block-max RAM has one head (one row) per block, the max RAM one row, the sum RAM
 // one head per place in a head group (a row per group), the xb RAM one one-row head per
 // nested head; SLOW has its own copies of the prob RAM's and v RAM's position heads, each
-// read by the unit of its place in a segment on the cycles of its segment. Rows are write-once: a group of banks is wiped at its row 0, a head at the write of its row 0.
+// read by the unit of its place in a segment on the cycles of its segment. Rows are
+// write-once: a group of banks is wiped at its row 0, a head at the write of its row 0.
 //
 // Read-backs (4 cycles each, for tests and tools): RS.h the score of head h at POS, RM.h
 // the max of head h, RE.h / RX.h the mant / exponent of head h's exp at POS, RSUM.h the
@@ -219,8 +220,8 @@ class AttentionStages {
   compiler::ValueId slow_on_ = 0;
   std::vector<compiler::ValueId> slow_k_, slow_kv_, slow_head_;
   std::vector<compiler::ValueId> slow_segment_;  // SLOW(l).h.s: the segment s (one-hot)
-  // The carry crossing between SLOW's segments (only when there are several) and where its
-  // lanes start among lanes().
+  // The carry crossing between the chains' segments (when a chain has several:
+  // AttentionGeometry::crosses) and where its lanes start among lanes().
   std::optional<CrossingRoutine> cross_;
   int cross_lane_ = 0;
   // What the write sides of the v RAMs read instead of the rail: 1 on the cycles of the

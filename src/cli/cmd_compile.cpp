@@ -141,7 +141,7 @@ int run_compile(const CompileOptions& o) {
   if (static_cast<double>(parameters) > o.max_params)
     fail("compile: the machine is {:.2f} billion parameters as a dense Qwen3.5 checkpoint ({} layers of hidden {}, "
          "intermediate {}), over the budget of {:.0f} parameters (--max-params); nothing was written. Its depth "
-         "grows with --positions (the attention's position blocks are stacked, docs/npu-machine.md)",
+         "grows with --positions (the attention's RAMs hold one GDN head per position, docs/npu-machine.md)",
          static_cast<double>(parameters) / 1e9, c.num_hidden_layers, c.hidden_size, c.intermediate_size, o.max_params);
 
   machine::CheckpointExtras extras;

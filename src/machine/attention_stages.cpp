@@ -77,18 +77,28 @@ Lin block_base(const std::vector<ValueId>& row, const std::vector<ValueId>& grou
   return b;
 }
 
+// [base + o > pos]: position base + o (base a linear form of the token's 0/1 flags) lies
+// past POS. Exactly 0 or 1.
+ValueId position_past(compiler::Program& p, Lin base, int o, ValueId pos, const char* label) {
+  base.terms.push_back({kOne, static_cast<float>(o)});
+  base.terms.push_back({pos, -1.0f});
+  return npu::attn_int_positive(p, base, label);
+}
+
 // [8 b + s > pos] for s = 1..7 (entry 0 unused: row 0 of a block is never past POS when
 // the block runs), with 8 b = banks row + 8 group from the token's 0/1 flags.
 std::vector<ValueId> rows_past(compiler::Program& p, const std::vector<ValueId>& row, const std::vector<ValueId>& group,
                                int banks, ValueId pos) {
   std::vector<ValueId> past(8, compiler::kNever);
-  for (int s = 1; s < 8; ++s) {
-    Lin d = block_base(row, group, banks);
-    d.terms.push_back({kOne, static_cast<float>(s)});
-    d.terms.push_back({pos, -1.0f});
-    past[at(s)] = npu::attn_int_positive(p, d, "attn.past");
-  }
+  for (int s = 1; s < 8; ++s) past[at(s)] = position_past(p, block_base(row, group, banks), s, pos, "attn.past");
   return past;
+}
+
+// s W for a chain segment's token, from its one-hot segment flags (segment 0: the empty form).
+Lin segment_base(const std::vector<ValueId>& segment, int width) {
+  Lin base;
+  for (size_t s = 1; s < segment.size(); ++s) base.terms.push_back({segment[s], static_cast<float>(s) * static_cast<float>(width)});
+  return base;
 }
 
 // The block loops' branch condition: [pos >= 8 b + span] (a block after b holds a position
@@ -463,17 +473,13 @@ void AttentionStages::build(const std::vector<ValueId>& q, const std::vector<std
   // to segment s + 1 (one value: +0 or tier-encoded in [2^-78, 2^36); attn_sum_row gets
   // the tier bit back from its sign); POS's segment writes the sum RAM.
   const int Ws = g_.sum_positions(), Ss = g_.sum_segments();
-  Lin sbase;  // s W from the segment's one-hot flag
-  for (int seg = 1; seg < Ss; ++seg) sbase.terms.push_back({sum_segment_[at(seg)], static_cast<float>(seg * Ws)});
+  const Lin sbase = segment_base(sum_segment_, Ws);
   const ValueId s_more = more_blocks(p, sbase, sum_on_, sum_pos, Ws);
   const size_t first_sum = p.ops().size();
   const ValueId acc_in = Ss > 1 ? cross_->join(1, sum_on_, "sum.carry")[0] : p.value("sum.acc0");
   std::vector<HeadOps> exp_heads;
   auto exp_at = [&](size_t o) {
-    Lin t_minus_pos = sbase;
-    t_minus_pos.terms.push_back({kOne, static_cast<float>(o)});
-    t_minus_pos.terms.push_back({sum_pos, -1.0f});
-    const ValueId row_past = npu::attn_int_positive(p, t_minus_pos, "sum.past");
+    const ValueId row_past = position_past(p, sbase, static_cast<int>(o), sum_pos, "sum.past");
     const ValueId mant = p.value("sum.mant"), exponent = p.value("sum.exponent");
     for (int seg = 0; seg < Ss && seg * Ws + static_cast<int>(o) < P; ++seg) {
       const size_t t = at(seg * Ws) + o;
@@ -608,8 +614,7 @@ void AttentionStages::build(const std::vector<ValueId>& q, const std::vector<std
   // Otherwise the segment writes the xb RAM (xb and the head's bit: a lane unsafe, pending
   // or below) and goes on to WSUMX(l).h, which branches on that bit to the slow path.
   const int Ww = g_.wsum_positions(), Sw = g_.wsum_segments(), B = g_.wsum_blocks();
-  Lin wbase;  // s W from the segment's one-hot flag
-  for (int seg = 1; seg < Sw; ++seg) wbase.terms.push_back({wsum_segment_[at(seg)], static_cast<float>(seg * Ww)});
+  const Lin wbase = segment_base(wsum_segment_, Ww);
   const ValueId w_more = more_blocks(p, wbase, wsum_on_, wsum_pos, Ww);
   // The prob RAM's query bits (a head group), for WSUM and RP / RPX only: exp.query, which
   // PROB, SUM and SLOW set too, would wake every position's head on their cycles.
@@ -633,10 +638,7 @@ void AttentionStages::build(const std::vector<ValueId>& q, const std::vector<std
   auto block_at = [&](size_t b) {
     npu::WsumRowBlock in;
     for (int o = static_cast<int>(8 * b); o < std::min(Ww, static_cast<int>(8 * b + 8)); ++o) {
-      Lin t_minus_pos = wbase;
-      t_minus_pos.terms.push_back({kOne, static_cast<float>(o)});
-      t_minus_pos.terms.push_back({wsum_pos, -1.0f});
-      const ValueId row_past = npu::attn_int_positive(p, t_minus_pos, "wsum.past");
+      const ValueId row_past = position_past(p, wbase, o, wsum_pos, "wsum.past");
       in.pm.push_back(p.value("wsum.pm"));
       in.exponent.push_back(p.value("wsum.exponent"));
       in.v.push_back(p.values("wsum.v", hs));
@@ -814,9 +816,7 @@ AttentionStages::SlowResult AttentionStages::build_slow(const SlowInputs& in, co
   const std::vector<ValueId> slow_query = as_.gated(exp_query_, {on}, "slow.query");
   const int per = g_.row_floats / hs;
   const size_t chunks = in.v_data.size();
-  // The segment's first position s W, from its one-hot flag.
-  Lin base;
-  for (int seg = 1; seg < S; ++seg) base.terms.push_back({slow_segment_[at(seg)], static_cast<float>(seg * W)});
+  const Lin base = segment_base(slow_segment_, W);  // the segment's first position s W
   // The branch: [POS >= s W + W] (POS lies past the segment: its carry crosses to the next
   // one) AND SLOW runs. Outside the enable range (its constants stay 1).
   SlowResult r;
@@ -827,7 +827,7 @@ AttentionStages::SlowResult AttentionStages::build_slow(const SlowInputs& in, co
   // The chain's state: the carry from the previous segment (hi and lo of every lane, big
   // recovered from hi; +0 for segment 0, which reads no register: C's xb = 0).
   std::vector<npu::TwoTier> xb;
-  if (cross_) {
+  if (S > 1) {
     const std::vector<ValueId> carry = cross_->join(2 * static_cast<size_t>(hs), on, "slow.carry");
     for (int i = 0; i < hs; ++i) xb.push_back(npu::attn_two_tier_rejoin(p, carry[at(2 * i)], carry[at(2 * i + 1)]));
   } else {
@@ -856,10 +856,7 @@ AttentionStages::SlowResult AttentionStages::build_slow(const SlowInputs& in, co
     std::vector<ValueId> pm, ex;
     std::vector<std::vector<ValueId>> v;
     for (int o = 8 * b; o < std::min(W, 8 * b + 8); ++o) {
-      Lin t_minus_pos = base;
-      t_minus_pos.terms.push_back({kOne, static_cast<float>(o)});
-      t_minus_pos.terms.push_back({pos, -1.0f});
-      const ValueId past = npu::attn_int_positive(p, t_minus_pos, "slow.past");
+      const ValueId past = position_past(p, base, o, pos, "slow.past");
       pm.push_back(p.value("slow.pm"));
       ex.push_back(p.value("slow.exponent"));
       v.push_back(p.values("slow.v", hs));
@@ -930,7 +927,7 @@ AttentionStages::SlowResult AttentionStages::build_slow(const SlowInputs& in, co
   for (const HeadOps& h : head_ops) as_.gate_clears(h.begin, h.end, h.read);
   // The carry, parked when POS lies past the segment (hi and lo of every lane: values of the
   // window, 0 or in [2^-78, 2^35]).
-  if (cross_) {
+  if (S > 1) {
     std::vector<ValueId> carry;
     for (const npu::TwoTier& x : xb) carry.insert(carry.end(), {x.hi, x.lo});
     cross_->carry(carry, on, r.more, "slow.carry_out");

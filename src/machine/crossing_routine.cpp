@@ -39,19 +39,14 @@ void CrossingRoutine::carry(const std::vector<ValueId>& x, ValueId enable, Value
   if (x.empty() || 2 * x.size() > park_.size())
     fail("crossing routine: carry '{}' of {} values, the routine takes 1 .. {}", label, x.size(), park_.size() / 2);
   compiler::Program& p = as_.program();
-  const size_t first = park_.size() - 2 * x.size();
   const size_t first_split = p.ops().size();
-  std::vector<Neuron> ns;
-  for (size_t i = 0; i < x.size(); ++i) {
-    const CarryParts c = carry_split(p, x[i], enable, label + ".split");
-    // Into the parked floats when `park`: gate 128 park passes each float exactly (an uplink
-    // float divided by 128 stays a float of the value window), +-0 otherwise.
-    for (auto [v, slot] : {std::pair{c.high, first + 2 * i}, std::pair{c.low, first + 2 * i + 1}})
-      ns.push_back(Neuron{Lin{{{park, kOn}}}, Lin{{{v, 1.0f / kOn}}}, {{park_[slot], 1.0f}}});
+  std::vector<ValueId> floats;
+  for (ValueId v : x) {
+    const CarryParts c = carry_split(p, v, enable, label + ".split");
+    floats.insert(floats.end(), {c.high, c.low});
   }
   as_.gate_clears(first_split, p.ops().size(), enable);
-  p.mlp(label + ".park", std::move(ns));
-  parking_.push_back(park);
+  carry_floats(floats, park, label);
 }
 
 void CrossingRoutine::carry_floats(const std::vector<ValueId>& floats, ValueId park, const std::string& label) {
@@ -59,6 +54,8 @@ void CrossingRoutine::carry_floats(const std::vector<ValueId>& floats, ValueId p
   if (floats.empty() || floats.size() > park_.size())
     fail("crossing routine: carry '{}' of {} floats, the routine takes 1 .. {}", label, floats.size(), park_.size());
   const size_t first = park_.size() - floats.size();
+  // Into the parked floats when `park`: gate 128 park passes each float exactly (an uplink
+  // float divided by 128 stays a float of the value window), +-0 otherwise.
   std::vector<Neuron> ns;
   for (size_t i = 0; i < floats.size(); ++i)
     ns.push_back(Neuron{Lin{{{park, kOn}}}, Lin{{{floats[i], 1.0f / kOn}}}, {{park_[first + i], 1.0f}}});
@@ -119,11 +116,9 @@ std::vector<ValueId> CrossingRoutine::arrived_floats(size_t count) const {
 
 std::vector<ValueId> CrossingRoutine::join(size_t count, ValueId enable, const std::string& label) const {
   if (count < 1 || 2 * count > park_.size()) fail("crossing routine: a carry of {} values", count);
-  const std::vector<ValueId>& r = as_.register_out();
-  const size_t first = park_.size() - 2 * count;
+  const std::vector<ValueId> r = arrived_floats(2 * count);
   std::vector<ValueId> x;
-  for (size_t i = 0; i < count; ++i)
-    x.push_back(carry_join(as_.program(), r[first + 2 * i], r[first + 2 * i + 1], enable, label));
+  for (size_t i = 0; i < count; ++i) x.push_back(carry_join(as_.program(), r[2 * i], r[2 * i + 1], enable, label));
   return x;
 }
 

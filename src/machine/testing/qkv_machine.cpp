@@ -119,15 +119,19 @@ std::vector<int64_t> QkvMachine::expected_q(const std::vector<float>& q) const {
   return sent(*this, q, order);
 }
 
-std::vector<int64_t> QkvMachine::stage_tokens(const char* op, int layer, int count, bool grouped) const {
+std::vector<int64_t> QkvMachine::stage_tokens(int layer, int count, const std::vector<StageForm>& forms) const {
   if (heads == 0) fail("qkv machine: built without the attention stages");
   if (layer < 0 || layer >= layers) fail("qkv machine: layer {} outside [0, {})", layer, layers);
   std::vector<int64_t> t;
-  for (int i = 0; i < count; ++i) {
-    if (!grouped) t.push_back(id(cache_name(op, layer, i)));
-    for (int hg = 0; grouped && hg < exp_groups; ++hg) t.push_back(id(cache_name(op, layer, i) + "." + std::to_string(hg)));
-  }
+  for (int i = 0; i < count; ++i)
+    for (const auto& [op, suffix] : forms) t.push_back(id(cache_name(op, layer, i) + suffix));
   return t;
+}
+
+std::vector<QkvMachine::StageForm> QkvMachine::grouped(const char* op) const {
+  std::vector<StageForm> forms;
+  for (int hg = 0; hg < exp_groups; ++hg) forms.push_back({op, "." + std::to_string(hg)});
+  return forms;
 }
 
 std::vector<int64_t> QkvMachine::read_backs(const std::vector<const char*>& ops, const std::vector<float>& floats) const {
@@ -138,26 +142,14 @@ std::vector<int64_t> QkvMachine::read_backs(const std::vector<const char*>& ops,
 }
 
 std::vector<int64_t> QkvMachine::score_and_max(int layer, int pos) const {
-  std::vector<int64_t> t = stage_tokens("SCORE", layer, pos / 8 + 1, false);
+  std::vector<int64_t> t = stage_tokens(layer, pos / 8 + 1, {{"SCORE", ""}});
   t.push_back(id("MAX(" + std::to_string(layer) + ")"));
   return t;
 }
-std::vector<int64_t> QkvMachine::exps(int layer, int pos) const { return stage_tokens("EXP", layer, pos / 8 + 1, true); }
-std::vector<int64_t> QkvMachine::sums(int layer) const {
-  std::vector<int64_t> t;
-  for (int h = 0; h < heads; ++h) t.push_back(id("SUM(" + std::to_string(layer) + ")." + std::to_string(h) + ".0"));
-  return t;
-}
-std::vector<int64_t> QkvMachine::probs(int layer, int pos) const { return stage_tokens("PROB", layer, pos / 8 + 1, true); }
-std::vector<int64_t> QkvMachine::wsums(int layer) const {
-  std::vector<int64_t> t;
-  for (int64_t w : stage_tokens("WSUMX", layer, heads, false)) {
-    const std::string x = control_names[static_cast<size_t>(control.index(w))];  // WSUMX(l).h
-    t.push_back(id("WSUM" + x.substr(5) + ".0"));
-    t.push_back(w);
-  }
-  return t;
-}
+std::vector<int64_t> QkvMachine::exps(int layer, int pos) const { return stage_tokens(layer, pos / 8 + 1, grouped("EXP")); }
+std::vector<int64_t> QkvMachine::sums(int layer) const { return stage_tokens(layer, heads, {{"SUM", ".0"}}); }
+std::vector<int64_t> QkvMachine::probs(int layer, int pos) const { return stage_tokens(layer, pos / 8 + 1, grouped("PROB")); }
+std::vector<int64_t> QkvMachine::wsums(int layer) const { return stage_tokens(layer, heads, {{"WSUM", ".0"}, {"WSUMX", ""}}); }
 
 std::vector<int64_t> QkvMachine::expected_max(const std::vector<float>& max) const {
   std::vector<int64_t> s = {id(name("RM", 0))};  // MAX's successor

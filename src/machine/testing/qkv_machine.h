@@ -30,6 +30,7 @@
 // v RAM → WSUM → xb RAM → ATTO] →
 // uplink.
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "machine/assembler.h"
@@ -66,8 +67,8 @@ struct QkvMachine : AssembledMachine {
   std::vector<int64_t> expected_scores(const std::vector<float>& scores) const;
   // EXP(l).b.g for every block b <= pos / 8 and head group g (after score_and_max).
   std::vector<int64_t> exps(int layer, int pos) const;
-  // SUM(l).0 .. SUM(l).(heads - 1) (after exps), and what RSUM.0 generates: every head's
-  // softmax sum, DONE last.
+  // SUM(l).h.0 for every head h (after exps; POS in SUM's first segment), and what RSUM.0
+  // generates: every head's softmax sum, DONE last.
   std::vector<int64_t> sums(int layer) const;
   std::vector<int64_t> expected_sums(const std::vector<float>& sum) const;
   // PROB(l).b.g for every block b <= pos / 8 and head group g (after sums), and what RP.0
@@ -87,8 +88,11 @@ struct QkvMachine : AssembledMachine {
   std::vector<int64_t> expected_exps(const std::vector<float>& mant, const std::vector<float>& exponent) const;
 
  private:
-  // op(l).i for i < count (with grouped: op(l).i.g for every head group g).
-  std::vector<int64_t> stage_tokens(const char* op, int layer, int count, bool grouped) const;
+  // For i < count, in order, each form's op(l).i + suffix.
+  using StageForm = std::pair<const char*, std::string>;
+  std::vector<int64_t> stage_tokens(int layer, int count, const std::vector<StageForm>& forms) const;
+  // op(l).i.g for every head group g.
+  std::vector<StageForm> grouped(const char* op) const;
   // What ops[0].0 generates: for each op, every head's float (floats in that order), DONE last.
   std::vector<int64_t> read_backs(const std::vector<const char*>& ops, const std::vector<float>& floats) const;
 };

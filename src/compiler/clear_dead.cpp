@@ -5,6 +5,7 @@
 
 #include "common/error.h"
 #include "compiler/schedule.h"
+#include "compiler/split_mlp.h"
 
 namespace qpu::compiler {
 
@@ -146,9 +147,10 @@ DeadClears add_dead_value_clears(const Program& program, const Interface& interf
   return out;
 }
 
-ReusePlan plan_dim_reuse(const Program& program, const Interface& interface, const ScheduleLimits& limits,
+ReusePlan plan_dim_reuse(const Program& unsplit, const Interface& interface, const ScheduleLimits& limits,
                          const DeadClearOptions& options) {
-  program.validate();
+  unsplit.validate();
+  const Program program = split_wide_mlps(unsplit, limits.max_neurons_per_mlp);
   Schedule base = schedule(program, limits);
   const int64_t base_sublayers = base.num_sublayers;
   // Clears only take room the MLPs already have: with the neuron limit lowered to the

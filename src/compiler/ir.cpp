@@ -93,6 +93,11 @@ void Program::mlp(std::string label, std::vector<Neuron> neurons) {
   ops_.push_back(std::move(op));
 }
 
+void Program::mlp_select(std::string label, std::vector<Neuron> neurons) {
+  mlp(std::move(label), std::move(neurons));
+  ops_.back().one_live_neuron = true;
+}
+
 void Program::memory(std::string label, AttnMemory memory) {
   Op op;
   op.kind = OpKind::AttnMemory;

@@ -139,6 +139,10 @@ struct Op {
   OpKind kind = OpKind::Mlp;
   std::string label;
   std::vector<Neuron> neurons;  // kind == Mlp
+  // kind == Mlp, the builder's promise: on every token at most one neuron of the op adds
+  // anything but +-0 (a one-hot select), so the neurons may be spread over several ops
+  // that add into the same values one after another (compiler/split_mlp.h).
+  bool one_live_neuron = false;
   AttnMemory memory;            // kind == AttnMemory
   GdnMemory gdn;                // kind == GdnMemory
 
@@ -153,6 +157,9 @@ class Program {
   std::vector<ValueId> values(const std::string& prefix, int count);
 
   void mlp(std::string label, std::vector<Neuron> neurons);
+  // An MLP op with Op::one_live_neuron set: the caller promises that on every token at
+  // most one of the neurons adds anything but +-0.
+  void mlp_select(std::string label, std::vector<Neuron> neurons);
   void memory(std::string label, AttnMemory memory);
   void gdn_memory(std::string label, GdnMemory memory);
 

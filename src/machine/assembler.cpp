@@ -333,7 +333,7 @@ void Assembler::computed_successor(const std::string& first, const std::vector<V
                             {{now_.group[static_cast<size_t>(c / m_.control.group_size)], 1.0f},
                              {now_.member[static_cast<size_t>(c % m_.control.group_size)], 1.0f}}});
   }
-  p_.mlp("computed successor", std::move(select));
+  p_.mlp_select("computed successor", std::move(select));
   computed_ = true;
 }
 

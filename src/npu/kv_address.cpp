@@ -7,6 +7,7 @@
 #include "common/error.h"
 #include "compiler/enable.h"
 #include "npu/neurons.h"
+#include "npu/table_lookup.h"
 
 namespace qpu::npu {
 
@@ -68,15 +69,7 @@ KvAddress kv_address(compiler::Program& p, ValueId pos, ValueId enable, int bank
   //    r_j neurons write straight into the bank values (r_B keeps the one-hot all zero
   //    for pe >= B, i.e. pos past the last row).
   a.bank = p.values("kv.bank", banks);
-  std::vector<Neuron> one_hot;
-  for (int j = -1; j <= banks; ++j) {
-    Neuron r{shifted(pe, static_cast<float>(j)), lin({{kOne, 1.0f / kOn}}), {}};
-    if (j - 1 >= 0 && j - 1 < banks) r.down.push_back({a.bank[static_cast<size_t>(j - 1)], 1.0f});
-    if (j >= 0 && j < banks) r.down.push_back({a.bank[static_cast<size_t>(j)], -2.0f});
-    if (j + 1 < banks) r.down.push_back({a.bank[static_cast<size_t>(j + 1)], 1.0f});
-    one_hot.push_back(std::move(r));
-  }
-  p.mlp("kv.bank", std::move(one_hot));
+  one_hot_into(p, pe, a.bank, "kv.bank");
 
   compiler::enable_constants(p, a.first_op, enable);
   return a;

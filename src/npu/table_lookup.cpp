@@ -1,5 +1,6 @@
 #include "npu/table_lookup.h"
 
+#include <algorithm>
 #include <cmath>
 #include <utility>
 
@@ -16,19 +17,29 @@ using compiler::kOne;
 using detail::kOn;
 using detail::lin;
 
+void one_hot_into(Program& p, ValueId index, const std::vector<ValueId>& hot, const std::string& label) {
+  const int rows = static_cast<int>(hot.size());
+  if (rows < 1 || rows > (1 << 16)) fail("{}: a one-hot of {} rows (must be in [1, 65536])", label, rows);
+  // Per chunk of rows [a, b) the ramps r_m for m = a-1..b, each feeding H_(m-1), H_m,
+  // H_(m+1) inside the chunk: a chunk's rows get all three terms from its own neurons.
+  std::vector<Neuron> neurons;
+  for (int a = 0; a < rows; a += kOneHotChunk) {
+    const int b = std::min(rows, a + kOneHotChunk);
+    for (int m = a - 1; m <= b; ++m) {
+      Neuron r{lin({{index, kOn}}), lin({{kOne, 1.0f / kOn}}), {}};
+      if (m != 0) r.gate.terms.push_back({kOne, -kOn * static_cast<float>(m)});
+      for (auto [h, w] : {std::pair{m + 1, 1.0f}, std::pair{m, -2.0f}, std::pair{m - 1, 1.0f}})
+        if (h >= a && h < b) r.down.push_back({hot[static_cast<size_t>(h)], w});
+      neurons.push_back(std::move(r));
+    }
+  }
+  p.mlp(label, std::move(neurons));
+}
+
 std::vector<ValueId> one_hot(Program& p, ValueId index, int rows, const std::string& label) {
   if (rows < 1 || rows > (1 << 16)) fail("{}: a one-hot of {} rows (must be in [1, 65536])", label, rows);
-  // The ramp r_m for m = -1..rows feeds H_(m-1), H_m, H_(m+1).
   std::vector<ValueId> hot = p.values(label + ".hot", rows);
-  std::vector<Neuron> neurons;
-  for (int m = -1; m <= rows; ++m) {
-    Neuron r{lin({{index, kOn}}), lin({{kOne, 1.0f / kOn}}), {}};
-    if (m != 0) r.gate.terms.push_back({kOne, -kOn * static_cast<float>(m)});
-    for (auto [h, w] : {std::pair{m + 1, 1.0f}, std::pair{m, -2.0f}, std::pair{m - 1, 1.0f}})
-      if (h >= 0 && h < rows) r.down.push_back({hot[static_cast<size_t>(h)], w});
-    neurons.push_back(std::move(r));
-  }
-  p.mlp(label + ".hot", std::move(neurons));
+  one_hot_into(p, index, hot, label + ".hot");
   return hot;
 }
 
@@ -54,7 +65,7 @@ TableLookup table_lookup(Program& p, ValueId index, std::span<const float> table
     if (sel.down.empty()) sel.down.push_back({t.out[0], 0.0f});  // an all-zero row still needs its neuron's slot
     neurons.push_back(std::move(sel));
   }
-  p.mlp(label + ".select", std::move(neurons));
+  p.mlp_select(label + ".select", std::move(neurons));
   return t;
 }
 

@@ -53,11 +53,37 @@ TEST(EmbeddingLookup, EveryTokenGivesItsRowExactly) {
   EXPECT_EQ(r.cases, c.vocab_size);
   const auto sim = h.run(sim_slice(in, 2, 24), sim_slice(expect, static_cast<size_t>(c.dim), 24), true, 5);
   EXPECT_EQ(sim.mismatches, 0) << sim.first_mismatch;
-  // Two MLP sublayers: the ramps (vocab + 2 neurons) and the rows (vocab neurons).
+  // Two MLP sublayers: the ramps (vocab + 2 per chunk of rows) and the rows (vocab neurons).
+  const int64_t chunks = (c.vocab_size + kOneHotChunk - 1) / kOneHotChunk;
   EXPECT_EQ(h.layers(), 2);
-  EXPECT_EQ(h.neurons(), 2 * int64_t{c.vocab_size} + 2);
+  EXPECT_EQ(h.neurons(), 2 * int64_t{c.vocab_size} + 2 * chunks);
   std::printf("embedding lookup (vocab %d, dim %d): layers %lld, neurons %lld, hidden %lld\n", c.vocab_size, c.dim,
               static_cast<long long>(h.layers()), static_cast<long long>(h.neurons()), static_cast<long long>(h.hidden()));
+}
+
+// On a host of 128 neurons per MLP sublayer the one-hot's chunks and the select's runs of
+// rows take sublayers of their own (compiler/split_mlp.h): every row still exactly.
+TEST(EmbeddingLookup, SplitOverNarrowSublayersGivesEveryRowExactly) {
+  const auto& checkpoint = unit_testing::stories260k();
+  const auto& c = checkpoint.config();
+  const auto table = checkpoint.weights().token_embedding;
+  std::vector<float> in, expect;
+  for (int t = 0; t < c.vocab_size; ++t) {
+    in.insert(in.end(), {1.0f, static_cast<float>(t)});
+    expect.insert(expect.end(), table.begin() + static_cast<ptrdiff_t>(t) * c.dim, table.begin() + static_cast<ptrdiff_t>(t + 1) * c.dim);
+  }
+  const UnitHarness h(embedding_program(checkpoint), 1024, 128);
+  EXPECT_EQ(h.compiled().weights.config.intermediate_size, 128);
+  // The one-hot's 5 chunks fit 128 neurons each, side by side over the layers; the 512
+  // rows go in 4 runs, one after another.
+  EXPECT_GE(h.layers(), 5);
+  const auto r = h.run(in, expect, false);
+  EXPECT_EQ(r.mismatches, 0) << r.first_mismatch;
+  EXPECT_EQ(r.cases, c.vocab_size);
+  const auto sim = h.run(sim_slice(in, 2, 24), sim_slice(expect, static_cast<size_t>(c.dim), 24), true, 7);
+  EXPECT_EQ(sim.mismatches, 0) << sim.first_mismatch;
+  const UnitHarness idle(embedding_program(checkpoint), 4, 128);
+  EXPECT_EQ(idle.idle_nonzero(), "");
 }
 
 TEST(EmbeddingLookup, IdleLookupWritesOnlyZeros) {

@@ -19,6 +19,7 @@
 #include "common/float_bits.h"
 #include "compiler/emit.h"
 #include "compiler/host_sim.h"
+#include "compiler/split_mlp.h"
 #include "npu/engine_host.h"
 #include "reference/generate.h"
 #include "reference/trace.h"
@@ -80,14 +81,21 @@ struct UnitRun {
 
 class UnitHarness {
  public:
-  UnitHarness(UnitProgram unit, int64_t rows) : unit_(std::move(unit)), rows_(rows) {
+  // max_neurons > 0: the unit on a host of that intermediate size, its wide MLP ops split
+  // (compiler/split_mlp.h; program() is then the split program).
+  UnitHarness(UnitProgram unit, int64_t rows, int64_t max_neurons = 0) : unit_(std::move(unit)), rows_(rows) {
+    compiler::ScheduleLimits limits;
+    if (max_neurons > 0) {
+      unit_.program = compiler::split_wide_mlps(unit_.program, max_neurons);
+      limits.max_neurons_per_mlp = max_neurons;
+    }
     compiler::Interface io;
     io.inputs = unit_.inputs;
     io.outputs = unit_.outputs;
     io.vocab_size = std::max<int64_t>(rows, static_cast<int64_t>(unit_.outputs.size()));
     io.input_rows.assign(static_cast<size_t>(io.vocab_size) * io.inputs.size(), 0.0f);
     rows_ = io.vocab_size;
-    compiled_ = compiler::compile(unit_.program, io);
+    compiled_ = compiler::compile(unit_.program, io, limits);
   }
   const compiler::Compiled& compiled() const { return compiled_; }
   const compiler::Program& program() const { return unit_.program; }

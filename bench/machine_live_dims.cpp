@@ -20,7 +20,8 @@
 // cycle (a dead-value clear that did not leave +0); QPU_WATCH_DIM=d prints every change of
 // residual dim d on the first counted cycle, with the values the sublayer writes there;
 // QPU_WIDTH=n prints the n widest sublayers and what is live across the widest (no run);
-// with QPU_WIDTH_BANDS=k also each of k bands' widest sublayer and the units holding it.
+// with QPU_WIDTH_BANDS=k also each of k bands' widest sublayer and the units holding it;
+// QPU_WIDTH_AT=s lists what is live across sublayer s instead of the widest.
 // A diagnostic, not a test: the engine and the machine are as built.
 #include <omp.h>
 
@@ -161,10 +162,24 @@ int main(int argc, char** argv) {
         std::printf("\n");
       }
     }
+    // QPU_WIDTH_AT=s: what is live across sublayer s instead of the widest.
+    const auto at = static_cast<int64_t>(std::getenv("QPU_WIDTH_AT") ? static_cast<size_t>(std::atol(std::getenv("QPU_WIDTH_AT"))) : order[0]);
     std::map<std::string, int64_t> names;
     for (size_t v = 0; v < first.size(); ++v)
-      if (first[v] >= 0 && first[v] <= static_cast<int64_t>(order[0]) && last[v] >= static_cast<int64_t>(order[0]))
+      if (first[v] >= 0 && first[v] <= at && last[v] >= at)
         ++names[collapse(program.name(static_cast<ValueId>(v)))];
+    // QPU_WIDTH_WHO=name: for the values of that collapsed name live there, their first
+    // and last sublayers and the label of the op that first writes them.
+    if (const char* who = std::getenv("QPU_WIDTH_WHO")) {
+      std::map<std::string, int64_t> writers;
+      for (size_t i = 0; i < ops.size(); ++i)
+        for (ValueId v : ops[i].writes()) {
+          const auto u = static_cast<size_t>(v);
+          if (first[u] > at || last[u] < at || collapse(program.name(v)) != who) continue;
+          ++writers[ops[i].label.substr(0, 40) + " [" + std::to_string(first[u]) + ", " + std::to_string(last[u]) + "]"];
+        }
+      for (const auto& [label, c] : writers) std::printf("  who: %4lld  %s\n", static_cast<long long>(c), label.c_str());
+    }
     std::vector<std::pair<int64_t, std::string>> sorted;
     for (const auto& [k, c] : names) sorted.push_back({c, k});
     std::sort(sorted.rbegin(), sorted.rend());

@@ -108,6 +108,22 @@ int main(int argc, char** argv) {
               static_cast<double>(neurons) / static_cast<double>(layers),
               100.0 * static_cast<double>(neurons) / static_cast<double>(layers * alloc.intermediate_size));
 
+  // QPU_BIG_OPS=n: the MLP ops of more than n neurons, by label family (what a smaller
+  // intermediate size would have to split).
+  if (const char* e = std::getenv("QPU_BIG_OPS")) {
+    const size_t over = static_cast<size_t>(std::atol(e));
+    std::map<std::string, std::pair<int64_t, size_t>> big;  // family: count, widest
+    for (const auto& op : ops)
+      if (op.kind == compiler::OpKind::Mlp && op.neurons.size() > over) {
+        auto& [count, widest] = big[op.label.substr(0, op.label.find_first_of(" .(["))];
+        ++count;
+        widest = std::max(widest, op.neurons.size());
+      }
+    for (const auto& [name, cw] : big)
+      std::printf("ops over %zu neurons: %-24s %6lld ops, widest %zu\n", over, name.c_str(),
+                  static_cast<long long>(cw.first), cw.second);
+  }
+
   const int64_t step = std::max<int64_t>(1, (layers + bands - 1) / bands);
   for (int64_t l0 = 0; l0 < layers; l0 += step) {
     const int64_t l1 = std::min(layers, l0 + step);

@@ -572,8 +572,10 @@ void AttentionStages::build(const std::vector<ValueId>& q, const std::vector<std
   // The prob RAM: the exp RAM's layout (one head per position, a row per head group),
   // each head emitted where WSUM's chain needs its position; read by WSUM and by RP / RPX
   // at POS.
-  const npu::KvAddress paddr = npu::kv_address(p, pos, prob_back_, 1 << AttentionGeometry::bits_for(P), 0);
-  as_.gate_clears(paddr.first_op, p.ops().size(), prob_back_);  // idle, the address unit's values are +-0
+  // RP / RPX's read flag of head t, [POS == t] on their cycles, is made beside the head
+  // from their copy of POS (position_flag), as RE / RX's are: a one-hot over the positions
+  // made at the top lived down to the last head (512 dims of the 512-position machine).
+  const ValueId prob_pos = as_.gated(std::vector<ValueId>{pos}, {prob_back_}, "prob.pos")[0];
   std::vector<npu::FloatRamHead> by_slot_p(8);
   for (size_t s8 = 0; s8 < 8; ++s8) by_slot_p[s8].data = probs[s8];
   const auto prob_neg = npu::float_ram_negations(p, by_slot_p, prob_.on, "prob RAM");
@@ -646,7 +648,8 @@ void AttentionStages::build(const std::vector<ValueId>& q, const std::vector<std
         const size_t t = at(seg * Ww + o);
         const ValueId read = wsum_segment_[at(seg)];
         // The prob RAM's heads serve RP / RPX too (at POS's head).
-        prob_read_flag[t] = either(as_, {paddr.bank[t]}, {read}, "prob.read_flag")[0];
+        const ValueId rp = position_flag(t, prob_pos, prob_back_, "prob.read_at_pos");
+        prob_read_flag[t] = either(as_, {rp}, {read}, "prob.read_flag")[0];
         prob_op[t] = p.ops().size();
         prob_out[t] = position_head(p, "prob", t, probs, prob_neg, prob_, wsum_query, prob_read_flag[t], g_.prob_low_binade);
         prob_op_end[t] = p.ops().size();

@@ -22,6 +22,7 @@
 // QPU_WIDTH=n prints the n widest sublayers and what is live across the widest (no run);
 // with QPU_WIDTH_BANDS=k also each of k bands' widest sublayer and the units holding it;
 // QPU_WIDTH_AT=s lists what is live across sublayer s instead of the widest.
+// QPU_MAX_NEURONS=n builds the machine for n neurons per MLP sublayer.
 // A diagnostic, not a test: the engine and the machine are as built.
 #include <omp.h>
 
@@ -74,6 +75,7 @@ int main(int argc, char** argv) {
   machine::TokenMachineOptions o;
   o.max_positions = positions;
   o.kv_banks = 32;  // as runner::token_machine_options
+  if (const char* e = std::getenv("QPU_MAX_NEURONS")) o.limits.max_neurons_per_mlp = std::atoi(e);
   const machine::TokenMachine m = machine::build_token_machine(npu::unit_testing::stories260k(), o);
   const compiler::Program& program = m.program;
   const compiler::Schedule& schedule = m.compiled.schedule;

@@ -1,11 +1,17 @@
 // `qpu compile MODEL.bin -z TOK.bin -o DIR [--max-params N] [--positions P]
-// [--max-shard-bytes B]`: a llama2.c checkpoint compiled into the token machine
+// [--intermediate I] [--max-shard-bytes B]`: a llama2.c checkpoint compiled into the token machine
 // (machine/token_machine.h) and written as a Hugging Face checkpoint directory
 // (machine/machine_checkpoint.h): config.json, the safetensors shards and their index,
 // generation_config.json and qpu-machine.json.
 // The machine's size as a dense checkpoint is known once it is scheduled, before any
 // layer is emitted: over the parameter budget the compile stops there with the numbers
 // and writes nothing. The directory appears only when complete.
+// The intermediate size (neurons per MLP sublayer) is searched: the machine is scheduled
+// for each of kIntermediateSizes (ops wider than one are split, compiler/split_mlp.h)
+// and the one with the fewest parameters is kept. The hidden size, set by the widest
+// sublayer, moves by tens of percent with the neurons a sublayer may hold, in no
+// monotone way (docs/npu-machine.md, "The checkpoint on disk"), so only a search finds
+// the smallest. --intermediate pins one.
 #include <unistd.h>
 
 #include <chrono>
@@ -15,6 +21,7 @@
 #include <iterator>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -34,12 +41,16 @@ namespace {
 
 using namespace qpu;
 
+// The intermediate sizes the compile tries, largest first.
+constexpr int64_t kIntermediateSizes[] = {1024, 768, 640, 512};
+
 struct CompileOptions {
   std::string checkpoint;
   std::string tokenizer;
   std::string output;
   double max_params = 4e9;
   int positions = 0;  // 0: the model's seq_len
+  int64_t intermediate = 0;  // 0: search kIntermediateSizes
   double max_shard_bytes = 1e9;
   std::string sampler = "greedy";  // greedy, sample_mult or top-p
   std::string topp = "0.9";        // the top-p machine's p (run.c's -p, parsed as run.c's atof)
@@ -95,6 +106,8 @@ std::string read_file(const std::string& path) {
 int run_compile(const CompileOptions& o) {
   if (!(o.max_params > 0)) fail("flag --max-params: {} is not a positive count", o.max_params);
   if (o.positions < 0) fail("flag --positions: {} must not be negative", o.positions);
+  if (o.intermediate != 0 && (o.intermediate < 128 || o.intermediate > 65536))
+    fail("flag --intermediate: {} is outside [128, 65536]", o.intermediate);
   if (o.sampler != "greedy" && o.sampler != "sample_mult" && o.sampler != "top-p")
     fail("flag --sampler: '{}' is not greedy, sample_mult or top-p", o.sampler);
   if (!(o.max_shard_bytes >= 1e6 && o.max_shard_bytes <= 1e12))
@@ -128,16 +141,43 @@ int run_compile(const CompileOptions& o) {
       fail("flag --sampler: the machine's top-p works on blocks of {} logits, which do not divide the vocabulary of {}",
            options.sample.block, cfg.vocab_size);
   }
-  const machine::TokenMachine m = machine::build_token_machine(checkpoint, options);
+  // Each intermediate size scheduled in turn (the pinned one alone); the smallest machine kept.
+  std::vector<int64_t> sizes(std::begin(kIntermediateSizes), std::end(kIntermediateSizes));
+  if (o.intermediate != 0) sizes = {o.intermediate};
+  machine::TokenMachine best;
+  uint64_t parameters = 0;
+  for (int64_t size : sizes) {
+    const auto ts = Clock::now();
+    options.limits.max_neurons_per_mlp = size;
+    machine::TokenMachine m;
+    try {
+      m = machine::build_token_machine(checkpoint, options);
+    } catch (const Error& e) {
+      // A size below the widest op that cannot be split (compiler/split_mlp.h).
+      if (sizes.size() == 1) fail("flag --intermediate: the machine does not fit {} neurons per MLP sublayer: {}", size, e.what());
+      std::fprintf(stderr, "compile: intermediate %lld: %s\n", static_cast<long long>(size), e.what());
+      continue;
+    }
+    const auto& c = m.compiled.weights.config;
+    const uint64_t n = machine::machine_parameters(m);
+    std::fprintf(stderr,
+                 "compile: token machine for %d positions: %lld layers, hidden %lld, intermediate %lld, vocab %lld: "
+                 "%.2f billion parameters (scheduled in %.1f s)\n",
+                 m.max_positions, static_cast<long long>(c.num_hidden_layers), static_cast<long long>(c.hidden_size),
+                 static_cast<long long>(c.intermediate_size), static_cast<long long>(c.vocab_size),
+                 static_cast<double>(n) / 1e9, std::chrono::duration<double>(Clock::now() - ts).count());
+    if (parameters == 0 || n < parameters) {
+      best = std::move(m);
+      parameters = n;
+    }
+  }
+  if (parameters == 0) fail("compile: the machine fits none of the intermediate sizes tried");
+  const machine::TokenMachine& m = best;
   const auto& c = m.compiled.weights.config;
-  const uint64_t parameters = machine::machine_parameters(m);
-  std::fprintf(stderr,
-               "compile: token machine for %d positions: %lld layers, hidden %lld, intermediate %lld, vocab %lld: "
-               "%.2f billion parameters (scheduled in %.1f s)\n",
-               m.max_positions, static_cast<long long>(c.num_hidden_layers), static_cast<long long>(c.hidden_size),
-               static_cast<long long>(c.intermediate_size), static_cast<long long>(c.vocab_size),
-               static_cast<double>(parameters) / 1e9,
-               std::chrono::duration<double>(Clock::now() - t0).count());
+  if (sizes.size() > 1)
+    std::fprintf(stderr, "compile: kept intermediate %lld (%.2f billion parameters, %.1f s in all)\n",
+                 static_cast<long long>(c.intermediate_size), static_cast<double>(parameters) / 1e9,
+                 std::chrono::duration<double>(Clock::now() - t0).count());
   if (static_cast<double>(parameters) > o.max_params)
     fail("compile: the machine is {:.2f} billion parameters as a dense Qwen3.5 checkpoint ({} layers of hidden {}, "
          "intermediate {}), over the budget of {:.0f} parameters (--max-params); nothing was written. Its depth "
@@ -184,6 +224,9 @@ qpu::cli::Runner setup(CLI::App& app) {
   app.add_option("-o", o->output, "the checkpoint directory to write (must not exist)")->required();
   app.add_option("--max-params", o->max_params, "parameter budget of the dense checkpoint (default 4e9)");
   app.add_option("--positions", o->positions, "nested positions the machine serves (default: the model's seq_len)");
+  app.add_option("--intermediate", o->intermediate,
+                 "neurons per MLP sublayer (default: the size among 1024, 768, 640 and 512 that gives the fewest "
+                 "parameters)");
   app.add_option("--sampler", o->sampler,
                  "run.c's sampler the machine holds: greedy (default; -t 0 only), sample_mult (-t T -p 1) or top-p "
                  "(-t T -p P with the P of --topp); a sampling machine also runs -t 0");

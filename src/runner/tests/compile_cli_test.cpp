@@ -39,6 +39,10 @@ TEST(CompileCli, AMachineOverTheBudgetIsRefusedBeforeAnyFile) {
                          "' --positions 16");
   EXPECT_EQ(r.status, 1) << r.err;
   EXPECT_NE(r.err.find("compile: token machine for 16 positions: "), std::string::npos) << r.err;
+  // The intermediate sizes are searched: each one's machine is reported, the smallest kept.
+  for (const char* size : {"intermediate 1024,", "intermediate 768,", "intermediate 640,", "intermediate 512,"})
+    EXPECT_NE(r.err.find(size), std::string::npos) << size << "\n" << r.err;
+  EXPECT_NE(r.err.find("compile: kept intermediate "), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("billion parameters as a dense Qwen3.5 checkpoint"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("over the budget of 4000000000 parameters (--max-params); nothing was written"),
             std::string::npos)
@@ -47,9 +51,11 @@ TEST(CompileCli, AMachineOverTheBudgetIsRefusedBeforeAnyFile) {
   EXPECT_EQ(entries(scratch.path()), 0);  // no directory, no temporary
   // A budget of 1 refuses whatever the machine is, with the same message.
   const auto tiny = run_qpu("compile '" + kModels + "stories260K.bin' -z '" + kModels + "tok512.bin' -o '" +
-                            out.string() + "' --positions 16 --max-params 1");
+                            out.string() + "' --positions 16 --max-params 1 --intermediate 768");
   EXPECT_EQ(tiny.status, 1);
   EXPECT_NE(tiny.err.find("over the budget of 1 parameters"), std::string::npos) << tiny.err;
+  EXPECT_NE(tiny.err.find("intermediate 768)"), std::string::npos) << tiny.err;  // pinned: no search
+  EXPECT_EQ(tiny.err.find("compile: kept"), std::string::npos) << tiny.err;
   EXPECT_EQ(entries(scratch.path()), 0);
 }
 
@@ -76,6 +82,15 @@ TEST(CompileCli, BadInputsAreErrorsThatWriteNothing) {
   r = run_qpu("compile " + model + " -z " + tok + " -o '" + out.string() + "' --max-params 0");
   EXPECT_EQ(r.status, 1);
   EXPECT_NE(r.err.find("--max-params"), std::string::npos) << r.err;
+  r = run_qpu("compile " + model + " -z " + tok + " -o '" + out.string() + "' --intermediate 100");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.err.find("flag --intermediate: 100 is outside [128, 65536]"), std::string::npos) << r.err;
+  // 128 neurons cannot hold SLOW's widest op (an exponent's one-hot over its products).
+  r = run_qpu("compile " + model + " -z " + tok + " -o '" + out.string() + "' --positions 16 --intermediate 128");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.err.find("flag --intermediate: the machine does not fit 128 neurons per MLP sublayer: split: op '"),
+            std::string::npos)
+      << r.err;
   EXPECT_EQ(entries(scratch.path()), 2);  // the two broken inputs, nothing else
   // An existing output directory is never touched.
   fs::create_directory(out);

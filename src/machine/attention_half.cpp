@@ -54,6 +54,7 @@ AttentionGeometry geometry_of(const reference::Llama2Config& cfg, const Attentio
   ag.slow_segment_blocks = o.slow_segment_blocks;
   ag.wsum_segment_blocks = o.wsum_segment_blocks;
   ag.sum_segment_blocks = o.sum_segment_blocks;
+  ag.slow_beside_wsum = o.slow_beside_wsum;
   ag.row_floats = row_floats;
   ag.v_low_binade = o.ram_low_binade;
   return ag;

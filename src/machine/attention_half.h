@@ -50,6 +50,9 @@ struct AttentionOptions {
   int slow_segment_blocks = 4;
   int wsum_segment_blocks = 8;  // the same for WSUM
   int sum_segment_blocks = 16;  // and for SUM
+  // With SLOW's segments WSUM's (AttentionGeometry::slow_shares_wsum_heads), SLOW's chain
+  // runs beside WSUM's instead of below it (AttentionGeometry::slow_beside_wsum).
+  bool slow_beside_wsum = false;
   // true: ATTO(l).0 writes x + wo xb into the X1 RAM (AttentionHalf::x1) in one cycle, for
   // a reader ordered below this part (the FFN half); false: ATTO(l).i sends element i up
   // (4 cycles each), for a reader above or outside the host. Needs `attention`.

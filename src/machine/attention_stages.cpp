@@ -242,7 +242,8 @@ AttentionStages::AttentionStages(Assembler& as, const AttentionGeometry& g) : as
   wsum_head_ = as.inputs("wsum.head", g.heads);
   vram_row_ = as.inputs("vram.row", AttentionGeometry::bits_for(g.layers));
   wsum_vrow_ = as.inputs("wsum.vrow", AttentionGeometry::bits_for(g.layers));
-  slow_vrow_ = as.inputs("slow.vrow", AttentionGeometry::bits_for(g.layers));
+  // Sharing WSUM's v RAM heads, SLOW reads them at WSUM's row bits.
+  if (!g.slow_shares_wsum_heads()) slow_vrow_ = as.inputs("slow.vrow", AttentionGeometry::bits_for(g.layers));
   slow_on_ = as.input("slow.on");
   slow_k_ = as.inputs("slow.k", g.exp_heads);
   slow_kv_ = as.inputs("slow.kv", g.kv_heads);
@@ -620,7 +621,12 @@ void AttentionStages::build(const std::vector<ValueId>& q, const std::vector<std
   const ValueId w_more = more_blocks(p, wbase, wsum_on_, wsum_pos, Ww);
   // The prob RAM's query bits (a head group), for WSUM and RP / RPX only: exp.query, which
   // PROB, SUM and SLOW set too, would wake every position's head on their cycles.
-  const std::vector<ValueId> wsum_query = as_.gated(exp_query_, {wsum_on_, prob_back_}, "wsum.query");
+  // Sharing its heads, SLOW reads them on its own cycles too.
+  const bool shared = g_.slow_shares_wsum_heads();
+  const std::vector<ValueId> wsum_query =
+      shared ? as_.gated(exp_query_, {wsum_on_, prob_back_, slow_on_}, "wsum.query")
+             : as_.gated(exp_query_, {wsum_on_, prob_back_}, "wsum.query");
+  const SlowPlaces places = shared ? slow_places(pos) : SlowPlaces{};
   const size_t first_wsum = p.ops().size();
   npu::WsumChecked start;
   if (Sw > 1) {
@@ -649,7 +655,10 @@ void AttentionStages::build(const std::vector<ValueId>& q, const std::vector<std
         const ValueId read = wsum_segment_[at(seg)];
         // The prob RAM's heads serve RP / RPX too (at POS's head).
         const ValueId rp = position_flag(t, prob_pos, prob_back_, "prob.read_at_pos");
-        prob_read_flag[t] = either(as_, {rp}, {read}, "prob.read_flag")[0];
+        // The heads of position t are read by WSUM's segment, by SLOW's (sharing) and by RP.
+        const ValueId head_read =
+            shared ? either(as_, {read}, {slow_segment_[at(seg)]}, "wsum.head_read")[0] : read;
+        prob_read_flag[t] = either(as_, {rp}, {head_read}, "prob.read_flag")[0];
         prob_op[t] = p.ops().size();
         prob_out[t] = position_head(p, "prob", t, probs, prob_neg, prob_, wsum_query, prob_read_flag[t], g_.prob_low_binade);
         prob_op_end[t] = p.ops().size();
@@ -663,6 +672,13 @@ void AttentionStages::build(const std::vector<ValueId>& q, const std::vector<std
           ns.push_back(Neuron{gate, Lin{{{prob_out[t][at(3 * k)], 1.0f / 128.0f}}}, {{in.pm.back(), 1.0f}}});
           ns.push_back(Neuron{gate, Lin{{{prob_out[t][at(3 * k + 1)], 1.0f / (128.0f * kProbSmallScale)}}}, {{in.pm.back(), 1.0f}}});
           ns.push_back(Neuron{gate, Lin{{{prob_out[t][at(3 * k + 2)], 1.0f / 128.0f}}}, {{in.exponent.back(), 1.0f}}});
+          if (shared) {  // SLOW's pick: its flags, and its enable for the constant (this op is WSUM's range)
+            const auto u = at(o);
+            const Lin sg{{{slow_segment_[at(seg)], 128.0f}, {slow_k_[at(k)], 128.0f}, {places.past[u], -128.0f}, {slow_on_, -128.0f}}};
+            ns.push_back(Neuron{sg, Lin{{{prob_out[t][at(3 * k)], 1.0f / 128.0f}}}, {{places.pm[u], 1.0f}}});
+            ns.push_back(Neuron{sg, Lin{{{prob_out[t][at(3 * k + 1)], 1.0f / (128.0f * kProbSmallScale)}}}, {{places.pm[u], 1.0f}}});
+            ns.push_back(Neuron{sg, Lin{{{prob_out[t][at(3 * k + 2)], 1.0f / 128.0f}}}, {{places.exponent[u], 1.0f}}});
+          }
         }
         p.mlp("wsum.pick", std::move(ns));
         std::vector<std::vector<ValueId>> vout;
@@ -676,18 +692,22 @@ void AttentionStages::build(const std::vector<ValueId>& q, const std::vector<std
           h.query_bits = wsum_vrow_;
           h.write_flag = position_flag(t, v_pos_, qkv_on, "vram.write");
           h.write_enable = v_write_enable_;
-          h.read_flag = read;
+          h.read_flag = head_read;
           h.out = vout.back();
           vh.push_back(std::move(h));
         }
         const size_t first_v = p.ops().size();
         npu::float_ram(p, npu::FloatRamWindow{g_.v_low_binade}, vh, qkv_on, "v RAM " + std::to_string(t));
-        v_head_ops.push_back({first_v, p.ops().size(), read});
+        v_head_ops.push_back({first_v, p.ops().size(), head_read});
         std::vector<Neuron> vn;
         for (int j = 0; j < g_.kv_heads; ++j)
-          for (int i = 0; i < hs; ++i)
-            vn.push_back(Neuron{Lin{{{read, 128.0f}, {wsum_kv_[at(j)], 128.0f}, {kOne, -128.0f}}},
-                                Lin{{{vout[at(j / per)][at((j % per) * hs + i)], 1.0f / 128.0f}}}, {{in.v.back()[at(i)], 1.0f}}});
+          for (int i = 0; i < hs; ++i) {
+            const Lin up{{{vout[at(j / per)][at((j % per) * hs + i)], 1.0f / 128.0f}}};
+            vn.push_back(Neuron{Lin{{{read, 128.0f}, {wsum_kv_[at(j)], 128.0f}, {kOne, -128.0f}}}, up, {{in.v.back()[at(i)], 1.0f}}});
+            if (shared)
+              vn.push_back(Neuron{Lin{{{slow_segment_[at(seg)], 128.0f}, {slow_kv_[at(j)], 128.0f}, {slow_on_, -128.0f}}}, up,
+                                  {{places.v[at(o)][at(i)], 1.0f}}});
+          }
         p.mlp("wsum.v", std::move(vn));
       }
     }
@@ -728,13 +748,21 @@ void AttentionStages::build(const std::vector<ValueId>& q, const std::vector<std
   for (int t = 0; t < P; ++t) as_.gate_clears(prob_op[at(t)], prob_op_end[at(t)], prob_read_flag[at(t)]);
   for (const HeadOps& h : v_head_ops) as_.gate_clears(h.begin, h.end, h.read);
   as_.gate_clears_of(prob_read, prob_back_);
+  if (shared)  // written in WSUM's range, on SLOW's cycles
+    for (int o = 0; o < Ww; ++o) {
+      as_.gate_clears_of({places.pm[at(o)], places.exponent[at(o)]}, slow_on_);
+      as_.gate_clears_of(places.v[at(o)], slow_on_);
+    }
   if (Sw > 1) {
     cross_->carry_floats(carry, wsum_cross_, "wsum.carry_out");
     as_.branch(wsum_cross_);
   }
 
-  SlowInputs slow_in{probs, prob_neg, v_data, v_neg, qkv_on, pos};
-  const SlowResult slow = build_slow(slow_in, compiler::OpRange{first_wsum, end_wsum});
+  SlowInputs slow_in{probs, prob_neg, v_data, v_neg, qkv_on, pos, shared ? &places : nullptr};
+  // SLOW below WSUM (its first products after WSUM's chain), or beside it.
+  std::vector<compiler::OpRange> slow_after;
+  if (!shared || !g_.slow_beside_wsum) slow_after.push_back({first_wsum, end_wsum});
+  const SlowResult slow = build_slow(slow_in, slow_after);
 
   // The xb RAM: one one-row head per nested head (xb and the unsafe bit), wiped and
   // written by the WSUM segment that ends that head's fast path (not `cross`) or by the
@@ -808,15 +836,35 @@ void AttentionStages::build(const std::vector<ValueId>& q, const std::vector<std
   }
 }
 
-AttentionStages::SlowResult AttentionStages::build_slow(const SlowInputs& in, compiler::OpRange previous) {
+AttentionStages::SlowPlaces AttentionStages::slow_places(ValueId pos) {
+  compiler::Program& p = as_.program();
+  const int W = g_.slow_positions();
+  SlowPlaces r;
+  const size_t first = p.ops().size();
+  r.pos = as_.gated(std::vector<ValueId>{pos}, {slow_on_}, "slow.pos")[0];
+  const Lin base = segment_base(slow_segment_, W);  // the segment's first position s W
+  for (int o = 0; o < W; ++o) {
+    r.past.push_back(position_past(p, base, o, r.pos, "slow.past"));
+    r.pm.push_back(p.value("slow.pm"));
+    r.exponent.push_back(p.value("slow.exponent"));
+    r.v.push_back(p.values("slow.v", g_.head_size));
+  }
+  // Made before WSUM's range: their constants read SLOW's enable, not WSUM's.
+  compiler::enable_constants(p, first, slow_on_);
+  as_.gate_clears(first, p.ops().size(), slow_on_);
+  return r;
+}
+
+AttentionStages::SlowResult AttentionStages::build_slow(const SlowInputs& in, const std::vector<compiler::OpRange>& after) {
   compiler::Program& p = as_.program();
   const int hs = g_.head_size, E = g_.exp_heads, P = g_.positions;
   const int W = g_.slow_positions(), S = g_.slow_segments();
   const ValueId on = slow_on_;
-  const ValueId pos = as_.gated(std::vector<ValueId>{in.pos}, {on}, "slow.pos")[0];  // as sum.pos in build()
+  const bool shared = in.places != nullptr;
+  const ValueId pos = shared ? in.places->pos : as_.gated(std::vector<ValueId>{in.pos}, {on}, "slow.pos")[0];  // as sum.pos in build()
   // The slow prob RAM's query bits: exp.query, which WSUM, SUM and PROB set too, woke its
   // heads on their cycles.
-  const std::vector<ValueId> slow_query = as_.gated(exp_query_, {on}, "slow.query");
+  const std::vector<ValueId> slow_query = shared ? std::vector<ValueId>{} : as_.gated(exp_query_, {on}, "slow.query");
   const int per = g_.row_floats / hs;
   const size_t chunks = in.v_data.size();
   const Lin base = segment_base(slow_segment_, W);  // the segment's first position s W
@@ -852,13 +900,19 @@ AttentionStages::SlowResult AttentionStages::build_slow(const SlowInputs& in, co
   // chain (products 34 sublayers, a chain 8 x 7): ordered after block b - 1's products and
   // after the first kProductsLead rows of block b - 1's chain (not earlier: the product
   // values would stay live until their chain starts).
-  compiler::OpRange products_before = previous, chain_lead;
+  compiler::OpRange products_before, chain_lead;
   std::vector<HeadOps> head_ops;  // the RAM heads' ops and their read flag
   for (int b = 0; b < g_.slow_blocks(); ++b) {
     const size_t first_products = p.ops().size();
     std::vector<ValueId> pm, ex;
     std::vector<std::vector<ValueId>> v;
     for (int o = 8 * b; o < std::min(W, 8 * b + 8); ++o) {
+      if (shared) {  // picked by WSUM's ops
+        pm.push_back(in.places->pm[at(o)]);
+        ex.push_back(in.places->exponent[at(o)]);
+        v.push_back(in.places->v[at(o)]);
+        continue;
+      }
       const ValueId past = position_past(p, base, o, pos, "slow.past");
       pm.push_back(p.value("slow.pm"));
       ex.push_back(p.value("slow.exponent"));
@@ -907,7 +961,8 @@ AttentionStages::SlowResult AttentionStages::build_slow(const SlowInputs& in, co
     }
     const auto products = npu::attn_wsum_slow_products(p, pm, ex, v);
     const compiler::OpRange products_range{first_products, p.ops().size()};
-    p.order(products_before, products_range);
+    if (at(b) < after.size()) p.order(after[at(b)], products_range);
+    if (b >= 1) p.order(products_before, products_range);
     if (b >= 1) p.order(chain_lead, products_range);
     products_before = products_range;
     // The chain row by row (every dim's addition of row t, then row t + 1's), so that the
@@ -1067,7 +1122,7 @@ void AttentionStages::define(int first_lane, ValueId send, ValueId q_read, Value
                   {slow_head_[at(h)], 1.0f},
                   {slow_segment_[at(seg)], 1.0f}};
         with_bits(s, exp_query_, h / g_.exp_heads);
-        with_bits(s, slow_vrow_, l);
+        with_bits(s, g_.slow_shares_wsum_heads() ? wsum_vrow_ : slow_vrow_, l);
         as_.define(slow_name(l, h, seg), std::move(s));
       }
       // WSUM(l).h.s: while POS lies past the segment and no lane is unsafe, the state crosses

@@ -51,8 +51,10 @@
 // (v again, written by QKV) one head per (position, chunk of kv heads), a row per layer.
 // The block-max RAM has one head (one row) per block, the max RAM one row, the sum RAM
 // one head per place in a head group (a row per group), the xb RAM one one-row head per
-// nested head; SLOW has its own copies of the prob RAM's and v RAM's position heads, each
-// read by the unit of its place in a segment on the cycles of its segment. Rows are
+// nested head. SLOW reads the prob RAM's and v RAM's position heads on its own segment
+// flags when its segments hold WSUM's positions (slow_shares_wsum_heads); otherwise it
+// has its own copies of them, each read by the unit of its place in a segment on the
+// cycles of its segment. Rows are
 // write-once: a group of banks is wiped at its row 0, a head at the write of its row 0.
 //
 // Read-backs (4 cycles each, for tests and tools): RS.h the score of head h at POS, RM.h
@@ -89,6 +91,10 @@ struct AttentionGeometry {
   int wsum_segment_blocks = 8;  // the same for WSUM's fast path
   int sum_segment_blocks = 16;  // and for SUM
   int64_t carry_register = 1;
+  // Sharing WSUM's heads: SLOW's chain beside WSUM's (the two share depth, their widths
+  // add) or below it (the places' operands live across WSUM's band). Which gives the
+  // smaller machine depends on the rest of the schedule.
+  bool slow_beside_wsum = false;
 
   int groups() const { return banks / 8; }
   int blocks() const { return (positions + 7) / 8; }
@@ -101,6 +107,9 @@ struct AttentionGeometry {
   int sum_blocks() const { return std::max(1, std::min(sum_segment_blocks, blocks())); }
   int sum_positions() const { return 8 * sum_blocks(); }
   int sum_segments() const { return (blocks() + sum_blocks() - 1) / sum_blocks(); }
+  // SLOW reads WSUM's prob and v RAM heads (no copies of its own) when their segments hold
+  // the same positions: place o of either segment reads the heads of positions s' W + o.
+  bool slow_shares_wsum_heads() const { return slow_blocks() == wsum_blocks(); }
   // Whether any chain runs in more than one segment (then the machine has the crossing routine).
   bool crosses() const { return slow_segments() > 1 || wsum_segments() > 1 || sum_segments() > 1; }
   int exp_groups() const { return heads / exp_heads; }
@@ -165,22 +174,37 @@ class AttentionStages {
                                                const Inputs& stage, const std::vector<compiler::ValueId>& query_bits,
                                                compiler::ValueId read, int low_binade);
 
-  // SLOW's unit for one segment (after WSUM, its products after `previous`; its own copies
-  // of the prob RAM's and v RAM's position heads). Returns C's xb after the segment
-  // (head_size values, +0 when idle) and `more` (the segment's branch: 1 when POS lies
-  // past it; the carry is then parked for the crossing routine).
+  // SLOW's operands at each place o of a segment, picked from WSUM's heads by WSUM's pick
+  // ops on SLOW's cycles (its segment and head flags), so that a head's outs die at one
+  // op however far below WSUM's chain SLOW's runs: pm, exponent and v (head_size values)
+  // of position s W + o, +-0 past POS and on other cycles; and [s W + o > POS] and SLOW's
+  // copy of POS they are made from.
+  struct SlowPlaces {
+    compiler::ValueId pos = 0;
+    std::vector<compiler::ValueId> past, pm, exponent;
+    std::vector<std::vector<compiler::ValueId>> v;
+  };
+  // SLOW's unit for one segment: its operands from SlowInputs::places or its own copies of
+  // the prob RAM's and v RAM's position heads; block b's products after after[b] (when
+  // there is one). Returns C's xb after the segment (head_size values, +0 when idle) and
+  // `more` (the segment's branch: 1 when POS lies past it; the carry is then parked for
+  // the crossing routine).
   struct SlowInputs {
     const std::vector<std::vector<compiler::ValueId>>& probs;     // PROB's data per slot, and negated
     const std::vector<std::vector<compiler::ValueId>>& prob_neg;
     const std::vector<std::vector<compiler::ValueId>>& v_data;    // QKV's v per chunk, and negated
     const std::vector<std::vector<compiler::ValueId>>& v_neg;
     compiler::ValueId qkv_on, pos;
+    // With AttentionGeometry::slow_shares_wsum_heads: what WSUM's picks read for SLOW
+    // (SlowPlaces); else nullptr (SLOW builds its own copies of the heads).
+    const SlowPlaces* places;
   };
+  SlowPlaces slow_places(compiler::ValueId pos);
   struct SlowResult {
     std::vector<compiler::ValueId> xb;
     compiler::ValueId more = compiler::kNever;
   };
-  SlowResult build_slow(const SlowInputs& in, compiler::OpRange previous);
+  SlowResult build_slow(const SlowInputs& in, const std::vector<compiler::OpRange>& after);
   // [POS == t] on the cycles where `on` is 1, else +-0, made where it is called from
   // `pos_copy`, a copy of POS gated by `on` (e.g. v_pos_, QKV's: a v RAM head's write flag).
   compiler::ValueId position_flag(size_t t, compiler::ValueId pos_copy, compiler::ValueId on, const std::string& label);

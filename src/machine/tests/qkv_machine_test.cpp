@@ -377,14 +377,18 @@ std::vector<int64_t> expected_slow_path(const QkvMachine& m, int pos, int layer,
 // heads, with the bit 1), and ATTO(1) (X loaded with x_in of pos) run.c's x_att_res.
 // (The fast xb equals C's for these heads too: over the whole 256-step greedy story no
 // head's fast xb differs from att_out, so no real case shows the slow path correcting it.)
-TEST(QkvMachine, SlowPathOfUnsafeHeadsBitExactOnTheEngine) {
+// SLOW's segments are WSUM's here, so SLOW reads WSUM's heads (through WSUM's picks), its
+// chain below WSUM's or, `beside`, beside it.
+void slow_path_case(bool beside) {
   QkvMachineOptions o;
   o.attention = true;
   o.max_positions = 40;  // 5 blocks: the last one wholly past POS
   o.slow_segment_blocks = 1;
   o.wsum_segment_blocks = 1;
   o.sum_segment_blocks = 1;
+  o.slow_beside_wsum = beside;
   const QkvMachine m = build_qkv_machine(stories260k(), o);
+  for (const auto& op : m.program.ops()) ASSERT_EQ(op.label.find("slow prob RAM"), std::string::npos) << "a copy of a head";
   testing::print_shape("qkv machine with the attention stages and the slow path", m);
   EXPECT_LE(m.compiled.weights.config.intermediate_size, 1024);
   const auto& cfg = stories260k().config();
@@ -464,6 +468,9 @@ TEST(QkvMachine, SlowPathOfUnsafeHeadsBitExactOnTheEngine) {
               unsafe_total, slow_cycles, static_cast<long long>(t.floats), static_cast<long long>(t.cycles),
               t.cycles ? 1e3 * t.seconds / static_cast<double>(t.cycles) : 0.0);
 }
+
+TEST(QkvMachine, SlowPathOfUnsafeHeadsBitExactOnTheEngine) { slow_path_case(false); }
+TEST(QkvMachine, SlowPathBesideWsumBitExactOnTheEngine) { slow_path_case(true); }
 
 }  // namespace
 }  // namespace qpu::machine

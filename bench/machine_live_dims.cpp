@@ -22,7 +22,8 @@
 // QPU_WIDTH=n prints the n widest sublayers and what is live across the widest (no run);
 // with QPU_WIDTH_BANDS=k also each of k bands' widest sublayer and the units holding it;
 // QPU_WIDTH_AT=s lists what is live across sublayer s instead of the widest.
-// QPU_MAX_NEURONS=n builds the machine for n neurons per MLP sublayer.
+// QPU_MAX_NEURONS=n and QPU_SEGMENTS=sum,wsum,slow build the machine for n neurons per
+// MLP sublayer and those blocks per segment (as machine_shape).
 // A diagnostic, not a test: the engine and the machine are as built.
 #include <omp.h>
 
@@ -76,6 +77,8 @@ int main(int argc, char** argv) {
   o.max_positions = positions;
   o.kv_banks = 32;  // as runner::token_machine_options
   if (const char* e = std::getenv("QPU_MAX_NEURONS")) o.limits.max_neurons_per_mlp = std::atoi(e);
+  if (const char* e = std::getenv("QPU_SEGMENTS"))
+    if (std::sscanf(e, "%d,%d,%d", &o.sum_segment_blocks, &o.wsum_segment_blocks, &o.slow_segment_blocks) != 3) return 2;
   const machine::TokenMachine m = machine::build_token_machine(npu::unit_testing::stories260k(), o);
   const compiler::Program& program = m.program;
   const compiler::Schedule& schedule = m.compiled.schedule;

@@ -11,9 +11,10 @@
 // QPU_KV_BANKS=n, QPU_LANES=n, QPU_MAX_NEURONS=n, QPU_MAX_MEMORIES=n and
 // QPU_SEGMENTS=sum,wsum,slow replace runner::token_machine_options' KV banks, SWIGLU chunk
 // lanes, neurons per MLP sublayer, GDN memories per mixer and the attention chains' blocks
-// per segment
+// per segment; QPU_SLOW_BESIDE=1 puts SLOW's chain beside WSUM's when they share heads
 // (to see what a machine option costs before changing it).
 #include <algorithm>
+#include <cctype>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
@@ -63,6 +64,7 @@ int main(int argc, char** argv) {
                     &options.slow_segment_blocks) != 3)
       fail("QPU_SEGMENTS: '{}' is not sum,wsum,slow blocks", e);
   }
+  if (std::getenv("QPU_SLOW_BESIDE")) options.slow_beside_wsum = true;
   const machine::TokenMachine m = machine::build_token_machine(nested_model(), options);
   const compiler::Program& program = m.program;
   const compiler::Schedule& schedule = m.compiled.schedule;
@@ -122,6 +124,22 @@ int main(int argc, char** argv) {
     for (const auto& [name, cw] : big)
       std::printf("ops over %zu neurons: %-24s %6lld ops, widest %zu\n", over, name.c_str(),
                   static_cast<long long>(cw.first), cw.second);
+  }
+
+  // QPU_MEMORIES=1: the GDN memory ops by label (digits collapsed), most first.
+  if (std::getenv("QPU_MEMORIES")) {
+    std::map<std::string, int64_t> count;
+    for (const auto& op : ops)
+      if (op.kind == compiler::OpKind::GdnMemory) {
+        std::string l;
+        for (char ch : op.label) l += std::isdigit(static_cast<unsigned char>(ch)) ? '#' : ch;
+        while (l.find("##") != std::string::npos) l.erase(l.find("##"), 1);
+        ++count[l];
+      }
+    std::vector<std::pair<int64_t, std::string>> top;
+    for (const auto& [l, n] : count) top.push_back({-n, l});
+    std::sort(top.begin(), top.end());
+    for (const auto& [n, l] : top) std::printf("GDN memories: %6lld  %s\n", static_cast<long long>(-n), l.c_str());
   }
 
   const int64_t step = std::max<int64_t>(1, (layers + bands - 1) / bands);

@@ -24,6 +24,9 @@
 //   mkfifo /tmp/ctl
 //   QPU_PERF_FAMILY='EXP(#).#.#' QPU_PERF_CTL=/tmp/ctl perf record -D -1 --control=fifo:/tmp/ctl -o exp.data story_profile 256 40
 //
+// QPU_MAX_NEURONS=n, QPU_SEGMENTS=sum,wsum,slow and QPU_SLOW_BESIDE=1 build the machine
+// as machine_shape does (the layouts qpu compile searches).
+//
 // With QPU_HOST_TOKENS=PATH the host tokens of the (last) run are written to PATH, one
 // "id name" per line, for bench/draft_acceptance.py.
 #include <omp.h>
@@ -61,6 +64,11 @@ int main(int argc, char** argv) {
     machine::TokenMachineOptions o = runner::token_machine_options(positions);
     o.exp_heads = exp_heads;
     o.lanes = lanes;
+    // The layout knobs qpu compile searches (machine_shape's names).
+    if (const char* e = std::getenv("QPU_MAX_NEURONS")) o.limits.max_neurons_per_mlp = std::atoi(e);
+    if (const char* e = std::getenv("QPU_SEGMENTS"))
+      if (std::sscanf(e, "%d,%d,%d", &o.sum_segment_blocks, &o.wsum_segment_blocks, &o.slow_segment_blocks) != 3) return 2;
+    if (std::getenv("QPU_SLOW_BESIDE")) o.slow_beside_wsum = true;
     using Clock = std::chrono::steady_clock;
     const auto t0 = Clock::now();
     const machine::TokenMachine m = machine::build_token_machine(ck, o);

@@ -6,14 +6,15 @@
 // The machine's size as a dense checkpoint is known once it is scheduled, before any
 // layer is emitted: over the parameter budget the compile stops there with the numbers
 // and writes nothing. The directory appears only when complete.
-// The intermediate size (neurons per MLP sublayer) is searched: the machine is scheduled
-// for each of kIntermediateSizes (ops wider than one are split, compiler/split_mlp.h)
-// and the one with the fewest parameters is kept. The hidden size, set by the widest
-// sublayer, moves by tens of percent with the neurons a sublayer may hold, in no
-// monotone way (docs/npu-machine.md, "The checkpoint on disk"), so only a search finds
-// the smallest. --intermediate pins one.
+// The shape is searched: the machine is scheduled for each layout of the attention's
+// chains in kLayouts and each intermediate size (neurons per MLP sublayer) in
+// kIntermediateSizes (ops wider than one are split, compiler/split_mlp.h), and the one
+// with the fewest parameters is kept. The hidden size, set by the widest sublayer, moves
+// by tens of percent with these choices, in no monotone way (docs/npu-machine.md, "The
+// checkpoint on disk"), so only a search finds the smallest. --intermediate pins the size.
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -96,6 +97,77 @@ nlohmann::json machine_description(const CompileOptions& o, const reference::Lla
   };
 }
 
+// A layout of the attention's chains the compile tries (machine/attention_stages.h):
+// WSUM's and SLOW's blocks per segment and, when those are equal (SLOW reads WSUM's RAM
+// heads), SLOW's chain beside WSUM's or below it.
+struct Layout {
+  int wsum_blocks = 8, slow_blocks = 4;
+  bool beside = false;
+  std::string describe() const {
+    return std::string("WSUM / SLOW segments of ") + std::to_string(wsum_blocks) + " / " + std::to_string(slow_blocks) +
+           " blocks" + (wsum_blocks == slow_blocks ? beside ? ", SLOW beside WSUM" : ", SLOW below WSUM" : "");
+  }
+};
+constexpr Layout kLayouts[] = {{8, 4, false}, {4, 4, false}, {4, 4, true}};
+
+// The token machine for each layout and intermediate size (the pinned size alone, when
+// `intermediate` is not 0), the one with the fewest parameters kept. A layout that comes
+// out the same as an earlier one for this many positions (segments longer than the
+// cache are cut to it) is not built twice.
+machine::TokenMachine smallest_machine(const reference::Llama2Checkpoint& checkpoint, machine::TokenMachineOptions options,
+                                       int64_t intermediate, Layout& kept, uint64_t& parameters) {
+  using Clock = std::chrono::steady_clock;
+  std::vector<int64_t> sizes(std::begin(kIntermediateSizes), std::end(kIntermediateSizes));
+  if (intermediate != 0) sizes = {intermediate};
+  const int blocks = (options.positions(checkpoint.config()) + 7) / 8;
+  std::vector<Layout> tried;
+  machine::TokenMachine best;
+  parameters = 0;
+  for (Layout layout : kLayouts) {
+    layout.wsum_blocks = std::min(layout.wsum_blocks, blocks);
+    layout.slow_blocks = std::min(layout.slow_blocks, blocks);
+    layout.beside = layout.beside && layout.wsum_blocks == layout.slow_blocks;
+    if (std::any_of(tried.begin(), tried.end(), [&](const Layout& t) {
+          return t.wsum_blocks == layout.wsum_blocks && t.slow_blocks == layout.slow_blocks && t.beside == layout.beside;
+        }))
+      continue;
+    tried.push_back(layout);
+    options.wsum_segment_blocks = layout.wsum_blocks;
+    options.slow_segment_blocks = layout.slow_blocks;
+    options.slow_beside_wsum = layout.beside;
+    for (int64_t size : sizes) {
+      const auto ts = Clock::now();
+      options.limits.max_neurons_per_mlp = size;
+      machine::TokenMachine m;
+      try {
+        m = machine::build_token_machine(checkpoint, options);
+      } catch (const Error& e) {
+        // A size below the widest op that cannot be split (compiler/split_mlp.h).
+        if (sizes.size() == 1)
+          fail("flag --intermediate: the machine does not fit {} neurons per MLP sublayer: {}", size, e.what());
+        std::fprintf(stderr, "compile: intermediate %lld: %s\n", static_cast<long long>(size), e.what());
+        continue;
+      }
+      const auto& c = m.compiled.weights.config;
+      const uint64_t n = machine::machine_parameters(m);
+      std::fprintf(stderr,
+                   "compile: token machine for %d positions (%s): %lld layers, hidden %lld, intermediate %lld, vocab "
+                   "%lld: %.2f billion parameters (scheduled in %.1f s)\n",
+                   m.max_positions, layout.describe().c_str(), static_cast<long long>(c.num_hidden_layers),
+                   static_cast<long long>(c.hidden_size), static_cast<long long>(c.intermediate_size),
+                   static_cast<long long>(c.vocab_size), static_cast<double>(n) / 1e9,
+                   std::chrono::duration<double>(Clock::now() - ts).count());
+      if (parameters == 0 || n < parameters) {
+        best = std::move(m);
+        parameters = n;
+        kept = layout;
+      }
+    }
+  }
+  if (parameters == 0) fail("compile: the machine fits none of the intermediate sizes tried");
+  return best;
+}
+
 std::string read_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -141,43 +213,13 @@ int run_compile(const CompileOptions& o) {
       fail("flag --sampler: the machine's top-p works on blocks of {} logits, which do not divide the vocabulary of {}",
            options.sample.block, cfg.vocab_size);
   }
-  // Each intermediate size scheduled in turn (the pinned one alone); the smallest machine kept.
-  std::vector<int64_t> sizes(std::begin(kIntermediateSizes), std::end(kIntermediateSizes));
-  if (o.intermediate != 0) sizes = {o.intermediate};
-  machine::TokenMachine best;
+  Layout layout;
   uint64_t parameters = 0;
-  for (int64_t size : sizes) {
-    const auto ts = Clock::now();
-    options.limits.max_neurons_per_mlp = size;
-    machine::TokenMachine m;
-    try {
-      m = machine::build_token_machine(checkpoint, options);
-    } catch (const Error& e) {
-      // A size below the widest op that cannot be split (compiler/split_mlp.h).
-      if (sizes.size() == 1) fail("flag --intermediate: the machine does not fit {} neurons per MLP sublayer: {}", size, e.what());
-      std::fprintf(stderr, "compile: intermediate %lld: %s\n", static_cast<long long>(size), e.what());
-      continue;
-    }
-    const auto& c = m.compiled.weights.config;
-    const uint64_t n = machine::machine_parameters(m);
-    std::fprintf(stderr,
-                 "compile: token machine for %d positions: %lld layers, hidden %lld, intermediate %lld, vocab %lld: "
-                 "%.2f billion parameters (scheduled in %.1f s)\n",
-                 m.max_positions, static_cast<long long>(c.num_hidden_layers), static_cast<long long>(c.hidden_size),
-                 static_cast<long long>(c.intermediate_size), static_cast<long long>(c.vocab_size),
-                 static_cast<double>(n) / 1e9, std::chrono::duration<double>(Clock::now() - ts).count());
-    if (parameters == 0 || n < parameters) {
-      best = std::move(m);
-      parameters = n;
-    }
-  }
-  if (parameters == 0) fail("compile: the machine fits none of the intermediate sizes tried");
-  const machine::TokenMachine& m = best;
+  const machine::TokenMachine m = smallest_machine(checkpoint, options, o.intermediate, layout, parameters);
   const auto& c = m.compiled.weights.config;
-  if (sizes.size() > 1)
-    std::fprintf(stderr, "compile: kept intermediate %lld (%.2f billion parameters, %.1f s in all)\n",
-                 static_cast<long long>(c.intermediate_size), static_cast<double>(parameters) / 1e9,
-                 std::chrono::duration<double>(Clock::now() - t0).count());
+  std::fprintf(stderr, "compile: kept %s, intermediate %lld (%.2f billion parameters, %.1f s in all)\n",
+               layout.describe().c_str(), static_cast<long long>(c.intermediate_size), static_cast<double>(parameters) / 1e9,
+               std::chrono::duration<double>(Clock::now() - t0).count());
   if (static_cast<double>(parameters) > o.max_params)
     fail("compile: the machine is {:.2f} billion parameters as a dense Qwen3.5 checkpoint ({} layers of hidden {}, "
          "intermediate {}), over the budget of {:.0f} parameters (--max-params); nothing was written. Its depth "

@@ -760,9 +760,9 @@ void AttentionStages::build(const std::vector<ValueId>& q, const std::vector<std
 
   SlowInputs slow_in{probs, prob_neg, v_data, v_neg, qkv_on, pos, shared ? &places : nullptr};
   // SLOW below WSUM (its first products after WSUM's chain), or beside it.
-  std::vector<compiler::OpRange> slow_after;
-  if (!shared || !g_.slow_beside_wsum) slow_after.push_back({first_wsum, end_wsum});
-  const SlowResult slow = build_slow(slow_in, slow_after);
+  const bool beside = shared && g_.slow_beside_wsum;
+  const SlowResult slow =
+      build_slow(slow_in, beside ? std::nullopt : std::optional<compiler::OpRange>{{first_wsum, end_wsum}});
 
   // The xb RAM: one one-row head per nested head (xb and the unsafe bit), wiped and
   // written by the WSUM segment that ends that head's fast path (not `cross`) or by the
@@ -855,7 +855,7 @@ AttentionStages::SlowPlaces AttentionStages::slow_places(ValueId pos) {
   return r;
 }
 
-AttentionStages::SlowResult AttentionStages::build_slow(const SlowInputs& in, const std::vector<compiler::OpRange>& after) {
+AttentionStages::SlowResult AttentionStages::build_slow(const SlowInputs& in, std::optional<compiler::OpRange> below) {
   compiler::Program& p = as_.program();
   const int hs = g_.head_size, E = g_.exp_heads, P = g_.positions;
   const int W = g_.slow_positions(), S = g_.slow_segments();
@@ -961,7 +961,7 @@ AttentionStages::SlowResult AttentionStages::build_slow(const SlowInputs& in, co
     }
     const auto products = npu::attn_wsum_slow_products(p, pm, ex, v);
     const compiler::OpRange products_range{first_products, p.ops().size()};
-    if (at(b) < after.size()) p.order(after[at(b)], products_range);
+    if (b == 0 && below) p.order(*below, products_range);
     if (b >= 1) p.order(products_before, products_range);
     if (b >= 1) p.order(chain_lead, products_range);
     products_before = products_range;

@@ -185,8 +185,8 @@ class AttentionStages {
     std::vector<std::vector<compiler::ValueId>> v;
   };
   // SLOW's unit for one segment: its operands from SlowInputs::places or its own copies of
-  // the prob RAM's and v RAM's position heads; block b's products after after[b] (when
-  // there is one). Returns C's xb after the segment (head_size values, +0 when idle) and
+  // the prob RAM's and v RAM's position heads; its first products after `below` (SLOW's
+  // chain below WSUM's), or with none beside it. Returns C's xb after the segment (head_size values, +0 when idle) and
   // `more` (the segment's branch: 1 when POS lies past it; the carry is then parked for
   // the crossing routine).
   struct SlowInputs {
@@ -204,7 +204,7 @@ class AttentionStages {
     std::vector<compiler::ValueId> xb;
     compiler::ValueId more = compiler::kNever;
   };
-  SlowResult build_slow(const SlowInputs& in, const std::vector<compiler::OpRange>& after);
+  SlowResult build_slow(const SlowInputs& in, std::optional<compiler::OpRange> below);
   // [POS == t] on the cycles where `on` is 1, else +-0, made where it is called from
   // `pos_copy`, a copy of POS gated by `on` (e.g. v_pos_, QKV's: a v RAM head's write flag).
   compiler::ValueId position_flag(size_t t, compiler::ValueId pos_copy, compiler::ValueId on, const std::string& label);

@@ -38,15 +38,21 @@ UnitProgram embedding_program(const reference::Llama2Checkpoint& checkpoint) {
   return u;
 }
 
-TEST(EmbeddingLookup, EveryTokenGivesItsRowExactly) {
-  const auto& checkpoint = unit_testing::stories260k();
+// Every token enabled, and its row of the embedding table (run.c's memcpy).
+void every_token(const reference::Llama2Checkpoint& checkpoint, std::vector<float>& in, std::vector<float>& expect) {
   const auto& c = checkpoint.config();
-  const auto table = checkpoint.weights().token_embedding;
-  std::vector<float> in, expect;
+  const auto& table = checkpoint.weights().token_embedding;
   for (int t = 0; t < c.vocab_size; ++t) {
     in.insert(in.end(), {1.0f, static_cast<float>(t)});
     expect.insert(expect.end(), table.begin() + static_cast<ptrdiff_t>(t) * c.dim, table.begin() + static_cast<ptrdiff_t>(t + 1) * c.dim);
   }
+}
+
+TEST(EmbeddingLookup, EveryTokenGivesItsRowExactly) {
+  const auto& checkpoint = unit_testing::stories260k();
+  const auto& c = checkpoint.config();
+  std::vector<float> in, expect;
+  every_token(checkpoint, in, expect);
   const UnitHarness h(embedding_program(checkpoint), 1024);
   const auto r = h.run(in, expect, false);
   EXPECT_EQ(r.mismatches, 0) << r.first_mismatch;
@@ -66,12 +72,8 @@ TEST(EmbeddingLookup, EveryTokenGivesItsRowExactly) {
 TEST(EmbeddingLookup, SplitOverNarrowSublayersGivesEveryRowExactly) {
   const auto& checkpoint = unit_testing::stories260k();
   const auto& c = checkpoint.config();
-  const auto table = checkpoint.weights().token_embedding;
   std::vector<float> in, expect;
-  for (int t = 0; t < c.vocab_size; ++t) {
-    in.insert(in.end(), {1.0f, static_cast<float>(t)});
-    expect.insert(expect.end(), table.begin() + static_cast<ptrdiff_t>(t) * c.dim, table.begin() + static_cast<ptrdiff_t>(t + 1) * c.dim);
-  }
+  every_token(checkpoint, in, expect);
   const UnitHarness h(embedding_program(checkpoint), 1024, 128);
   EXPECT_EQ(h.compiled().weights.config.intermediate_size, 128);
   // The one-hot's 5 chunks fit 128 neurons each, side by side over the layers; the 512

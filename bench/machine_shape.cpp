@@ -126,7 +126,8 @@ int main(int argc, char** argv) {
                   static_cast<long long>(cw.first), cw.second);
   }
 
-  // QPU_MEMORIES=1: the GDN memory ops by label (digits collapsed), most first.
+  // QPU_MEMORIES=1: the GDN memory ops by label (digits collapsed), most first, and how
+  // many layers hold any.
   if (std::getenv("QPU_MEMORIES")) {
     std::map<std::string, int64_t> count;
     for (const auto& op : ops)
@@ -140,6 +141,11 @@ int main(int argc, char** argv) {
     for (const auto& [l, n] : count) top.push_back({-n, l});
     std::sort(top.begin(), top.end());
     for (const auto& [n, l] : top) std::printf("GDN memories: %6lld  %s\n", static_cast<long long>(-n), l.c_str());
+    std::vector<char> holds(static_cast<size_t>(layers), 0);
+    for (size_t i = 0; i < ops.size(); ++i)
+      if (ops[i].kind == compiler::OpKind::GdnMemory) holds[static_cast<size_t>(schedule.sublayer[i] / 2)] = 1;
+    std::printf("GDN memories: layers holding one: %lld of %lld\n",
+                static_cast<long long>(std::count(holds.begin(), holds.end(), 1)), static_cast<long long>(layers));
   }
 
   const int64_t step = std::max<int64_t>(1, (layers + bands - 1) / bands);

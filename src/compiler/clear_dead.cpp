@@ -150,7 +150,12 @@ DeadClears add_dead_value_clears(const Program& program, const Interface& interf
 ReusePlan plan_dim_reuse(const Program& unsplit, const Interface& interface, const ScheduleLimits& limits,
                          const DeadClearOptions& options) {
   unsplit.validate();
-  const Program program = split_wide_mlps(unsplit, limits.max_neurons_per_mlp);
+  // A program with no op over the limit is planned as it is (no copy of it).
+  const bool wide = std::any_of(unsplit.ops().begin(), unsplit.ops().end(), [&](const Op& op) {
+    return op.kind == OpKind::Mlp && static_cast<int64_t>(op.neurons.size()) > limits.max_neurons_per_mlp;
+  });
+  const Program split = wide ? split_wide_mlps(unsplit, limits.max_neurons_per_mlp) : Program{};
+  const Program& program = wide ? split : unsplit;
   Schedule base = schedule(program, limits);
   const int64_t base_sublayers = base.num_sublayers;
   // Clears only take room the MLPs already have: with the neuron limit lowered to the

@@ -150,17 +150,24 @@ DeadClears add_dead_value_clears(const Program& program, const Interface& interf
 ReusePlan plan_dim_reuse(const Program& unsplit, const Interface& interface, const ScheduleLimits& limits,
                          const DeadClearOptions& options) {
   unsplit.validate();
+  if (limits.clear_room < 0 || limits.clear_room >= limits.max_neurons_per_mlp)
+    fail("plan_dim_reuse: clear room of {} neurons in MLP sublayers of {}", limits.clear_room, limits.max_neurons_per_mlp);
+  // The program's own ops get the sublayers less the clears' room (split to that width).
+  ScheduleLimits base_limits = limits;
+  base_limits.max_neurons_per_mlp -= limits.clear_room;
   // A program with no op over the limit is planned as it is (no copy of it).
   const bool wide = std::any_of(unsplit.ops().begin(), unsplit.ops().end(), [&](const Op& op) {
-    return op.kind == OpKind::Mlp && static_cast<int64_t>(op.neurons.size()) > limits.max_neurons_per_mlp;
+    return op.kind == OpKind::Mlp && static_cast<int64_t>(op.neurons.size()) > base_limits.max_neurons_per_mlp;
   });
-  const Program split = wide ? split_wide_mlps(unsplit, limits.max_neurons_per_mlp) : Program{};
+  const Program split = wide ? split_wide_mlps(unsplit, base_limits.max_neurons_per_mlp) : Program{};
   const Program& program = wide ? split : unsplit;
-  Schedule base = schedule(program, limits);
+  Schedule base = limits.by_deadline ? schedule_by_deadline(program, base_limits) : schedule(program, base_limits);
   const int64_t base_sublayers = base.num_sublayers;
   // Clears only take room the MLPs already have: with the neuron limit lowered to the
-  // largest MLP of the plain schedule, the intermediate size does not grow. The
-  // original ops keep their sublayers (schedule_after places only the clears).
+  // largest MLP of the plain schedule, the intermediate size does not grow; with a
+  // clear room, up to the full limit. The original ops keep their sublayers
+  // (schedule_after places only the clears); sinking them may take the clears' room too
+  // (the ops that sink start more lives than they end: the clears' values die sooner).
   std::map<int64_t, int64_t> neurons;
   for (size_t i = 0; i < program.ops().size(); ++i)
     if (program.ops()[i].kind == OpKind::Mlp)
@@ -168,6 +175,8 @@ ReusePlan plan_dim_reuse(const Program& unsplit, const Interface& interface, con
   ScheduleLimits capped = limits;
   capped.max_neurons_per_mlp = 1;
   for (const auto& [sublayer, count] : neurons) capped.max_neurons_per_mlp = std::max(capped.max_neurons_per_mlp, count);
+  ScheduleLimits clears = capped;
+  if (limits.clear_room > 0) clears.max_neurons_per_mlp = limits.max_neurons_per_mlp;
   DeadClears dc = add_dead_value_clears(program, interface, options);
   if (limits.sink) {
     // Interface inputs live from the embedding on; outputs and values whose final
@@ -179,9 +188,9 @@ ReusePlan plan_dim_reuse(const Program& unsplit, const Interface& interface, con
       fixed[v] = dc.lifetimes[v] == Lifetime::Program || dc.lifetimes[v] == Lifetime::EmbeddingToLastAccess;
       kept[v] = dc.lifetimes[v] != Lifetime::ToLastAccess;
     }
-    base = sink_schedule(program, base, capped, fixed, kept);
+    base = sink_schedule(program, base, clears, fixed, kept);
   }
-  Schedule s = schedule_after(dc.program, base, capped);
+  Schedule s = schedule_after(dc.program, base, clears);
   // Drop the clears placed past the original end (their values keep their dims from
   // the first access on, inputs from the embedding on); the others are placed again
   // after the original ops, until none lands past the end (placed again with fewer
@@ -205,7 +214,7 @@ ReusePlan plan_dim_reuse(const Program& unsplit, const Interface& interface, con
     if (dropped) {
       ops.resize(kept_ops);
       dc.cleared = std::move(still_cleared);
-      s = schedule_after(dc.program, base, capped);
+      s = schedule_after(dc.program, base, clears);
     }
   }
   ReusePlan r{std::move(dc.program), std::move(dc.lifetimes), std::move(s), {}};

@@ -19,6 +19,14 @@ struct ScheduleLimits {
   // plan_dim_reuse (clear_dead.h) only: sink_schedule() the ops before the clears are
   // placed, so values start living as late as their first readers allow.
   bool sink = false;
+  // plan_dim_reuse (clear_dead.h) only: schedule_by_deadline() instead of schedule().
+  bool by_deadline = false;
+  // plan_dim_reuse only: neurons of each MLP sublayer that the program's own ops leave
+  // to the dead-value clears (they are split and scheduled for the rest). Without it,
+  // a clear goes wherever an earlier sublayer has room left, and where the schedule
+  // packs its sublayers full, far below the value's last reader: the value keeps its
+  // dim all the way.
+  int64_t clear_room = 0;
 };
 
 struct Schedule {
@@ -36,6 +44,16 @@ Schedule schedule(const Program& program, const ScheduleLimits& limits = {});
 // stay where `placed` put them (which must obey the rules and limits). Appending ops to
 // a program and scheduling them this way never moves the original ones.
 Schedule schedule_after(const Program& program, const Schedule& placed, const ScheduleLimits& limits = {});
+
+// List scheduling by deadline: every op gets its latest sublayer in a resource-free
+// schedule as long as the critical path (its deadline), then sublayer by sublayer the
+// ready ops (every op they depend on placed, under the rules of ir.h and the explicit
+// orders) are placed most urgent first while the limits allow. Where the greedy
+// schedule() fills sublayers in program order, so that ops off the critical path can
+// push the ones on it down, this keeps the stack near the critical path when the limits
+// are tight (few neurons per MLP, few memories per mixer). Throws qpu::Error when one op
+// alone exceeds a limit.
+Schedule schedule_by_deadline(const Program& program, const ScheduleLimits& limits = {});
 
 // As-late-as-useful: moves ops to later sublayers, within the rules of ir.h, the limits
 // and the schedule's length (num_sublayers does not change), when the move shortens the

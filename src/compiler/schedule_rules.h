@@ -1,0 +1,67 @@
+#pragma once
+// The placement rules that every scheduler of schedule.h shares (internal to the
+// compiler library): which sublayer kind an op needs, what it occupies there, and the
+// explicit orders of a program indexed by op.
+#include <cstdint>
+#include <map>
+#include <vector>
+
+#include "compiler/ir.h"
+#include "compiler/schedule.h"
+
+namespace qpu::compiler {
+
+inline bool fits_kind(const Op& op, int64_t s) {
+  return (op.kind == OpKind::Mlp) == Schedule::is_mlp(s);
+}
+
+inline int64_t op_size(const Op& op) {
+  return op.kind == OpKind::Mlp ? static_cast<int64_t>(op.neurons.size()) : 1;
+}
+
+inline int64_t op_limit(const Op& op, const ScheduleLimits& limits) {
+  return op.kind == OpKind::Mlp          ? limits.max_neurons_per_mlp
+         : op.kind == OpKind::AttnMemory ? limits.max_memories_per_mixer
+                                         : limits.max_gdn_memories_per_mixer;
+}
+
+// What is placed in each sublayer: units used, and the memories per kind (a mixer
+// sublayer holds one kind of memory).
+struct Occupancy {
+  std::map<int64_t, int64_t> used;
+  std::map<int64_t, int64_t> attn, gdn;
+
+  bool fits(const Op& op, int64_t s, const ScheduleLimits& limits) const {
+    if (!fits_kind(op, s)) return false;
+    const auto u = used.find(s);
+    if ((u == used.end() ? 0 : u->second) + op_size(op) > op_limit(op, limits)) return false;
+    if (op.kind == OpKind::Mlp) return true;
+    const auto& other = op.kind == OpKind::AttnMemory ? gdn : attn;
+    const auto o = other.find(s);
+    return o == other.end() || o->second == 0;
+  }
+  void add(const Op& op, int64_t s, int64_t sign) {
+    used[s] += sign * op_size(op);
+    if (op.kind == OpKind::AttnMemory) attn[s] += sign;
+    if (op.kind == OpKind::GdnMemory) gdn[s] += sign;
+  }
+};
+
+// The explicit ordering constraints of a program (ir.h, Program::order), indexed by op:
+// the constraints an op is in the `after` range of (it must wait for them) and in the
+// `before` range of (the ops it must stay above).
+struct OrderIndex {
+  std::vector<std::vector<size_t>> waits_for, holds_back;  // per op: indices into orders
+
+  explicit OrderIndex(const Program& program)
+      : waits_for(program.ops().size()), holds_back(program.ops().size()) {
+    program.check_orders();  // mutable_ops() may have removed ops since
+    const auto& orders = program.orders();
+    for (size_t k = 0; k < orders.size(); ++k) {
+      for (size_t i = orders[k].after.begin; i < orders[k].after.end; ++i) waits_for[i].push_back(k);
+      for (size_t i = orders[k].before.begin; i < orders[k].before.end; ++i) holds_back[i].push_back(k);
+    }
+  }
+};
+
+}  // namespace qpu::compiler

@@ -23,7 +23,8 @@
 // with QPU_WIDTH_BANDS=k also each of k bands' widest sublayer and the units holding it;
 // QPU_WIDTH_AT=s lists what is live across sublayer s instead of the widest.
 // QPU_MAX_NEURONS=n and QPU_SEGMENTS=sum,wsum,slow build the machine for n neurons per
-// MLP sublayer and those blocks per segment (as machine_shape).
+// MLP sublayer and those blocks per segment, QPU_SLOW_BESIDE=1 SLOW beside WSUM,
+// QPU_DEADLINE=1 and QPU_CLEAR_ROOM=n the schedule (as machine_shape).
 // A diagnostic, not a test: the engine and the machine are as built.
 #include <omp.h>
 
@@ -40,6 +41,7 @@
 #include "engine/model.h"
 #include "machine/token_machine.h"
 #include "runner/cycle_profile.h"
+#include "runner/story_stream.h"
 #include "npu/tests/unit_harness.h"
 
 namespace {
@@ -73,12 +75,13 @@ int main(int argc, char** argv) {
   const long from = argc > 5 ? std::atol(argv[5]) : 0;
   omp_set_num_threads(1);
   const auto start = std::chrono::steady_clock::now();
-  machine::TokenMachineOptions o;
-  o.max_positions = positions;
-  o.kv_banks = 32;  // as runner::token_machine_options
+  machine::TokenMachineOptions o = runner::token_machine_options(positions);
   if (const char* e = std::getenv("QPU_MAX_NEURONS")) o.limits.max_neurons_per_mlp = std::atoi(e);
   if (const char* e = std::getenv("QPU_SEGMENTS"))
     if (std::sscanf(e, "%d,%d,%d", &o.sum_segment_blocks, &o.wsum_segment_blocks, &o.slow_segment_blocks) != 3) return 2;
+  if (std::getenv("QPU_SLOW_BESIDE")) o.slow_beside_wsum = true;
+  if (std::getenv("QPU_DEADLINE")) o.limits.by_deadline = true;
+  if (const char* e = std::getenv("QPU_CLEAR_ROOM")) o.limits.clear_room = std::atoi(e);
   const machine::TokenMachine m = machine::build_token_machine(npu::unit_testing::stories260k(), o);
   const compiler::Program& program = m.program;
   const compiler::Schedule& schedule = m.compiled.schedule;

@@ -12,7 +12,9 @@
 // QPU_SEGMENTS=sum,wsum,slow replace runner::token_machine_options' KV banks, SWIGLU chunk
 // lanes, neurons per MLP sublayer, GDN memories per mixer and the attention chains' blocks
 // per segment; QPU_SLOW_BESIDE=1 puts SLOW's chain beside WSUM's when they share heads
-// (to see what a machine option costs before changing it).
+// (to see what a machine option costs before changing it); QPU_DEADLINE=1 schedules by
+// deadline and QPU_CLEAR_ROOM=n leaves n neurons per MLP sublayer to the clears
+// (compiler/schedule.h). QPU_TOP=n names the n families with the most neurons per band.
 #include <algorithm>
 #include <cctype>
 #include <cstdio>
@@ -65,6 +67,8 @@ int main(int argc, char** argv) {
       fail("QPU_SEGMENTS: '{}' is not sum,wsum,slow blocks", e);
   }
   if (std::getenv("QPU_SLOW_BESIDE")) options.slow_beside_wsum = true;
+  if (std::getenv("QPU_DEADLINE")) options.limits.by_deadline = true;
+  if (const char* e = std::getenv("QPU_CLEAR_ROOM")) options.limits.clear_room = std::atoi(e);
   const machine::TokenMachine m = machine::build_token_machine(nested_model(), options);
   const compiler::Program& program = m.program;
   const compiler::Schedule& schedule = m.compiled.schedule;
@@ -80,6 +84,8 @@ int main(int argc, char** argv) {
   // Every value the embedding sets needs a dim of its own (compiler/allocate.h): their
   // count is a floor of the hidden size whatever their lives.
   std::printf("token inputs: %zu (the embedding sets each in its own dim)\n", m.interface.inputs.size());
+  std::printf("critical path: %lld ops (sublayers %lld: mixers and MLPs alternate)\n",
+              static_cast<long long>(compiler::critical_path(program)), static_cast<long long>(schedule.num_sublayers));
 
   // Live interval per value: first to last access; interface inputs from the embedding.
   const auto& ops = program.ops();
@@ -148,6 +154,7 @@ int main(int argc, char** argv) {
                 static_cast<long long>(std::count(holds.begin(), holds.end(), 1)), static_cast<long long>(layers));
   }
 
+  const size_t families_shown = std::getenv("QPU_TOP") ? static_cast<size_t>(std::atol(std::getenv("QPU_TOP"))) : 4;
   const int64_t step = std::max<int64_t>(1, (layers + bands - 1) / bands);
   for (int64_t l0 = 0; l0 < layers; l0 += step) {
     const int64_t l1 = std::min(layers, l0 + step);
@@ -168,7 +175,7 @@ int main(int argc, char** argv) {
     for (const auto& [name, n] : family) top.push_back({-n, name});
     std::sort(top.begin(), top.end());
     std::string names;
-    for (size_t j = 0; j < std::min<size_t>(4, top.size()); ++j) names += " " + top[j].second + ":" + std::to_string(-top[j].first);
+    for (size_t j = 0; j < std::min<size_t>(families_shown, top.size()); ++j) names += " " + top[j].second + ":" + std::to_string(-top[j].first);
     std::printf("layers %5lld-%5lld: widest %5lld, neurons max %5lld mean %5.0f;%s\n", static_cast<long long>(l0),
                 static_cast<long long>(l1 - 1), static_cast<long long>(widest), static_cast<long long>(nmax),
                 static_cast<double>(nsum) / static_cast<double>(l1 - l0), names.c_str());

@@ -24,8 +24,9 @@
 //   mkfifo /tmp/ctl
 //   QPU_PERF_FAMILY='EXP(#).#.#' QPU_PERF_CTL=/tmp/ctl perf record -D -1 --control=fifo:/tmp/ctl -o exp.data story_profile 256 40
 //
-// QPU_MAX_NEURONS=n, QPU_SEGMENTS=sum,wsum,slow and QPU_SLOW_BESIDE=1 build the machine
-// as machine_shape does (the layouts qpu compile searches).
+// QPU_MAX_NEURONS=n, QPU_SEGMENTS=sum,wsum,slow, QPU_SLOW_BESIDE=1, QPU_DEADLINE=1,
+// QPU_CLEAR_ROOM=n and QPU_MAX_MEMORIES=n build the machine as machine_shape does (the
+// shapes qpu compile searches).
 //
 // With QPU_HOST_TOKENS=PATH the host tokens of the (last) run are written to PATH, one
 // "id name" per line, for bench/draft_acceptance.py.
@@ -69,6 +70,9 @@ int main(int argc, char** argv) {
     if (const char* e = std::getenv("QPU_SEGMENTS"))
       if (std::sscanf(e, "%d,%d,%d", &o.sum_segment_blocks, &o.wsum_segment_blocks, &o.slow_segment_blocks) != 3) return 2;
     if (std::getenv("QPU_SLOW_BESIDE")) o.slow_beside_wsum = true;
+    if (std::getenv("QPU_DEADLINE")) o.limits.by_deadline = true;
+    if (const char* e = std::getenv("QPU_CLEAR_ROOM")) o.limits.clear_room = std::atoi(e);
+    if (const char* e = std::getenv("QPU_MAX_MEMORIES")) o.limits.max_gdn_memories_per_mixer = std::atoi(e);
     using Clock = std::chrono::steady_clock;
     const auto t0 = Clock::now();
     const machine::TokenMachine m = machine::build_token_machine(ck, o);

@@ -7,8 +7,8 @@
 // layer is emitted: over the parameter budget the compile stops there with the numbers
 // and writes nothing. The directory appears only when complete.
 // The shape is searched: the machine is scheduled for each layout of the attention's
-// chains in kLayouts and each intermediate size (neurons per MLP sublayer) in
-// kIntermediateSizes (ops wider than one are split, compiler/split_mlp.h), and the one
+// chains in kLayouts and each intermediate size (neurons per MLP sublayer) and schedule
+// in kCandidates (ops wider than one are split, compiler/split_mlp.h), and the one
 // with the fewest parameters is kept. The hidden size, set by the widest sublayer, moves
 // by tens of percent with these choices, in no monotone way (docs/npu-machine.md, "The
 // checkpoint on disk"), so only a search finds the smallest. --intermediate pins the size.
@@ -42,8 +42,33 @@ namespace {
 
 using namespace qpu;
 
-// The intermediate sizes the compile tries, largest first.
-constexpr int64_t kIntermediateSizes[] = {1024, 768, 640, 512};
+// How the compile schedules a machine (compiler/schedule.h): greedy in program order or
+// by deadline, with a share of each MLP sublayer (sixteenths) left to the dead-value clears.
+struct Scheduling {
+  bool by_deadline = false;
+  int room_sixteenths = 0;
+  int64_t clear_room(int64_t intermediate) const { return intermediate * room_sixteenths / 16; }
+  std::string describe(int64_t intermediate) const {
+    std::string s = by_deadline ? "by deadline" : "greedy";
+    if (room_sixteenths > 0) s += ", " + std::to_string(clear_room(intermediate)) + " neurons kept for the clears";
+    return s;
+  }
+};
+
+// The intermediate sizes and schedules the compile tries, largest first. Below ~640
+// neurons per MLP sublayer a greedy schedule in program order lets ops off the critical
+// path push it down and the clears land far below their values' last readers; the
+// deadline schedule and the clears' room keep both (docs/npu-machine.md, "The compile
+// searches the shape").
+struct Candidate {
+  int64_t intermediate;
+  Scheduling scheduling;
+};
+constexpr Candidate kCandidates[] = {{1024, {}},          {768, {}},          {640, {}},
+                                     {512, {}},           {512, {false, 4}},  {512, {true, 4}},
+                                     {512, {true, 5}},    {448, {true, 5}},   {384, {true, 6}}};
+// With --intermediate, each of these schedules at that size.
+constexpr Scheduling kSchedulings[] = {{}, {false, 4}, {true, 4}, {true, 5}, {true, 6}};
 
 struct CompileOptions {
   std::string checkpoint;
@@ -51,7 +76,7 @@ struct CompileOptions {
   std::string output;
   double max_params = 4e9;
   int positions = 0;  // 0: the model's seq_len
-  int64_t intermediate = 0;  // 0: search kIntermediateSizes
+  int64_t intermediate = 0;  // 0: search kCandidates
   double max_shard_bytes = 1e9;
   std::string sampler = "greedy";  // greedy, sample_mult or top-p
   std::string topp = "0.9";        // the top-p machine's p (run.c's -p, parsed as run.c's atof)
@@ -110,19 +135,29 @@ struct Layout {
 };
 constexpr Layout kLayouts[] = {{8, 4, false}, {4, 4, false}, {4, 4, true}};
 
-// The token machine for each layout and intermediate size (the pinned size alone, when
+// What the compile kept, for its report and qpu-machine.json.
+struct Kept {
+  Layout layout;
+  Scheduling scheduling;
+};
+
+// The token machine for each layout and candidate (each schedule at the pinned size, when
 // `intermediate` is not 0), the one with the fewest parameters kept. A layout that comes
 // out the same as an earlier one for this many positions (segments longer than the
 // cache are cut to it) is not built twice.
 machine::TokenMachine smallest_machine(const reference::Llama2Checkpoint& checkpoint, machine::TokenMachineOptions options,
-                                       int64_t intermediate, Layout& kept, uint64_t& parameters) {
+                                       int64_t intermediate, Kept& kept, uint64_t& parameters) {
   using Clock = std::chrono::steady_clock;
-  std::vector<int64_t> sizes(std::begin(kIntermediateSizes), std::end(kIntermediateSizes));
-  if (intermediate != 0) sizes = {intermediate};
+  std::vector<Candidate> candidates(std::begin(kCandidates), std::end(kCandidates));
+  if (intermediate != 0) {
+    candidates.clear();
+    for (const Scheduling& s : kSchedulings) candidates.push_back({intermediate, s});
+  }
   const int blocks = (options.positions(checkpoint.config()) + 7) / 8;
   std::vector<Layout> tried;
   machine::TokenMachine best;
   parameters = 0;
+  std::string first_error;
   for (Layout layout : kLayouts) {
     layout.wsum_blocks = std::min(layout.wsum_blocks, blocks);
     layout.slow_blocks = std::min(layout.slow_blocks, blocks);
@@ -135,17 +170,20 @@ machine::TokenMachine smallest_machine(const reference::Llama2Checkpoint& checkp
     options.wsum_segment_blocks = layout.wsum_blocks;
     options.slow_segment_blocks = layout.slow_blocks;
     options.slow_beside_wsum = layout.beside;
-    for (int64_t size : sizes) {
+    for (const Candidate& candidate : candidates) {
       const auto ts = Clock::now();
+      const int64_t size = candidate.intermediate;
       options.limits.max_neurons_per_mlp = size;
+      options.limits.by_deadline = candidate.scheduling.by_deadline;
+      options.limits.clear_room = candidate.scheduling.clear_room(size);
+      const std::string what = layout.describe() + "; " + candidate.scheduling.describe(size);
       machine::TokenMachine m;
       try {
         m = machine::build_token_machine(checkpoint, options);
       } catch (const Error& e) {
         // A size below the widest op that cannot be split (compiler/split_mlp.h).
-        if (sizes.size() == 1)
-          fail("flag --intermediate: the machine does not fit {} neurons per MLP sublayer: {}", size, e.what());
-        std::fprintf(stderr, "compile: intermediate %lld: %s\n", static_cast<long long>(size), e.what());
+        if (first_error.empty()) first_error = e.what();
+        std::fprintf(stderr, "compile: intermediate %lld (%s): %s\n", static_cast<long long>(size), what.c_str(), e.what());
         continue;
       }
       const auto& c = m.compiled.weights.config;
@@ -153,17 +191,19 @@ machine::TokenMachine smallest_machine(const reference::Llama2Checkpoint& checkp
       std::fprintf(stderr,
                    "compile: token machine for %d positions (%s): %lld layers, hidden %lld, intermediate %lld, vocab "
                    "%lld: %.2f billion parameters (scheduled in %.1f s)\n",
-                   m.max_positions, layout.describe().c_str(), static_cast<long long>(c.num_hidden_layers),
+                   m.max_positions, what.c_str(), static_cast<long long>(c.num_hidden_layers),
                    static_cast<long long>(c.hidden_size), static_cast<long long>(c.intermediate_size),
                    static_cast<long long>(c.vocab_size), static_cast<double>(n) / 1e9,
                    std::chrono::duration<double>(Clock::now() - ts).count());
       if (parameters == 0 || n < parameters) {
         best = std::move(m);
         parameters = n;
-        kept = layout;
+        kept = {layout, candidate.scheduling};
       }
     }
   }
+  if (parameters == 0 && intermediate != 0)
+    fail("flag --intermediate: the machine does not fit {} neurons per MLP sublayer: {}", intermediate, first_error);
   if (parameters == 0) fail("compile: the machine fits none of the intermediate sizes tried");
   return best;
 }
@@ -213,12 +253,13 @@ int run_compile(const CompileOptions& o) {
       fail("flag --sampler: the machine's top-p works on blocks of {} logits, which do not divide the vocabulary of {}",
            options.sample.block, cfg.vocab_size);
   }
-  Layout layout;
+  Kept kept;
   uint64_t parameters = 0;
-  const machine::TokenMachine m = smallest_machine(checkpoint, options, o.intermediate, layout, parameters);
+  const machine::TokenMachine m = smallest_machine(checkpoint, options, o.intermediate, kept, parameters);
   const auto& c = m.compiled.weights.config;
-  std::fprintf(stderr, "compile: kept %s, intermediate %lld (%.2f billion parameters, %.1f s in all)\n",
-               layout.describe().c_str(), static_cast<long long>(c.intermediate_size), static_cast<double>(parameters) / 1e9,
+  std::fprintf(stderr, "compile: kept %s, intermediate %lld, scheduled %s (%.2f billion parameters, %.1f s in all)\n",
+               kept.layout.describe().c_str(), static_cast<long long>(c.intermediate_size),
+               kept.scheduling.describe(c.intermediate_size).c_str(), static_cast<double>(parameters) / 1e9,
                std::chrono::duration<double>(Clock::now() - t0).count());
   if (static_cast<double>(parameters) > o.max_params)
     fail("compile: the machine is {:.2f} billion parameters as a dense Qwen3.5 checkpoint ({} layers of hidden {}, "
@@ -229,6 +270,12 @@ int run_compile(const CompileOptions& o) {
   machine::CheckpointExtras extras;
   const machine::StoryInterface interface = m.story_interface();
   extras.machine = machine_description(o, cfg, hashes, m, interface, parameters);
+  // How the kept machine was built: the search's choices, so that it can be rebuilt.
+  extras.machine["machine"]["build"] = {{"wsum_segment_blocks", kept.layout.wsum_blocks},
+                                        {"slow_segment_blocks", kept.layout.slow_blocks},
+                                        {"slow_beside_wsum", kept.layout.beside},
+                                        {"schedule", kept.scheduling.by_deadline ? "deadline" : "greedy"},
+                                        {"clear_room", kept.scheduling.clear_room(c.intermediate_size)}};
   extras.machine["interface"] = interface.to_json();
   extras.machine["map"] = machine::machine_map(m);
   extras.nested_tokenizer = read_file(o.tokenizer);

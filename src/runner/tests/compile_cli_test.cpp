@@ -39,19 +39,26 @@ TEST(CompileCli, AMachineOverTheBudgetIsRefusedBeforeAnyFile) {
                          "' --positions 16");
   EXPECT_EQ(r.status, 1) << r.err;
   EXPECT_NE(r.err.find("compile: token machine for 16 positions ("), std::string::npos) << r.err;
-  // The intermediate sizes are searched: each one's machine is reported, the smallest kept.
-  for (const char* size : {"intermediate 1024,", "intermediate 768,", "intermediate 640,", "intermediate 512,"})
+  // The intermediate sizes and schedules are searched: each machine is reported, the
+  // smallest kept.
+  for (const char* size : {"intermediate 1024,", "intermediate 768,", "intermediate 640,", "intermediate 512,",
+                           "intermediate 448,", "intermediate 384,"})
     EXPECT_NE(r.err.find(size), std::string::npos) << size << "\n" << r.err;
+  for (const char* schedule : {"; greedy)", "; greedy, 128 neurons kept for the clears)",
+                               "; by deadline, 128 neurons kept for the clears)", "; by deadline, 160 neurons kept for the clears)",
+                               "; by deadline, 140 neurons kept for the clears)", "; by deadline, 144 neurons kept for the clears)"})
+    EXPECT_NE(r.err.find(schedule), std::string::npos) << schedule << "\n" << r.err;
   EXPECT_NE(r.err.find("compile: kept WSUM / SLOW segments of "), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find(", scheduled "), std::string::npos) << r.err;
   // 16 positions are 2 blocks: WSUM's and SLOW's segments are both 2 blocks, SLOW below or
   // beside WSUM (the third layout is the first one again, not built twice).
-  EXPECT_NE(r.err.find("(WSUM / SLOW segments of 2 / 2 blocks, SLOW below WSUM)"), std::string::npos) << r.err;
-  EXPECT_NE(r.err.find("(WSUM / SLOW segments of 2 / 2 blocks, SLOW beside WSUM)"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("(WSUM / SLOW segments of 2 / 2 blocks, SLOW below WSUM; greedy)"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("(WSUM / SLOW segments of 2 / 2 blocks, SLOW beside WSUM; greedy)"), std::string::npos) << r.err;
   size_t builds = 0;
   for (size_t at = r.err.find("compile: token machine for"); at != std::string::npos;
        at = r.err.find("compile: token machine for", at + 1))
     ++builds;
-  EXPECT_EQ(builds, 8u) << r.err;
+  EXPECT_EQ(builds, 18u) << r.err;  // 2 layouts x 9 candidates
   EXPECT_NE(r.err.find("billion parameters as a dense Qwen3.5 checkpoint"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("over the budget of 4000000000 parameters (--max-params); nothing was written"),
             std::string::npos)
@@ -63,7 +70,7 @@ TEST(CompileCli, AMachineOverTheBudgetIsRefusedBeforeAnyFile) {
                             out.string() + "' --positions 16 --max-params 1 --intermediate 768");
   EXPECT_EQ(tiny.status, 1);
   EXPECT_NE(tiny.err.find("over the budget of 1 parameters"), std::string::npos) << tiny.err;
-  EXPECT_NE(tiny.err.find("intermediate 768)"), std::string::npos) << tiny.err;  // pinned: only 768
+  EXPECT_NE(tiny.err.find("intermediate 768, scheduled "), std::string::npos) << tiny.err;  // pinned: only 768
   EXPECT_EQ(tiny.err.find("intermediate 1024,"), std::string::npos) << tiny.err;
   EXPECT_EQ(entries(scratch.path()), 0);
 }

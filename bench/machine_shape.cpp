@@ -14,7 +14,8 @@
 // per segment; QPU_SLOW_BESIDE=1 puts SLOW's chain beside WSUM's when they share heads
 // (to see what a machine option costs before changing it); QPU_DEADLINE=1 schedules by
 // deadline and QPU_CLEAR_ROOM=n leaves n neurons per MLP sublayer to the clears
-// (compiler/schedule.h). QPU_TOP=n names the n families with the most neurons per band.
+// (compiler/schedule.h). QPU_TOP=n names the n families with the most neurons per band;
+// QPU_CRITICAL=1 prints one longest chain of ops by family.
 #include <algorithm>
 #include <cctype>
 #include <cstdio>
@@ -86,6 +87,49 @@ int main(int argc, char** argv) {
   std::printf("token inputs: %zu (the embedding sets each in its own dim)\n", m.interface.inputs.size());
   std::printf("critical path: %lld ops (sublayers %lld: mixers and MLPs alternate)\n",
               static_cast<long long>(compiler::critical_path(program)), static_cast<long long>(schedule.num_sublayers));
+
+  // QPU_CRITICAL=1: the ops of one longest chain (compiler::critical_path's edges: RAW,
+  // WAW, explicit orders), counted by micro-op family in chain order.
+  if (std::getenv("QPU_CRITICAL")) {
+    const auto& ops = program.ops();
+    std::vector<int64_t> depth(ops.size(), 0), from(ops.size(), -1);
+    std::vector<int64_t> value_op(static_cast<size_t>(program.num_values()), -1);
+    std::vector<int64_t> order_op(program.orders().size(), -1);  // deepest `before` op per order
+    for (size_t i = 0; i < ops.size(); ++i) {
+      auto consider = [&](int64_t j) {
+        if (j >= 0 && depth[static_cast<size_t>(j)] + 1 > depth[i]) depth[i] = depth[static_cast<size_t>(j)] + 1, from[i] = j;
+      };
+      depth[i] = 1;
+      for (compiler::ValueId v : ops[i].reads()) consider(value_op[static_cast<size_t>(v)]);
+      for (compiler::ValueId v : ops[i].writes()) consider(value_op[static_cast<size_t>(v)]);
+      for (size_t k = 0; k < program.orders().size(); ++k) {
+        const auto& o = program.orders()[k];
+        if (i >= o.after.begin && i < o.after.end) consider(order_op[k]);
+      }
+      for (compiler::ValueId v : ops[i].writes()) value_op[static_cast<size_t>(v)] = static_cast<int64_t>(i);
+      for (size_t k = 0; k < program.orders().size(); ++k) {
+        const auto& o = program.orders()[k];
+        if (i >= o.before.begin && i < o.before.end &&
+            (order_op[k] < 0 || depth[static_cast<size_t>(order_op[k])] < depth[i]))
+          order_op[k] = static_cast<int64_t>(i);
+      }
+    }
+    int64_t at = std::max_element(depth.begin(), depth.end()) - depth.begin();
+    std::vector<std::string> chain;
+    for (; at >= 0; at = from[static_cast<size_t>(at)]) {
+      std::string f = runner::micro_op_family(ops[static_cast<size_t>(at)].label);
+      chain.push_back(f.substr(0, f.find_first_of(" .(")));
+    }
+    std::reverse(chain.begin(), chain.end());
+    std::printf("critical chain: %zu ops:", chain.size());
+    for (size_t i = 0; i < chain.size();) {
+      size_t j = i;
+      while (j < chain.size() && chain[j] == chain[i]) ++j;
+      std::printf(" %s %zu", chain[i].c_str(), j - i);
+      i = j;
+    }
+    std::printf("\n");
+  }
 
   // Live interval per value: first to last access; interface inputs from the embedding.
   const auto& ops = program.ops();

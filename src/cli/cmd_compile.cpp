@@ -144,7 +144,9 @@ struct Kept {
 // The token machine for each layout and candidate (each schedule at the pinned size, when
 // `intermediate` is not 0), the one with the fewest parameters kept. A layout that comes
 // out the same as an earlier one for this many positions (segments longer than the
-// cache are cut to it) is not built twice.
+// cache are cut to it) is not built twice. One machine is in memory at a time: the
+// search keeps the best one's options and builds it again at the end (the build is
+// deterministic), unless it was the last one built.
 machine::TokenMachine smallest_machine(const reference::Llama2Checkpoint& checkpoint, machine::TokenMachineOptions options,
                                        int64_t intermediate, Kept& kept, uint64_t& parameters) {
   using Clock = std::chrono::steady_clock;
@@ -155,7 +157,9 @@ machine::TokenMachine smallest_machine(const reference::Llama2Checkpoint& checkp
   }
   const int blocks = (options.positions(checkpoint.config()) + 7) / 8;
   std::vector<Layout> tried;
-  machine::TokenMachine best;
+  machine::TokenMachine last;
+  machine::TokenMachineOptions best_options = options;
+  bool last_is_best = false;
   parameters = 0;
   std::string first_error;
   for (Layout layout : kLayouts) {
@@ -177,7 +181,9 @@ machine::TokenMachine smallest_machine(const reference::Llama2Checkpoint& checkp
       options.limits.by_deadline = candidate.scheduling.by_deadline;
       options.limits.clear_room = candidate.scheduling.clear_room(size);
       const std::string what = layout.describe() + "; " + candidate.scheduling.describe(size);
-      machine::TokenMachine m;
+      last = machine::TokenMachine{};  // the previous candidate's memory back first
+      machine::TokenMachine& m = last;
+      last_is_best = false;
       try {
         m = machine::build_token_machine(checkpoint, options);
       } catch (const Error& e) {
@@ -196,7 +202,8 @@ machine::TokenMachine smallest_machine(const reference::Llama2Checkpoint& checkp
                    static_cast<long long>(c.vocab_size), static_cast<double>(n) / 1e9,
                    std::chrono::duration<double>(Clock::now() - ts).count());
       if (parameters == 0 || n < parameters) {
-        best = std::move(m);
+        best_options = options;
+        last_is_best = true;
         parameters = n;
         kept = {layout, candidate.scheduling};
       }
@@ -205,6 +212,11 @@ machine::TokenMachine smallest_machine(const reference::Llama2Checkpoint& checkp
   if (parameters == 0 && intermediate != 0)
     fail("flag --intermediate: the machine does not fit {} neurons per MLP sublayer: {}", intermediate, first_error);
   if (parameters == 0) fail("compile: the machine fits none of the intermediate sizes tried");
+  if (last_is_best) return last;
+  last = machine::TokenMachine{};
+  machine::TokenMachine best = machine::build_token_machine(checkpoint, best_options);
+  if (machine::machine_parameters(best) != parameters)
+    fail("compile: the kept machine built again has {} parameters, not {}", machine::machine_parameters(best), parameters);
   return best;
 }
 

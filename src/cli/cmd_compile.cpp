@@ -144,9 +144,9 @@ struct Kept {
 // The token machine for each layout and candidate (each schedule at the pinned size, when
 // `intermediate` is not 0), the one with the fewest parameters kept. A layout that comes
 // out the same as an earlier one for this many positions (segments longer than the
-// cache are cut to it) is not built twice. One machine is in memory at a time: the
-// search keeps the best one's options and builds it again at the end (the build is
-// deterministic), unless it was the last one built.
+// cache are cut to it) is not built twice. The candidates are built shape only (no
+// embedding or LM head: HostOptions::shape_only), one at a time; the best one is built
+// again in full at the end (the build is deterministic, its size is checked).
 machine::TokenMachine smallest_machine(const reference::Llama2Checkpoint& checkpoint, machine::TokenMachineOptions options,
                                        int64_t intermediate, Kept& kept, uint64_t& parameters) {
   using Clock = std::chrono::steady_clock;
@@ -159,7 +159,7 @@ machine::TokenMachine smallest_machine(const reference::Llama2Checkpoint& checkp
   std::vector<Layout> tried;
   machine::TokenMachine last;
   machine::TokenMachineOptions best_options = options;
-  bool last_is_best = false;
+  options.shape_only = true;
   parameters = 0;
   std::string first_error;
   for (Layout layout : kLayouts) {
@@ -183,7 +183,6 @@ machine::TokenMachine smallest_machine(const reference::Llama2Checkpoint& checkp
       const std::string what = layout.describe() + "; " + candidate.scheduling.describe(size);
       last = machine::TokenMachine{};  // the previous candidate's memory back first
       machine::TokenMachine& m = last;
-      last_is_best = false;
       try {
         m = machine::build_token_machine(checkpoint, options);
       } catch (const Error& e) {
@@ -203,7 +202,7 @@ machine::TokenMachine smallest_machine(const reference::Llama2Checkpoint& checkp
                    std::chrono::duration<double>(Clock::now() - ts).count());
       if (parameters == 0 || n < parameters) {
         best_options = options;
-        last_is_best = true;
+        best_options.shape_only = false;
         parameters = n;
         kept = {layout, candidate.scheduling};
       }
@@ -212,7 +211,6 @@ machine::TokenMachine smallest_machine(const reference::Llama2Checkpoint& checkp
   if (parameters == 0 && intermediate != 0)
     fail("flag --intermediate: the machine does not fit {} neurons per MLP sublayer: {}", intermediate, first_error);
   if (parameters == 0) fail("compile: the machine fits none of the intermediate sizes tried");
-  if (last_is_best) return last;
   last = machine::TokenMachine{};
   machine::TokenMachine best = machine::build_token_machine(checkpoint, best_options);
   if (machine::machine_parameters(best) != parameters)

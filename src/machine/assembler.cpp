@@ -206,6 +206,7 @@ Assembler::Assembler(const AssemblerOptions& o, std::vector<std::string> control
   const compiler::GdnLayout layout = compiler::GdnLayout::for_dims(o.key_dim, o.value_dim);
   if (o.value_jmin > o.value_jmax) fail("machine: value binades [{}, {}] are empty", o.value_jmin, o.value_jmax);
   if (!o.emit_layers && !o.reuse_dims) fail("machine: layers emitted on demand need reuse_dims");
+  if (o.shape_only && !o.reuse_dims) fail("machine: a shape-only machine needs reuse_dims");
   if (controls.empty()) fail("machine: no control tokens");
   for (size_t c = 0; c < controls.size(); ++c) {
     if (controls[c].empty()) fail("machine: control token {} has no name", c);
@@ -698,9 +699,13 @@ AssembledMachine Assembler::finish() {
       if (plan.lifetimes[static_cast<size_t>(v)] == compiler::Lifetime::ToLastAccess ||
           plan.lifetimes[static_cast<size_t>(v)] == compiler::Lifetime::EmbeddingToLastAccess)
         fail("machine: LM head feature '{}' would give its dim away before the head", plan.program.name(v));
-    m_.compiled.weights =
-        o_.emit_layers ? compiler::emit(plan.program, plan.schedule, plan.allocation, io, eo)
-                       : compiler::LayerEmitter(plan.program, plan.schedule, plan.allocation, io, eo).globals();
+    if (o_.shape_only) {
+      m_.compiled.weights.config = compiler::LayerEmitter(plan.program, plan.schedule, plan.allocation, io, eo).config();
+    } else {
+      m_.compiled.weights =
+          o_.emit_layers ? compiler::emit(plan.program, plan.schedule, plan.allocation, io, eo)
+                         : compiler::LayerEmitter(plan.program, plan.schedule, plan.allocation, io, eo).globals();
+    }
     m_.compiled.schedule = std::move(plan.schedule);
     m_.compiled.allocation = std::move(plan.allocation);
     m_.program = std::move(plan.program);
@@ -708,8 +713,10 @@ AssembledMachine Assembler::finish() {
     m_.compiled = compiler::compile(p_, io, o_.limits, eo);
     m_.program = p_;
   }
-  npu::install_value_head(m_.compiled.weights, m_.compiled.allocation, features_[0], m_.encoding.vocab);
-  install_control_head(m_.compiled.weights, m_.compiled.allocation, now_, m_.control);
+  if (!o_.shape_only) {
+    npu::install_value_head(m_.compiled.weights, m_.compiled.allocation, features_[0], m_.encoding.vocab);
+    install_control_head(m_.compiled.weights, m_.compiled.allocation, now_, m_.control);
+  }
   m_.interface = std::move(io);
   m_.emit_options = eo;
   return std::move(m_);

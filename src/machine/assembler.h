@@ -47,6 +47,11 @@ struct HostOptions {
   // cost the hidden size times its head count on every layer of a dense checkpoint, and
   // one crowded mixer would set that count for all of them.
   compiler::ScheduleLimits limits{.max_neurons_per_mlp = 1024, .max_gdn_memories_per_mixer = 4, .sink = true};
+  // The machine's program, schedule, allocation and shape (compiled.weights.config) only:
+  // no embedding, LM head or layers, so it can be sized but not run or written. What a
+  // search over shapes builds for each candidate (the embedding alone is vocabulary x
+  // hidden floats).
+  bool shape_only = false;
 };
 
 struct AssemblerOptions : HostOptions {

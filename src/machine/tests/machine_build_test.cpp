@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <string>
 
+#include "io/qwen35_layout.h"
 #include "machine/testing/qkv_machine.h"
 #include "machine/token_machine.h"
 #include "reference/llama2_checkpoint.h"
@@ -47,6 +48,33 @@ TEST(AttentionMachineBuild, TokenMachineForAWholeStory) {
   std::printf("token machine, 256 positions: %lld layers, hidden %lld, intermediate %lld, vocab %lld\n",
               static_cast<long long>(c.num_hidden_layers), static_cast<long long>(c.hidden_size),
               static_cast<long long>(c.intermediate_size), static_cast<long long>(c.vocab_size));
+}
+
+// A shape-only build (what qpu compile's search builds per candidate) has the full
+// build's config, program and schedule, and no embedding or LM head; so the parameter
+// count of a candidate is the written checkpoint's. On a deadline schedule with a room
+// for the clears, as the search builds them.
+TEST(AttentionMachineBuild, ShapeOnlyIsTheFullBuildsShape) {
+  TokenMachineOptions o;
+  o.max_positions = 16;
+  o.limits.max_neurons_per_mlp = 512;
+  o.limits.by_deadline = true;
+  o.limits.clear_room = 128;
+  const TokenMachine full = build_token_machine(stories260k(), o);
+  o.shape_only = true;
+  const TokenMachine shape = build_token_machine(stories260k(), o);
+  const auto &a = full.compiled.weights.config, &b = shape.compiled.weights.config;
+  EXPECT_EQ(a.num_hidden_layers, b.num_hidden_layers);
+  EXPECT_EQ(a.hidden_size, b.hidden_size);
+  EXPECT_EQ(a.intermediate_size, b.intermediate_size);
+  EXPECT_EQ(a.vocab_size, b.vocab_size);
+  EXPECT_EQ(a.layer_types, b.layer_types);
+  EXPECT_EQ(io::qwen35_parameter_count(a), io::qwen35_parameter_count(b));
+  EXPECT_EQ(full.compiled.schedule.sublayer, shape.compiled.schedule.sublayer);
+  EXPECT_EQ(full.program.ops().size(), shape.program.ops().size());
+  EXPECT_FALSE(full.compiled.weights.embed_tokens.empty());
+  EXPECT_TRUE(shape.compiled.weights.embed_tokens.empty());
+  EXPECT_LE(a.intermediate_size, 512);
 }
 
 }  // namespace

@@ -11,7 +11,8 @@
 // in kCandidates (ops wider than one are split, compiler/split_mlp.h), and the one
 // with the fewest parameters is kept. The hidden size, set by the widest sublayer, moves
 // by tens of percent with these choices, in no monotone way (docs/npu-machine.md, "The
-// checkpoint on disk"), so only a search finds the smallest. --intermediate pins the size.
+// checkpoint on disk"), so only a search finds the smallest. --intermediate pins the size
+// (the schedules are still tried there).
 #include <unistd.h>
 
 #include <algorithm>
@@ -324,8 +325,8 @@ qpu::cli::Runner setup(CLI::App& app) {
   app.add_option("--max-params", o->max_params, "parameter budget of the dense checkpoint (default 4e9)");
   app.add_option("--positions", o->positions, "nested positions the machine serves (default: the model's seq_len)");
   app.add_option("--intermediate", o->intermediate,
-                 "neurons per MLP sublayer (default: the size among 1024, 768, 640 and 512 that gives the fewest "
-                 "parameters)");
+                 "neurons per MLP sublayer, each schedule tried at it (default: the size and schedule among "
+                 "1024 to 384 neurons that give the fewest parameters)");
   app.add_option("--sampler", o->sampler,
                  "run.c's sampler the machine holds: greedy (default; -t 0 only), sample_mult (-t T -p 1) or top-p "
                  "(-t T -p P with the P of --topp); a sampling machine also runs -t 0");

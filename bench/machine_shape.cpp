@@ -14,8 +14,10 @@
 // per segment; QPU_SLOW_BESIDE=1 puts SLOW's chain beside WSUM's when they share heads
 // (to see what a machine option costs before changing it); QPU_DEADLINE=1 schedules by
 // deadline and QPU_CLEAR_ROOM=n leaves n neurons per MLP sublayer to the clears
-// (compiler/schedule.h). QPU_TOP=n names the n families with the most neurons per band;
-// QPU_CRITICAL=1 prints one longest chain of ops by family.
+// (compiler/schedule.h); QPU_VALUE_DIM=n sets the GDN heads' value dim. QPU_TOP=n names the
+// n families with the most neurons per band; QPU_CRITICAL=1 prints one longest chain of
+// ops by family (=2: also every op of it by label); QPU_WAW=1 lists the values with four
+// or more writers by their writers' labels (* = exclusive writes, ir.h).
 #include <algorithm>
 #include <cctype>
 #include <cstdio>
@@ -68,6 +70,7 @@ int main(int argc, char** argv) {
       fail("QPU_SEGMENTS: '{}' is not sum,wsum,slow blocks", e);
   }
   if (std::getenv("QPU_SLOW_BESIDE")) options.slow_beside_wsum = true;
+  if (const char* e = std::getenv("QPU_VALUE_DIM")) options.value_dim = std::atoi(e);
   if (std::getenv("QPU_DEADLINE")) options.limits.by_deadline = true;
   if (const char* e = std::getenv("QPU_CLEAR_ROOM")) options.limits.clear_room = std::atoi(e);
   const machine::TokenMachine m = machine::build_token_machine(nested_model(), options);
@@ -96,12 +99,15 @@ int main(int argc, char** argv) {
     std::vector<int64_t> value_op(static_cast<size_t>(program.num_values()), -1);
     std::vector<int64_t> order_op(program.orders().size(), -1);  // deepest `before` op per order
     for (size_t i = 0; i < ops.size(); ++i) {
-      auto consider = [&](int64_t j) {
-        if (j >= 0 && depth[static_cast<size_t>(j)] + 1 > depth[i]) depth[i] = depth[static_cast<size_t>(j)] + 1, from[i] = j;
+      auto consider = [&](int64_t j, int64_t gap = 1) {
+        if (j >= 0 && depth[static_cast<size_t>(j)] + gap > depth[i]) depth[i] = depth[static_cast<size_t>(j)] + gap, from[i] = j;
       };
       depth[i] = 1;
       for (compiler::ValueId v : ops[i].reads()) consider(value_op[static_cast<size_t>(v)]);
-      for (compiler::ValueId v : ops[i].writes()) consider(value_op[static_cast<size_t>(v)]);
+      for (compiler::ValueId v : ops[i].writes()) {  // exclusive writes may share a sublayer
+        const int64_t j = value_op[static_cast<size_t>(v)];
+        consider(j, j >= 0 && ops[static_cast<size_t>(j)].exclusive_writes && ops[i].exclusive_writes ? 0 : 1);
+      }
       for (size_t k = 0; k < program.orders().size(); ++k) {
         const auto& o = program.orders()[k];
         if (i >= o.after.begin && i < o.after.end) consider(order_op[k]);
@@ -121,6 +127,13 @@ int main(int argc, char** argv) {
       chain.push_back(f.substr(0, f.find_first_of(" .(")));
     }
     std::reverse(chain.begin(), chain.end());
+    if (std::string(std::getenv("QPU_CRITICAL")) == "2") {  // every op of the chain, by label
+      std::vector<int64_t> path;
+      for (int64_t k = std::max_element(depth.begin(), depth.end()) - depth.begin(); k >= 0; k = from[static_cast<size_t>(k)])
+        path.push_back(k);
+      std::reverse(path.begin(), path.end());
+      for (int64_t k : path) std::printf("  %lld %s\n", static_cast<long long>(k), ops[static_cast<size_t>(k)].label.c_str());
+    }
     std::printf("critical chain: %zu ops:", chain.size());
     for (size_t i = 0; i < chain.size();) {
       size_t j = i;
@@ -129,6 +142,23 @@ int main(int argc, char** argv) {
       i = j;
     }
     std::printf("\n");
+  }
+
+  if (std::getenv("QPU_WAW")) {  // values with many writers: writer labels, exclusive or not
+    std::map<std::string, std::pair<int64_t, int64_t>> by_label;  // label -> (values, writers)
+    std::vector<std::vector<size_t>> writers(static_cast<size_t>(program.num_values()));
+    for (size_t i = 0; i < program.ops().size(); ++i)
+      for (compiler::ValueId v : program.ops()[i].writes()) writers[static_cast<size_t>(v)].push_back(i);
+    for (size_t v = 0; v < writers.size(); ++v) {
+      if (writers[v].size() < 4) continue;
+      std::map<std::string, int64_t> labels;
+      for (size_t i : writers[v]) labels[program.ops()[i].label + (program.ops()[i].exclusive_writes ? "*" : "")]++;
+      std::string key = program.name(static_cast<compiler::ValueId>(v)) + " <-";
+      for (auto& [l, n] : labels) key += " " + l + " x" + std::to_string(n);
+      by_label[key].first++;
+      by_label[key].second += static_cast<int64_t>(writers[v].size());
+    }
+    for (auto& [k, n] : by_label) std::printf("waw: %lld values, %lld writes: %s\n", (long long)n.first, (long long)n.second, k.c_str());
   }
 
   // Live interval per value: first to last access; interface inputs from the embedding.

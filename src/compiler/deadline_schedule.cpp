@@ -16,7 +16,8 @@ namespace {
 // The placement rules of ir.h as a graph. Nodes 0..ops-1 are the ops; one node per
 // explicit order follows them (it waits for the order's `before` ops and holds back its
 // `after` ops). An edge (to, gap): `to` goes at least `gap` sublayers below its source
-// (1: RAW, WAW and order edges; 0: WAR, a write may share the sublayer of an earlier read).
+// (1: RAW, WAW and order edges; 0: WAR, a write may share the sublayer of an earlier read,
+// and WAW between exclusive writes, waw_gap).
 struct Edge {
   size_t to;
   int64_t gap;
@@ -49,7 +50,8 @@ Graph dependence_graph(const Program& program) {
     for (ValueId v : reads)
       if (last_write[static_cast<size_t>(v)] >= 0) g.add(static_cast<size_t>(last_write[static_cast<size_t>(v)]), i, 1);
     for (ValueId v : writes) {
-      if (last_write[static_cast<size_t>(v)] >= 0) g.add(static_cast<size_t>(last_write[static_cast<size_t>(v)]), i, 1);
+      if (const int64_t w = last_write[static_cast<size_t>(v)]; w >= 0)
+        g.add(static_cast<size_t>(w), i, waw_gap(ops[static_cast<size_t>(w)], ops[i]));
       for (size_t r : readers[static_cast<size_t>(v)])
         if (r != i) g.add(r, i, 0);
     }

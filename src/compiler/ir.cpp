@@ -98,6 +98,12 @@ void Program::mlp_select(std::string label, std::vector<Neuron> neurons) {
   ops_.back().one_live_neuron = true;
 }
 
+void Program::mark_exclusive_writes(OpRange range) {
+  if (range.begin >= range.end || range.end > ops_.size())
+    fail("mark_exclusive_writes: ops [{}, {}) of a program of {}", range.begin, range.end, ops_.size());
+  for (size_t i = range.begin; i < range.end; ++i) ops_[i].exclusive_writes = true;
+}
+
 void Program::memory(std::string label, AttnMemory memory) {
   Op op;
   op.kind = OpKind::AttnMemory;

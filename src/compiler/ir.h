@@ -143,6 +143,12 @@ struct Op {
   // anything but +-0 (a one-hot select), so the neurons may be spread over several ops
   // that add into the same values one after another (compiler/split_mlp.h).
   bool one_live_neuron = false;
+  // The builder's promise for every value the op writes: on every token, of all the ops
+  // with this flag that write that value, at most one adds anything but +-0 to it (e.g.
+  // the picks of a RAM's heads, one per position or segment, each gated by its own flag).
+  // Such writes commute and their sum is exact in any order, so the schedulers let them
+  // share a sublayer (schedule_rules.h, waw_gap: 0 between two of them instead of 1).
+  bool exclusive_writes = false;
   AttnMemory memory;            // kind == AttnMemory
   GdnMemory gdn;                // kind == GdnMemory
 
@@ -160,6 +166,9 @@ class Program {
   // An MLP op with Op::one_live_neuron set: the caller promises that on every token at
   // most one of the neurons adds anything but +-0.
   void mlp_select(std::string label, std::vector<Neuron> neurons);
+  // Sets Op::exclusive_writes on the ops of `range` (the caller's promise, see there).
+  // Throws qpu::Error unless the range is a non-empty range of existing ops.
+  void mark_exclusive_writes(OpRange range);
   void memory(std::string label, AttnMemory memory);
   void gdn_memory(std::string label, GdnMemory memory);
 

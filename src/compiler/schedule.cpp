@@ -18,6 +18,7 @@ class Placer {
         orders_(program),
         last_write_(static_cast<size_t>(program.num_values()), -1),
         last_read_(static_cast<size_t>(program.num_values()), -1),
+        last_writer_exclusive_(static_cast<size_t>(program.num_values()), false),
         before_last_(program.orders().size(), -1) {}
 
   // The earliest sublayer the rules allow for op i (against every op placed so far: in
@@ -27,7 +28,8 @@ class Placer {
     for (size_t k : orders_.waits_for[i]) s = std::max(s, before_last_[k] + 1);  // explicit order
     for (ValueId v : op.reads()) s = std::max(s, last_write_[static_cast<size_t>(v)] + 1);  // RAW
     for (ValueId v : op.writes()) {
-      s = std::max(s, last_write_[static_cast<size_t>(v)] + 1);  // WAW
+      const int64_t w = last_write_[static_cast<size_t>(v)];
+      s = std::max(s, w + (w >= 0 && last_writer_exclusive_[static_cast<size_t>(v)] && op.exclusive_writes ? 0 : 1));  // WAW
       s = std::max(s, last_read_[static_cast<size_t>(v)]);       // WAR
     }
     return s;
@@ -36,7 +38,10 @@ class Placer {
     occupancy_.add(op, s, 1);
     for (size_t k : orders_.holds_back[i]) before_last_[k] = std::max(before_last_[k], s);
     for (ValueId v : op.reads()) last_read_[static_cast<size_t>(v)] = std::max(last_read_[static_cast<size_t>(v)], s);
-    for (ValueId v : op.writes()) last_write_[static_cast<size_t>(v)] = s;
+    for (ValueId v : op.writes()) {
+      last_write_[static_cast<size_t>(v)] = s;
+      last_writer_exclusive_[static_cast<size_t>(v)] = op.exclusive_writes;
+    }
     out_.sublayer.push_back(s);
     out_.num_sublayers = std::max(out_.num_sublayers, s + 1);
   }
@@ -53,6 +58,7 @@ class Placer {
   const ScheduleLimits& limits_;
   OrderIndex orders_;
   std::vector<int64_t> last_write_, last_read_;
+  std::vector<bool> last_writer_exclusive_;  // per value: its last writer so far promised exclusive writes
   std::vector<int64_t> before_last_;  // per order: the latest sublayer of its `before` ops placed so far
   Occupancy occupancy_;
   Schedule out_;
@@ -130,8 +136,11 @@ Schedule sink_schedule(const Program& program, const Schedule& schedule, const S
       // it writes (RAW, WAW), not after a later write of a value it reads (WAR).
       int64_t latest = out.num_sublayers - 1;
       for (ValueId v : writes[o])
-        for (size_t j : accessors[static_cast<size_t>(v)])
-          if (j > o) latest = std::min(latest, out.sublayer[j] - 1);
+        for (size_t j : accessors[static_cast<size_t>(v)]) {
+          if (j <= o) continue;
+          const bool reads_v = std::binary_search(reads[j].begin(), reads[j].end(), v);
+          latest = std::min(latest, out.sublayer[j] - (reads_v ? 1 : waw_gap(ops[o], ops[j])));
+        }
       for (ValueId v : reads[o])
         for (size_t j : writers[static_cast<size_t>(v)])
           if (j > o) latest = std::min(latest, out.sublayer[j]);
@@ -162,6 +171,8 @@ void check_schedule(const Program& program, const Schedule& schedule, const Sche
     fail("check_schedule: {} sublayers for {} ops", schedule.sublayer.size(), ops.size());
   std::vector<int64_t> last_write(static_cast<size_t>(program.num_values()), -1);
   std::vector<int64_t> last_read(static_cast<size_t>(program.num_values()), -1);
+  // Per value: every write in its latest written sublayer promised exclusive writes.
+  std::vector<bool> exclusive_at_last(static_cast<size_t>(program.num_values()), false);
   Occupancy occupancy;
   for (size_t i = 0; i < ops.size(); ++i) {
     const Op& op = ops[i];
@@ -171,12 +182,18 @@ void check_schedule(const Program& program, const Schedule& schedule, const Sche
     for (ValueId v : op.reads())
       if (s <= last_write[static_cast<size_t>(v)]) fail("check_schedule: op '{}' reads {} before it is written", op.label, program.name(v));
     for (ValueId v : op.writes()) {
-      if (s <= last_write[static_cast<size_t>(v)]) fail("check_schedule: op '{}' writes {} out of order", op.label, program.name(v));
+      const auto u = static_cast<size_t>(v);
+      if (s < last_write[u] || (s == last_write[u] && !(exclusive_at_last[u] && op.exclusive_writes)))
+        fail("check_schedule: op '{}' writes {} out of order", op.label, program.name(v));
       if (s < last_read[static_cast<size_t>(v)]) fail("check_schedule: op '{}' writes {} before an earlier op reads it", op.label, program.name(v));
     }
     occupancy.add(op, s, 1);
     for (ValueId v : op.reads()) last_read[static_cast<size_t>(v)] = std::max(last_read[static_cast<size_t>(v)], s);
-    for (ValueId v : op.writes()) last_write[static_cast<size_t>(v)] = std::max(last_write[static_cast<size_t>(v)], s);
+    for (ValueId v : op.writes()) {
+      const auto u = static_cast<size_t>(v);
+      exclusive_at_last[u] = (s == last_write[u] ? exclusive_at_last[u] : true) && op.exclusive_writes;
+      last_write[u] = s;  // never below the previous one (checked above)
+    }
   }
   program.check_orders();
   for (const OpOrder& o : program.orders()) {
@@ -194,16 +211,26 @@ void check_schedule(const Program& program, const Schedule& schedule, const Sche
 int64_t critical_path(const Program& program) {
   const OrderIndex orders(program);
   std::vector<int64_t> depth_of_value(static_cast<size_t>(program.num_values()), 0);
+  std::vector<bool> exclusive_writer(static_cast<size_t>(program.num_values()), false);  // of the value's last write
   std::vector<int64_t> before_depth(program.orders().size(), 0);  // per order: deepest `before` op
   int64_t longest = 0;
   for (size_t i = 0; i < program.ops().size(); ++i) {
     const Op& op = program.ops()[i];
-    int64_t d = 0;
+    int64_t d = 0, beside = 0;  // beside: exclusive writes may share the sublayer (waw_gap 0)
     for (ValueId v : op.reads()) d = std::max(d, depth_of_value[static_cast<size_t>(v)]);
-    for (ValueId v : op.writes()) d = std::max(d, depth_of_value[static_cast<size_t>(v)]);
+    for (ValueId v : op.writes()) {
+      const auto u = static_cast<size_t>(v);
+      if (exclusive_writer[u] && op.exclusive_writes)
+        beside = std::max(beside, depth_of_value[u]);
+      else
+        d = std::max(d, depth_of_value[u]);
+    }
     for (size_t k : orders.waits_for[i]) d = std::max(d, before_depth[k]);  // each order edge counts one
-    ++d;
-    for (ValueId v : op.writes()) depth_of_value[static_cast<size_t>(v)] = d;
+    d = std::max(d + 1, beside);
+    for (ValueId v : op.writes()) {
+      depth_of_value[static_cast<size_t>(v)] = d;
+      exclusive_writer[static_cast<size_t>(v)] = op.exclusive_writes;
+    }
     for (size_t k : orders.holds_back[i]) before_depth[k] = std::max(before_depth[k], d);
     longest = std::max(longest, d);
   }

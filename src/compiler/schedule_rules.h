@@ -25,6 +25,13 @@ inline int64_t op_limit(const Op& op, const ScheduleLimits& limits) {
                                          : limits.max_gdn_memories_per_mixer;
 }
 
+// Sublayers between two writes of one value, in program order: 1, except between two
+// ops that both promise exclusive writes (ir.h, Op::exclusive_writes), whose writes
+// commute and may share a sublayer.
+inline int64_t waw_gap(const Op& earlier, const Op& later) {
+  return earlier.exclusive_writes && later.exclusive_writes ? 0 : 1;
+}
+
 // What is placed in each sublayer: units used, and the memories per kind (a mixer
 // sublayer holds one kind of memory).
 struct Occupancy {

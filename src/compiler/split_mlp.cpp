@@ -82,6 +82,7 @@ Program split_wide_mlps(const Program& program, int64_t max_neurons) {
       for (auto& neurons : split_op(op, max_neurons)) {
         out.mlp(op.label, std::move(neurons));
         out.mutable_ops().back().one_live_neuron = op.one_live_neuron;
+        out.mutable_ops().back().exclusive_writes = op.exclusive_writes;  // each part writes a subset
       }
     } else {
       out.mutable_ops().push_back(op);

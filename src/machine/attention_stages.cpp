@@ -502,6 +502,9 @@ void AttentionStages::build(const std::vector<ValueId>& q, const std::vector<std
       for (size_t f = 0; f < out.size(); ++f)
         ns.push_back(Neuron{to_slot, Lin{{{out[f], 1.0f / 128.0f}}}, {{exp_slots[t % 8][f], 1.0f}}});
       p.mlp("sum.pick", std::move(ns));
+      // Exclusive: mant and exponent on its own segment's cycle, the slot on its block's
+      // (PROB) or its position's (RE / RX) cycle.
+      p.mark_exclusive_writes({p.ops().size() - 1, p.ops().size()});
     }
     return std::pair{mant, exponent};
   };
@@ -681,6 +684,9 @@ void AttentionStages::build(const std::vector<ValueId>& q, const std::vector<std
           }
         }
         p.mlp("wsum.pick", std::move(ns));
+        // Exclusive: a pick adds only on its own segment's cycle (WSUM's or SLOW's flag), and
+        // RP's reads add the one head at POS; so the picks of all positions need no order.
+        p.mark_exclusive_writes({p.ops().size() - 1, p.ops().size()});
         std::vector<std::vector<ValueId>> vout;
         std::vector<npu::FloatRamHead> vh;
         for (int ch = 0; ch < chunks; ++ch) {
@@ -709,6 +715,7 @@ void AttentionStages::build(const std::vector<ValueId>& q, const std::vector<std
                                   {{places.v[at(o)][at(i)], 1.0f}}});
           }
         p.mlp("wsum.v", std::move(vn));
+        p.mark_exclusive_writes({p.ops().size() - 1, p.ops().size()});  // on its segment's cycle only
       }
     }
     return in;

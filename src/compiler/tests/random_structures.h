@@ -37,25 +37,34 @@ inline bool shares(const std::vector<ValueId>& x, const std::vector<ValueId>& y)
   return false;
 }
 
-// Per op, the earlier ops it must come strictly after: RAW, WAW and every order edge.
-inline std::vector<std::vector<size_t>> strict_predecessors(const Program& p) {
+// Per op, the earlier ops it must come after and by how many sublayers: 1 for RAW, WAW
+// and every order edge, 0 for WAW between two ops that promise exclusive writes (ir.h).
+struct Predecessor {
+  size_t op;
+  int64_t gap;
+};
+inline std::vector<std::vector<Predecessor>> predecessors(const Program& p) {
   const auto& ops = p.ops();
-  std::vector<std::vector<size_t>> pred(ops.size());
+  std::vector<std::vector<Predecessor>> pred(ops.size());
   for (size_t i = 0; i < ops.size(); ++i)
-    for (size_t j = 0; j < i; ++j)
-      if (shares(ops[i].reads(), ops[j].writes()) || shares(ops[i].writes(), ops[j].writes())) pred[i].push_back(j);
+    for (size_t j = 0; j < i; ++j) {
+      if (shares(ops[i].reads(), ops[j].writes()))
+        pred[i].push_back({j, 1});
+      else if (shares(ops[i].writes(), ops[j].writes()))
+        pred[i].push_back({j, ops[i].exclusive_writes && ops[j].exclusive_writes ? 0 : 1});
+    }
   for (const OpOrder& o : p.orders())
     for (size_t b = o.after.begin; b < o.after.end; ++b)
-      for (size_t a = o.before.begin; a < o.before.end; ++a) pred[b].push_back(a);
+      for (size_t a = o.before.begin; a < o.before.end; ++a) pred[b].push_back({a, 1});
   return pred;
 }
 
 inline int64_t longest_chain(const Program& p) {
-  const auto pred = strict_predecessors(p);
+  const auto pred = predecessors(p);
   std::vector<int64_t> depth(pred.size(), 1);
   int64_t longest = 0;
   for (size_t i = 0; i < pred.size(); ++i) {
-    for (size_t j : pred[i]) depth[i] = std::max(depth[i], depth[j] + 1);
+    for (const Predecessor& j : pred[i]) depth[i] = std::max(depth[i], depth[j.op] + j.gap);
     longest = std::max(longest, depth[i]);
   }
   return longest;
@@ -95,8 +104,9 @@ inline void add_random_orders(Program& p, std::mt19937_64& rng, int count, const
 }
 
 // A random program of every op kind, for the placement rules only (nothing is run):
-// MLPs of 1..4 neurons, attention and GDN memories, reading and writing random values.
-inline Program random_structure(std::mt19937_64& rng, bool mlp_only) {
+// MLPs of 1..4 neurons, attention and GDN memories, reading and writing random values;
+// with `exclusive`, a third of the ops promise exclusive writes (ir.h).
+inline Program random_structure(std::mt19937_64& rng, bool mlp_only, bool exclusive = false) {
   Program p;
   const auto v = p.values("v", 10 + static_cast<int>(below(rng, 20)));
   auto any = [&] { return v[below(rng, v.size())]; };
@@ -125,6 +135,7 @@ inline Program random_structure(std::mt19937_64& rng, bool mlp_only) {
       m.out = {any()};
       p.gdn_memory(label, m);
     }
+    if (exclusive && below(rng, 3) == 0) p.mark_exclusive_writes({p.ops().size() - 1, p.ops().size()});
   }
   return p;
 }

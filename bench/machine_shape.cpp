@@ -158,7 +158,7 @@ int main(int argc, char** argv) {
       by_label[key].first++;
       by_label[key].second += static_cast<int64_t>(writers[v].size());
     }
-    for (auto& [k, n] : by_label) std::printf("waw: %lld values, %lld writes: %s\n", (long long)n.first, (long long)n.second, k.c_str());
+    for (auto& [k, n] : by_label) std::printf("waw: %lld values, %lld writes: %s\n", static_cast<long long>(n.first), static_cast<long long>(n.second), k.c_str());
   }
 
   // Live interval per value: first to last access; interface inputs from the embedding.

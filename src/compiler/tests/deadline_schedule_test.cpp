@@ -35,19 +35,13 @@ int64_t neurons_in(const Program& p, const Schedule& s, int64_t sublayer) {
 // schedule is ASAP, op for op the greedy one, and no schedule under limits is shorter.
 TEST(DeadlineSchedule, RandomProgramsObeyEveryRule) {
   int64_t orders = 0, differs = 0;
-  ScheduleLimits roomy;
-  roomy.max_neurons_per_mlp = 1 << 20;
-  roomy.max_memories_per_mixer = 1 << 20;
-  roomy.max_gdn_memories_per_mixer = 1 << 20;
+  const ScheduleLimits roomy = roomy_limits();
   for (uint64_t seed = 0; seed < 400; ++seed) {
     std::mt19937_64 rng(seed);
     Program p = random_structure(rng, false);
     add_random_orders(p, rng, static_cast<int>(below(rng, 6)), schedule(p, roomy));
     orders += static_cast<int64_t>(p.orders().size());
-    ScheduleLimits limits;
-    limits.max_neurons_per_mlp = 4 + static_cast<int64_t>(below(rng, 3));
-    limits.max_memories_per_mixer = 1 + static_cast<int64_t>(below(rng, 3));
-    limits.max_gdn_memories_per_mixer = 1 + static_cast<int64_t>(below(rng, 3));
+    const ScheduleLimits limits = tight_limits(rng);
     const Schedule s = schedule_by_deadline(p, limits);
     ASSERT_NO_THROW(check_schedule(p, s, limits)) << "seed " << seed;
     EXPECT_EQ(broken_orders(p, s), 0) << "seed " << seed;

@@ -44,18 +44,12 @@ int64_t expect_write_pairs(const Program& p, const Schedule& s, uint64_t seed) {
 
 TEST(ExclusiveWrites, RandomStructuresFollowTheRule) {
   int64_t shared = 0, shorter = 0;
-  ScheduleLimits roomy;
-  roomy.max_neurons_per_mlp = 1 << 20;
-  roomy.max_memories_per_mixer = 1 << 20;
-  roomy.max_gdn_memories_per_mixer = 1 << 20;
+  const ScheduleLimits roomy = roomy_limits();
   for (uint64_t seed = 0; seed < 400; ++seed) {
     std::mt19937_64 rng(seed);
     Program p = random_structure(rng, seed % 2 == 0, /*exclusive=*/true);
     add_random_orders(p, rng, static_cast<int>(below(rng, 4)), schedule(p, roomy));
-    ScheduleLimits limits;
-    limits.max_neurons_per_mlp = 4 + static_cast<int64_t>(below(rng, 3));
-    limits.max_memories_per_mixer = 1 + static_cast<int64_t>(below(rng, 3));
-    limits.max_gdn_memories_per_mixer = 1 + static_cast<int64_t>(below(rng, 3));
+    const ScheduleLimits limits = tight_limits(rng);
     for (const ScheduleLimits& l : {roomy, limits}) {
       const Schedule greedy = schedule(p, l), deadline = schedule_by_deadline(p, l);
       ASSERT_NO_THROW(check_schedule(p, greedy, l)) << "seed " << seed;

@@ -103,6 +103,24 @@ inline void add_random_orders(Program& p, std::mt19937_64& rng, int count, const
   }
 }
 
+// Limits that never bind.
+inline ScheduleLimits roomy_limits() {
+  ScheduleLimits l;
+  l.max_neurons_per_mlp = 1 << 20;
+  l.max_memories_per_mixer = 1 << 20;
+  l.max_gdn_memories_per_mixer = 1 << 20;
+  return l;
+}
+
+// Tight random limits: 4 to 6 neurons per MLP sublayer, 1 to 3 memories of each kind per mixer.
+inline ScheduleLimits tight_limits(std::mt19937_64& rng) {
+  ScheduleLimits l;
+  l.max_neurons_per_mlp = 4 + static_cast<int64_t>(below(rng, 3));
+  l.max_memories_per_mixer = 1 + static_cast<int64_t>(below(rng, 3));
+  l.max_gdn_memories_per_mixer = 1 + static_cast<int64_t>(below(rng, 3));
+  return l;
+}
+
 // A random program of every op kind, for the placement rules only (nothing is run):
 // MLPs of 1..4 neurons, attention and GDN memories, reading and writing random values;
 // with `exclusive`, a third of the ops promise exclusive writes (ir.h).

@@ -72,7 +72,7 @@ Schedule sink_schedule(const Program& program, const Schedule& schedule, const S
 // naming both ops when it breaks an explicit order (Program::order).
 void check_schedule(const Program& program, const Schedule& schedule, const ScheduleLimits& limits = {});
 // Length of the longest chain of dependent ops (each RAW/WAW edge and each explicit
-// order edge counts one): the
+// order edge counts one, a WAW edge between exclusive writes none): the
 // floor on sublayers any schedule needs, ignoring sublayer kinds and resources.
 int64_t critical_path(const Program& program);
 

@@ -110,33 +110,6 @@ std::vector<int64_t> deadlines(const Program& program, const Graph& g, const std
   return latest;
 }
 
-// What one sublayer holds (a flat counterpart of schedule_rules.h's Occupancy).
-struct Room {
-  std::vector<int64_t> used, attn, gdn;
-
-  void grow(int64_t s) {
-    if (static_cast<size_t>(s) >= used.size()) {
-      used.resize(static_cast<size_t>(s) + 1, 0);
-      attn.resize(used.size(), 0);
-      gdn.resize(used.size(), 0);
-    }
-  }
-  bool fits(const Op& op, int64_t s, const ScheduleLimits& limits) {
-    grow(s);
-    const auto u = static_cast<size_t>(s);
-    if (used[u] + op_size(op) > op_limit(op, limits)) return false;
-    if (op.kind == OpKind::AttnMemory) return gdn[u] == 0;
-    if (op.kind == OpKind::GdnMemory) return attn[u] == 0;
-    return true;
-  }
-  void add(const Op& op, int64_t s) {
-    const auto u = static_cast<size_t>(s);
-    used[u] += op_size(op);
-    attn[u] += op.kind == OpKind::AttnMemory;
-    gdn[u] += op.kind == OpKind::GdnMemory;
-  }
-};
-
 // Ops that do not fit a sublayer tried before the rest wait for the next one: bounds
 // the work per sublayer when many large ops are ready.
 constexpr int kMaxMisfits = 64;
@@ -157,7 +130,7 @@ Schedule schedule_by_deadline(const Program& program, const ScheduleLimits& limi
   std::vector<int64_t> left = g.preds, start(g.succ.size(), 0);
   Schedule out;
   out.sublayer.assign(ops.size(), -1);
-  Room room;
+  Occupancy room;
   size_t placed = 0;
 
   // A node whose predecessors are all placed: an order node is placed at once (at the
@@ -206,7 +179,7 @@ Schedule schedule_by_deadline(const Program& program, const ScheduleLimits& limi
         misfits.push_back(n);
         continue;
       }
-      room.add(ops[n], s);
+      room.add(ops[n], s, 1);
       out.sublayer[n] = s;
       out.num_sublayers = std::max(out.num_sublayers, s + 1);
       ++placed;

@@ -1,7 +1,6 @@
 #include "compiler/schedule.h"
 
 #include <algorithm>
-#include <map>
 
 #include "common/error.h"
 #include "compiler/schedule_rules.h"

@@ -3,7 +3,6 @@
 // compiler library): which sublayer kind an op needs, what it occupies there, and the
 // explicit orders of a program indexed by op.
 #include <cstdint>
-#include <map>
 #include <vector>
 
 #include "compiler/ir.h"
@@ -33,24 +32,28 @@ inline int64_t waw_gap(const Op& earlier, const Op& later) {
 }
 
 // What is placed in each sublayer: units used, and the memories per kind (a mixer
-// sublayer holds one kind of memory).
+// sublayer holds one kind of memory). Flat arrays, grown as sublayers are used.
 struct Occupancy {
-  std::map<int64_t, int64_t> used;
-  std::map<int64_t, int64_t> attn, gdn;
+  std::vector<int64_t> used, attn, gdn;
 
   bool fits(const Op& op, int64_t s, const ScheduleLimits& limits) const {
     if (!fits_kind(op, s)) return false;
-    const auto u = used.find(s);
-    if ((u == used.end() ? 0 : u->second) + op_size(op) > op_limit(op, limits)) return false;
-    if (op.kind == OpKind::Mlp) return true;
-    const auto& other = op.kind == OpKind::AttnMemory ? gdn : attn;
-    const auto o = other.find(s);
-    return o == other.end() || o->second == 0;
+    const auto u = static_cast<size_t>(s);
+    const bool empty = u >= used.size();
+    if ((empty ? 0 : used[u]) + op_size(op) > op_limit(op, limits)) return false;
+    if (empty || op.kind == OpKind::Mlp) return true;
+    return (op.kind == OpKind::AttnMemory ? gdn[u] : attn[u]) == 0;
   }
   void add(const Op& op, int64_t s, int64_t sign) {
-    used[s] += sign * op_size(op);
-    if (op.kind == OpKind::AttnMemory) attn[s] += sign;
-    if (op.kind == OpKind::GdnMemory) gdn[s] += sign;
+    const auto u = static_cast<size_t>(s);
+    if (u >= used.size()) {
+      used.resize(u + 1, 0);
+      attn.resize(u + 1, 0);
+      gdn.resize(u + 1, 0);
+    }
+    used[u] += sign * op_size(op);
+    if (op.kind == OpKind::AttnMemory) attn[u] += sign;
+    if (op.kind == OpKind::GdnMemory) gdn[u] += sign;
   }
 };
 
